@@ -1,0 +1,72 @@
+# kvquota.maintenance: one entry point for people and CI.
+#   make demo   the main job end to end on the built-in lab
+#   make test   everything CI runs (installs what it needs)
+SHELL := /bin/bash
+PY ?= python3
+CACHE ?= $(HOME)/.cache/kvquota
+LAB_RUN_DIR ?= $(CACHE)/lab-run
+ANSIBLE_ROOT := $(CACHE)/ansible-test
+COLL_COPY := $(ANSIBLE_ROOT)/ansible_collections/kvquota/maintenance
+LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
+STAMP := $(CACHE)/deps.stamp
+
+.PHONY: deps lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
+        sanity ansible-units lint docs-lint build collection-copy bench clean
+
+$(STAMP): tests/requirements.txt
+	@mkdir -p $(CACHE)
+	$(PY) -m pip install -q -r tests/requirements.txt
+	@touch $@
+
+deps: $(STAMP)
+
+lab-build:
+	bash tests/lab/build.sh
+
+lab-up: deps lab-build
+	$(LABPY) -m kvqlab up --run-dir $(LAB_RUN_DIR) --scenario $(or $(SCENARIO),a)
+
+lab-down:
+	$(LABPY) -m kvqlab down --run-dir $(LAB_RUN_DIR)
+
+lab-status:
+	$(LABPY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
+
+demo: lab-up
+	$(LABPY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
+
+# The README's test command.
+test: deps lab-build pytest-units sanity ansible-units lint docs-lint build lab-tests
+	@echo "make test: all gates passed"
+
+pytest-units: deps
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+lab-tests: deps lab-build
+	$(PY) -m pytest -q -p no:cacheprovider tests/lab tests/integration
+
+# ansible-test needs the collection at ansible_collections/kvquota/maintenance.
+collection-copy:
+	@rm -rf $(COLL_COPY) && mkdir -p $(COLL_COPY)
+	@tar --exclude=./.git --exclude=./tests/output --exclude=.pytest_cache --exclude=__pycache__ \
+	  --exclude=.hypothesis --exclude='*.tar.gz' -cf - . | tar -xf - -C $(COLL_COPY)
+
+sanity: deps collection-copy
+	cd $(COLL_COPY) && ansible-test sanity --venv --python 3.11 --color no
+
+ansible-units: deps collection-copy
+	cd $(COLL_COPY) && ansible-test units --venv --python 3.11 --color no --requirements
+
+lint: deps
+	ansible-lint --profile production
+
+docs-lint: deps collection-copy
+	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs .
+
+build: deps
+	@mkdir -p $(CACHE)/dist
+	ansible-galaxy collection build --force --output-path $(CACHE)/dist .
+	$(PY) tests/check_artifact.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+
+clean:
+	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output

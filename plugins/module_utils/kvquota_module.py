@@ -1,0 +1,81 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible glue shared by every kvquota module: the auth spec and error shaping.
+
+The core (module_utils/kvquota) has no Ansible imports; this file is the one place
+where its errors become fail_json results.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    import kubernetes  # noqa: F401  pylint: disable=unused-import
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError:
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
+
+AUTH_PROXY_HEADERS_SPEC = dict(
+    proxy_basic_auth=dict(type='str', no_log=True),
+    basic_auth=dict(type='str', no_log=True),
+    user_agent=dict(type='str'),
+)
+
+# Same names and aliases as kubernetes.core, so module_defaults carry over.
+AUTH_ARG_SPEC = dict(
+    kubeconfig=dict(type='raw', no_log=True),
+    context=dict(type='str'),
+    host=dict(type='str'),
+    api_key=dict(type='str', no_log=True),
+    username=dict(type='str'),
+    password=dict(type='str', no_log=True),
+    validate_certs=dict(type='bool', aliases=['verify_ssl']),
+    ca_cert=dict(type='path', aliases=['ssl_ca_cert']),
+    client_cert=dict(type='path', aliases=['cert_file']),
+    client_key=dict(type='path', aliases=['key_file'], no_log=False),
+    proxy=dict(type='str'),
+    no_proxy=dict(type='str'),
+    proxy_headers=dict(type='dict', options=AUTH_PROXY_HEADERS_SPEC),
+    persist_config=dict(type='bool'),
+    impersonate_user=dict(type='str'),
+    impersonate_groups=dict(type='list', elements='str'),
+)
+
+
+def auth_params(params):
+    """The connection options of a module's parameters."""
+    return dict((name, params.get(name)) for name in AUTH_ARG_SPEC)
+
+
+def new_module(argument_spec, **kwargs):
+    """An AnsibleModule with the auth options added and the kubernetes library checked."""
+    spec = dict(AUTH_ARG_SPEC)
+    spec.update(argument_spec)
+    module = AnsibleModule(argument_spec=spec, **kwargs)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib('kubernetes'), exception=KUBERNETES_IMPORT_ERROR)
+    return module
+
+
+def fail_from_error(module, err, **result):
+    """Turn a core error into one clear failure, keeping any partial result."""
+    fix = getattr(err, 'fix', None)
+    module.fail_json(msg=str(err), error=type(err).__name__, fix=fix, **result)
+
+
+def run(module, operation):
+    """Call operation(module) and exit with its result dict, or fail with the core's message."""
+    try:
+        result = operation(module)
+    except KvquotaError as err:
+        fail_from_error(module, err)
+    module.exit_json(**result)
