@@ -43,7 +43,7 @@ pytest-units: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 lab-tests: deps lab-build
-	$(PY) -m pytest -q -p no:cacheprovider tests/lab tests/integration
+	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider tests/lab tests/integration
 
 # ansible-test needs the collection at ansible_collections/kvquota/maintenance.
 collection-copy:

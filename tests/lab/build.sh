@@ -43,13 +43,16 @@ build_kube() {
   local staging_ver="v0.${minor}"     # v0.33.13
   (
     cd "$dir"
-    if [ ! -f go.mod ]; then
+    if [ ! -f .wrapper-ok ]; then
+      rm -f go.mod go.sum
       go mod init kvquota.local/kubebuild >/dev/null 2>&1
       local goline
       goline=$(grep -m1 '^go ' "$gomod")
       sed -i "s/^go .*/$goline/" go.mod
-      # staging modules are listed at v0.0.0 upstream; pin them before requiring k8s.io/kubernetes
-      grep -oE '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0' "$gomod" | awk '{print $1}' | sort -u | while read -r m; do
+      # staging modules are replaced by ./staging/src/<module> upstream (and required at
+      # v0.0.0); pin exactly those before requiring k8s.io/kubernetes. Do not match on
+      # "v0.0.0" alone: pseudo-versions such as k8s.io/utils v0.0.0-2024... are real.
+      sed -nE 's#^[[:space:]]*(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*#\1#p' "$gomod" | sort -u | while read -r m; do
         go mod edit -replace "$m=$m@$staging_ver"
       done
       cat > tools.go <<GO
@@ -63,9 +66,11 @@ import (
 )
 GO
       go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
+      [ "$(grep -c '=> .*v0\.' go.mod)" -ge 20 ] || die "derived too few staging replaces from $gomod"
+      touch .wrapper-ok
     fi
     log "go mod tidy (downloads modules)"
-    go mod tidy -e >/dev/null 2>tidy.log || { tail -20 tidy.log; die "go mod tidy failed for kubernetes wrapper"; }
+    go mod tidy >/dev/null 2>tidy.log || { tail -20 tidy.log; rm -f .wrapper-ok; die "go mod tidy failed for kubernetes wrapper (see $dir/tidy.log)"; }
     local major minor_only
     major=1; minor_only="${minor%%.*}"
     local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor_only -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=$major -X k8s.io/client-go/pkg/version.gitMinor=$minor_only"

@@ -1,0 +1,303 @@
+"""Self-tests proving the lab is a real control plane: real quota admission, a real
+quota controller, a real scheduler, kwok nodes that run pods, real RBAC, and a
+lab-down that leaves nothing of ours running."""
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiException
+
+import kvqlab
+from kvqlab import procs
+
+HERE = Path(__file__).resolve().parent
+
+
+def pod(name, cpu="100m", memory="64Mi", node_selector=None):
+    spec = {"containers": [{
+        "name": "main", "image": "registry.invalid/none:0",
+        "resources": {"requests": {"cpu": cpu, "memory": memory},
+                      "limits": {"cpu": cpu, "memory": memory}}}]}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def message(exc: ApiException) -> str:
+    return json.loads(exc.body)["message"]
+
+
+def make_quota(lab, api, ns, hard, name="compute"):
+    api.create_namespaced_resource_quota(ns, {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": name}, "spec": {"hard": hard}})
+    return lab.wait_quota_ready(ns, name)
+
+
+# ---------------------------------------------------------------- basics
+
+def test_loopback_tls_verified_and_version(lab):
+    assert lab.server.startswith("https://127.0.0.1:")
+    for kc in (lab.admin_kubeconfig, lab.user_kubeconfig):
+        cfg = yaml.safe_load(kc.read_text())
+        cluster = cfg["clusters"][0]["cluster"]
+        assert cluster["certificate-authority"] == str(lab.ca_file)
+        assert "insecure-skip-tls-verify" not in cluster
+    version = client.VersionApi(lab.api_client()).get_code()
+    assert version.git_version == "v1.33.13"
+    # a client that does not trust the lab CA is refused at the TLS layer
+    with pytest.raises(urllib.error.URLError) as err:
+        urllib.request.urlopen(lab.server + "/readyz", context=ssl.create_default_context(), timeout=5)
+    assert isinstance(err.value.reason, ssl.SSLCertVerificationError)
+    for name, port in lab.ports.items():
+        assert 0 < port < 65536, name
+
+
+def test_nodes_are_kwok_managed_and_ready(lab, lab_api):
+    nodes = {n.metadata.name: n for n in lab_api.list_node().items}
+    for name in ("node-1", "node-2", "node-3"):
+        n = nodes[name]
+        assert n.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
+        ready = [c for c in n.status.conditions if c.type == "Ready"]
+        assert ready and ready[0].status == "True"
+        assert n.status.allocatable["cpu"] == "32"
+        assert n.status.allocatable["memory"] == "128Gi"
+        assert n.metadata.labels["kubernetes.io/hostname"] == name
+        assert not n.spec.taints
+
+
+# ---------------------------------------------------------------- quota admission
+
+def test_pod_over_quota_is_refused_with_the_real_message(lab, lab_api, lab_namespace):
+    ns = lab_namespace
+    q = make_quota(lab, lab_api, ns, {"requests.cpu": "1", "requests.memory": "1Gi",
+                                      "limits.cpu": "2", "pods": "5"})
+    assert q.status.hard == {"limits.cpu": "2", "pods": "5", "requests.cpu": "1", "requests.memory": "1Gi"}
+
+    with pytest.raises(ApiException) as err:
+        lab_api.create_namespaced_pod(ns, pod("too-big", cpu="1500m", memory="2Gi"))
+    assert err.value.status == 403
+    assert message(err.value) == (
+        'pods "too-big" is forbidden: exceeded quota: compute, '
+        "requested: requests.cpu=1500m,requests.memory=2Gi, "
+        "used: requests.cpu=0,requests.memory=0, "
+        "limited: requests.cpu=1,requests.memory=1Gi")
+
+    lab_api.create_namespaced_pod(ns, pod("first", cpu="600m", memory="256Mi"))
+    with pytest.raises(ApiException) as err:
+        lab_api.create_namespaced_pod(ns, pod("second", cpu="600m", memory="256Mi"))
+    assert err.value.status == 403
+    assert message(err.value) == (
+        'pods "second" is forbidden: exceeded quota: compute, '
+        "requested: requests.cpu=600m, used: requests.cpu=600m, limited: requests.cpu=1")
+
+    used = lab_api.read_namespaced_resource_quota("compute", ns).status.used
+    assert used["requests.cpu"] == "600m" and used["pods"] == "1"
+
+
+def test_used_drops_when_pod_succeeds(lab, lab_api, lab_namespace):
+    ns = lab_namespace
+    make_quota(lab, lab_api, ns, {"requests.cpu": "1", "pods": "5"})
+    lab_api.create_namespaced_pod(ns, pod("job", cpu="800m"))
+    lab.wait_pod_phase(ns, "job", "Running")
+    with pytest.raises(ApiException):
+        lab_api.create_namespaced_pod(ns, pod("blocked", cpu="800m"))
+
+    patched = lab.set_pod_phase(ns, "job", "Succeeded")
+    assert patched.status.phase == "Succeeded"
+    q = lab.wait_quota(ns, "compute", lambda q: q.status.used.get("requests.cpu") == "0",
+                       what="quota controller to release the Succeeded pod")
+    assert q.status.used["pods"] == "0"
+    lab_api.create_namespaced_pod(ns, pod("now-fits", cpu="800m"))
+
+
+def test_used_drops_when_pod_deleted_and_kwok_completes_deletion(lab, lab_api, lab_namespace):
+    ns = lab_namespace
+    make_quota(lab, lab_api, ns, {"requests.cpu": "1", "pods": "5"})
+    lab_api.create_namespaced_pod(ns, pod("victim", cpu="700m"))
+    p = lab.wait_pod_phase(ns, "victim", "Running")
+    assert p.spec.node_name.startswith("node-")
+    lab_api.delete_namespaced_pod("victim", ns)  # default grace period: needs a "kubelet"
+
+    def gone():
+        try:
+            lab_api.read_namespaced_pod("victim", ns)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    kvqlab.wait_for(gone, 30, "kwok to complete the pod deletion")
+    lab.wait_quota(ns, "compute", lambda q: q.status.used.get("requests.cpu") == "0",
+                   what="quota controller to release the deleted pod")
+
+
+# ---------------------------------------------------------------- scheduler
+
+def test_scheduler_binds_pods_to_kwok_nodes_and_they_run(lab, lab_api, lab_namespace):
+    ns = lab_namespace
+    for i in range(6):
+        lab_api.create_namespaced_pod(ns, pod(f"p{i}", cpu="1"))
+    for i in range(6):
+        p = lab.wait_pod_phase(ns, f"p{i}", "Running")
+        assert p.spec.node_name in {"node-1", "node-2", "node-3"}
+        assert p.status.pod_ip and p.status.host_ip == "127.0.0.1"
+    # bound by the scheduler (not by us): spreads over more than one node
+    placed = {lab_api.read_namespaced_pod(f"p{i}", ns).spec.node_name for i in range(6)}
+    assert len(placed) > 1
+
+    lab_api.create_namespaced_pod(ns, pod("huge", cpu="64"))
+
+    def unschedulable(name):
+        cond = [c for c in (lab_api.read_namespaced_pod(name, ns).status.conditions or [])
+                if c.type == "PodScheduled"]
+        return cond[0] if cond and cond[0].reason == "Unschedulable" else None
+    cond = kvqlab.wait_for(lambda: unschedulable("huge"), 30, "scheduler to report Unschedulable")
+    assert "Insufficient cpu" in cond.message
+    assert lab_api.read_namespaced_pod("huge", ns).spec.node_name is None
+
+
+def test_add_node_labels_and_cordon(lab, lab_api, lab_namespace):
+    ns = lab_namespace
+    name = "node-extra-" + ns[-6:]
+    lab.add_node(name, cpu="4", memory="8Gi", pods="10", labels={"kvqlab/pool": ns[-6:]})
+    try:
+        node = lab_api.read_node(name)
+        assert node.status.allocatable == {"cpu": "4", "memory": "8Gi", "pods": "10"}
+        sel = {"kvqlab/pool": ns[-6:]}
+        lab_api.create_namespaced_pod(ns, pod("pinned", node_selector=sel))
+        assert lab.wait_pod_phase(ns, "pinned", "Running").spec.node_name == name
+        lab_api.patch_node(name, {"spec": {"unschedulable": True}})
+        lab_api.create_namespaced_pod(ns, pod("after-cordon", node_selector=sel))
+
+        def unschedulable():
+            conds = lab_api.read_namespaced_pod("after-cordon", ns).status.conditions or []
+            return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conds)
+        kvqlab.wait_for(unschedulable, 30, "cordoned node to be skipped by the scheduler")
+    finally:
+        lab.delete_node(name)  # also removes its pods (no pod GC in the lab)
+    with pytest.raises(ApiException):
+        lab_api.read_namespaced_pod("pinned", ns)
+
+
+# ---------------------------------------------------------------- RBAC
+
+def _role_rules(path: Path):
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc.get("kind") == "ClusterRole":
+            yield from doc.get("rules") or []
+
+
+def test_user_identity_has_the_role_and_nothing_more(lab):
+    user = client.CoreV1Api(lab.api_client(admin=False))
+    with pytest.raises(ApiException) as err:
+        user.list_secret_for_all_namespaces()
+    assert err.value.status == 403
+    assert message(err.value) == ('secrets is forbidden: User "kvquota-operator" cannot list '
+                                  'resource "secrets" in API group "" at the cluster scope')
+    rbac = client.RbacAuthorizationV1Api(lab.api_client(admin=False))
+    with pytest.raises(ApiException) as err:
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": "escalate"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "kvquota-operator"}]})
+    assert err.value.status == 403
+
+    # everything the shipped ClusterRole grants is allowed for the user
+    authz = client.AuthorizationV1Api(lab.api_client(admin=False))
+    rbac_file = Path(lab.state.get("rbac_file") or kvqlab.DEFAULT_RBAC_FILE)
+    checked = 0
+    for rule in _role_rules(rbac_file):
+        if rule.get("resourceNames") or rule.get("nonResourceURLs"):
+            continue
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in rule.get("verbs", []):
+                    if "*" in (group, resource, verb):
+                        continue
+                    review = authz.create_self_subject_access_review({
+                        "spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}}})
+                    assert review.status.allowed, (group, resource, verb)
+                    checked += 1
+    assert checked > 0
+
+
+# ---------------------------------------------------------------- CLI
+
+def _cli(*args, env_extra=None):
+    env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "kvqlab", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_cli_status_and_env(lab):
+    st = _cli("status", "--run-dir", str(lab.run_dir), "--json")
+    assert st.returncode == 0, st.stderr
+    data = json.loads(st.stdout)
+    assert data["ready"] and data["server"] == lab.server
+    assert all(p["alive"] for p in data["processes"].values())
+    env = _cli("env", "--run-dir", str(lab.run_dir))
+    assert env.returncode == 0, env.stderr
+    assert f"export K8S_AUTH_KUBECONFIG={lab.admin_kubeconfig}" in env.stdout.splitlines()
+    out = lab.kubectl("get", "nodes", "-o", "name")
+    assert "node/node-1" in out.split()
+    denied = lab.kubectl("get", "secrets", "-A", admin=False, check=False)
+    assert "forbidden" in denied
+
+
+# ---------------------------------------------------------------- lifecycle
+
+def test_warm_start_reuse_and_down_leaves_nothing(tmp_path):
+    """A second, private lab: warm start under 30 s, `up` again reuses it, `down`
+    stops exactly its processes (by pid) and nothing of it keeps running."""
+    try:
+        kvqlab.find_bin_dir()
+    except kvqlab.LabError as exc:
+        if os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    rd = tmp_path / "lab"
+    t0 = time.monotonic()
+    lab2 = kvqlab.up(run_dir=rd, nodes=1, node_cpu="8", node_memory="16Gi",
+                     node_labels={"kvqlab/extra": "yes"})
+    elapsed = time.monotonic() - t0
+    try:
+        assert elapsed < 30, f"warm start took {elapsed:.1f}s"
+        assert (rd / "admin.kubeconfig").exists() and (rd / "logs" / "kube-apiserver.log").exists()
+        node = client.CoreV1Api(lab2.api_client()).read_node("node-1")
+        assert node.metadata.labels["kvqlab/extra"] == "yes"
+        again = kvqlab.up(run_dir=rd, nodes=1)
+        assert again.server == lab2.server
+        pids = {name: procs.read_meta(rd, name)["pid"] for name in procs.names(rd)}
+        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    finally:
+        results = kvqlab.down(rd)
+    assert set(results.values()) <= {"stopped", "killed"}, results
+    for name, pid in pids.items():
+        state = procs._proc_state(pid)
+        assert state in (None, "Z"), f"{name} (pid {pid}) still running"
+    # no process anywhere still references this run dir
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert str(rd) not in cmd or int(entry.name) == os.getpid(), f"pid {entry.name}: {cmd!r}"
+    assert procs.names(rd) == []
+    assert not (rd / "etcd-data").exists()
+    with pytest.raises(kvqlab.LabError):
+        kvqlab.attach(rd)
+    assert kvqlab.down(rd) == {}
+    assert not kvqlab.status(rd)["running"]
