@@ -66,10 +66,13 @@ def new_module(argument_spec, **kwargs):
     return module
 
 
-def fail_from_error(module, err, **result):
-    """Turn a core error into one clear failure, keeping any partial result."""
-    fix = getattr(err, 'fix', None)
-    module.fail_json(msg=str(err), error=type(err).__name__, fix=fix, **result)
+def fail_from_error(module, err):
+    """Turn a core error into one clear failure, keeping any partial result the core attached."""
+    partial = dict(getattr(err, 'details', {}).get('result') or {})
+    partial.pop('diff', None)
+    partial.pop('warnings', None)
+    partial.pop('msg', None)
+    module.fail_json(msg=str(err), error=type(err).__name__, fix=getattr(err, 'fix', None), **partial)
 
 
 def run(module, operation):

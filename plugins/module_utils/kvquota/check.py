@@ -1,0 +1,842 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kvquota_check: the read-only report, and the batch plan the roles follow.
+
+check(cluster, scope, options) reads an Inventory snapshot (inventory.py, a few list
+calls) and hands it to evaluate(snapshot, options), which is pure: it sizes every VM's
+migration target pod with the cluster's current KubeVirt configuration, schedules the
+migrations in batches the way KubeVirt runs them (parallelMigrationsPerCluster,
+parallelOutboundMigrationsPerNode), and for every namespace and every quota a target
+pod is charged against computes used/hard, the headroom per batch and in total, and
+what blocks the maintenance. Nothing is ever written.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import datetime
+import re
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    add,
+    equals,
+    format_resource_list,
+    maximum,
+)
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as _backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as _ledger
+
+LEDGER_ANNOTATION = _ledger.LEDGER_ANNOTATION
+HARVESTER_RATIO_SETTING = "additional-guest-memory-overhead-ratio"
+HARVESTER_SKIP_ANNOTATION = _backends.HARVESTER_SKIP_ANNOTATION
+
+DEFAULT_PARALLEL_PER_CLUSTER = 5
+DEFAULT_PARALLEL_OUTBOUND_PER_NODE = 2
+NON_MIGRATABLE_POLICIES = ("fail", "shutdown", "skip")
+VERDICTS = ("ok", "needs_reservation", "blocked")
+FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+
+
+def _sizing():
+    """sizing.py, imported late so the planning helpers work without it."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing
+    return sizing
+
+
+# ---------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------
+
+def _positive_int(value, what):
+    if isinstance(value, bool):
+        value = None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or (isinstance(value, float) and value != number):
+        raise InputError("%s must be a whole number of at least 1, got %r" % (what, value),
+                         "give e.g. %s: 2" % what)
+    return number
+
+
+def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
+                 parallel_outbound_per_node=DEFAULT_PARALLEL_OUTBOUND_PER_NODE, per_namespace_cap=None):
+    """Split VMs into migration batches KubeVirt would run at once.
+
+    vms: dicts with at least namespace, name and node (the source node), in the order
+    they should migrate. A batch holds at most parallel_per_cluster VMs, at most
+    parallel_outbound_per_node from any one node and, when per_namespace_cap is given, at
+    most that many from one namespace (bounding each namespace's reservation). Each VM
+    goes into the first batch with room (first fit), so the order is kept within and
+    across batches as far as the limits allow. Returns a list of lists of the same dicts.
+    """
+    per_cluster = _positive_int(parallel_per_cluster, "parallel_per_cluster")
+    per_node = _positive_int(parallel_outbound_per_node, "parallel_outbound_per_node")
+    per_ns = None if per_namespace_cap is None else _positive_int(per_namespace_cap, "per_namespace_cap")
+    batches = []
+    counts = []  # per batch: (node counts, namespace counts)
+    first_open = 0
+    for vm in vms:
+        node = vm.get("node")
+        ns = vm.get("namespace")
+        placed = False
+        for index in range(first_open, len(batches)):
+            nodes, namespaces = counts[index]
+            if len(batches[index]) >= per_cluster:
+                continue
+            if nodes.get(node, 0) >= per_node:
+                continue
+            if per_ns is not None and namespaces.get(ns, 0) >= per_ns:
+                continue
+            batches[index].append(vm)
+            nodes[node] = nodes.get(node, 0) + 1
+            namespaces[ns] = namespaces.get(ns, 0) + 1
+            placed = True
+            break
+        if not placed:
+            batches.append([vm])
+            counts.append(({node: 1}, {ns: 1}))
+        while first_open < len(batches) and len(batches[first_open]) >= per_cluster:
+            first_open += 1
+    return batches
+
+
+def batch_keys(batches):
+    """The batches as lists of 'namespace/name' keys."""
+    return [[q.vm_key(vm) for vm in batch] for batch in batches]
+
+
+# ---------------------------------------------------------------------------
+# Small readers
+# ---------------------------------------------------------------------------
+
+def parse_time(text):
+    """An aware datetime from an RFC 3339 timestamp (None when text is empty)."""
+    if text in (None, ""):
+        return None
+    if isinstance(text, datetime.datetime):
+        return text if text.tzinfo else text.replace(tzinfo=_UTC)
+    match = re.match(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})?$",
+                     str(text).strip())
+    if not match:
+        raise InputError("malformed timestamp '%s'" % text, "use RFC 3339, e.g. 2025-01-31T12:00:00Z")
+    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
+    micro = int((match.group(7) or ".0")[1:7].ljust(6, "0"))
+    zone = match.group(8) or "Z"
+    if zone in ("Z", "z"):
+        offset = datetime.timedelta(0)
+    else:
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        offset = sign * datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    naive = datetime.datetime(year, month, day, hour, minute, second, micro)
+    return (naive - offset).replace(tzinfo=_UTC)
+
+
+class _Utc(datetime.tzinfo):
+    def utcoffset(self, dt):
+        return datetime.timedelta(0)
+
+    def tzname(self, dt):
+        return "UTC"
+
+    def dst(self, dt):
+        return datetime.timedelta(0)
+
+
+_UTC = _Utc()
+
+
+def _now(options):
+    value = options.get("now")
+    if value is None:
+        return datetime.datetime.now(_UTC)
+    return parse_time(value)
+
+
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
+def _labels(obj):
+    return _meta(obj).get("labels") or {}
+
+
+def _annotations(obj):
+    return _meta(obj).get("annotations") or {}
+
+
+def _condition(obj, kind):
+    for condition in ((obj.get("status") or {}).get("conditions") or ()):
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def quota_owner(quota):
+    """'rancher' for a quota Rancher rebuilds from the namespace annotation, else 'plain'."""
+    return "rancher" if _backends.is_rancher_managed(quota) else "plain"
+
+
+# ---------------------------------------------------------------------------
+# Ledger (reservations left in the cluster)
+# ---------------------------------------------------------------------------
+
+def _ref_names(refs, key):
+    """Names listed under refs[key] (entries may be 'name', 'ns/name' or {'name': ...})."""
+    result = []
+    for item in (refs or {}).get(key) or ():
+        if isinstance(item, dict):
+            item = item.get("name")
+        if item:
+            result.append(str(item).split("/")[-1])
+    return result
+
+
+def _finished(entry, vmims, pods, now_seconds, grace_seconds):
+    """Whether a reservation's work is visibly over: every migration it names is gone or final,
+    no source pod it names is still running, and it was created more than grace_seconds ago."""
+    migrations = _ref_names(entry.refs, "migrations")
+    if not migrations:
+        return False
+    created = _ledger.parse_time(entry.created) if entry.created else None
+    if created is None or now_seconds - created < grace_seconds:
+        return False
+    live = dict((_meta(m).get("name"), (m.get("status") or {}).get("phase")) for m in vmims)
+    if any(name in live and live[name] not in FINAL_MIGRATION_PHASES for name in migrations):
+        return False
+    running = set(_meta(p).get("name") for p in pods if not q.pod_is_terminal(p))
+    return not any(name in running for name in _ref_names(entry.refs, "sourcePods"))
+
+
+def ledger_findings(namespace, ns_obj, quota_objs, now, vmims=(), pods=(), cluster_facts=None,
+                    grace_seconds=3600):
+    """Blockers and warnings about reservations recorded for a namespace's quotas.
+
+    expired: its expiry is past (only the reaper releases it). orphaned: the ledger is
+    unreadable, or kept on the namespace for a quota that no longer exists, or every
+    migration it was made for is over (gone or final), its source pods are gone, and it
+    is older than grace_seconds: the job that made it did not release it. Active
+    reservations are warnings: their delta is already part of hard.
+    """
+    blockers = []
+    warnings = []
+    now_seconds = _ledger.parse_time(now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    names = set(_meta(quo).get("name") for quo in quota_objs)
+    seen = []
+    for quota in quota_objs:
+        qname = _meta(quota).get("name")
+        backend = _backends.select_backend(quota, ns_obj, cluster_facts)
+        if not hasattr(backend, "read_ledger"):
+            continue
+        try:
+            book = backend.read_ledger(quota, ns_obj)
+        except InputError as err:
+            blockers.append(_finding("orphaned_reservation", namespace,
+                                     "quota %s/%s: %s" % (namespace, qname, err.message), err.fix, quota=qname))
+            continue
+        if book is None:
+            continue
+        seen.append(qname)
+        for finding in _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grace_seconds):
+            (blockers if finding.pop("_blocker") else warnings).append(finding)
+    text = _annotations(ns_obj).get(_ledger.LEDGER_ANNOTATION) if ns_obj else None
+    if text:
+        try:
+            book = _ledger.load(text, namespace)
+        except InputError as err:
+            book = None
+            blockers.append(_finding("orphaned_reservation", namespace,
+                                     "namespace %s: %s" % (namespace, err.message), err.fix))
+        if book is not None and book.quota not in seen and book.reservations:
+            if book.quota not in names:
+                blockers.append(_finding(
+                    "orphaned_reservation", namespace,
+                    "namespace %s holds reservations %s for quota %s, which does not exist"
+                    % (namespace, ", ".join(sorted(book.reservations)), book.quota),
+                    "release them (kvquota_release id=...) or remove annotation %s from the namespace"
+                    % _ledger.LEDGER_ANNOTATION, quota=book.quota, reservations=sorted(book.reservations)))
+            else:
+                for finding in _reservation_findings(namespace, book.quota, book, now_seconds, vmims, pods,
+                                                     grace_seconds):
+                    (blockers if finding.pop("_blocker") else warnings).append(finding)
+    return blockers, warnings
+
+
+def _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grace_seconds):
+    expired = set(_ledger.expired(book, now_seconds))
+    where = "quota %s/%s" % (namespace, qname)
+    for rid in sorted(book.reservations):
+        entry = book.reservations[rid]
+        owner = " (owner %s)" % entry.owner if entry.owner else ""
+        data = dict(quota=qname, reservation=rid, owner=entry.owner or None, expires=entry.expires,
+                    delta=dict(entry.delta))
+        if rid in expired:
+            yield _finding("expired_reservation", namespace,
+                           "reservation %s on %s expired at %s%s" % (rid, where, entry.expires, owner),
+                           "run the reaper (kvquota_release expired=true) or kvquota_release id=%s" % rid,
+                           _blocker=True, **data)
+        elif _finished(entry, vmims, pods, now_seconds, grace_seconds):
+            yield _finding("orphaned_reservation", namespace,
+                           "reservation %s on %s%s outlived its migrations (all finished, source pods gone)"
+                           % (rid, where, owner),
+                           "release it: kvquota_release id=%s" % rid, _blocker=True, **data)
+        else:
+            yield _finding("active_reservation", namespace,
+                           "reservation %s on %s is active%s%s: its headroom is already part of hard"
+                           % (rid, where, " until %s" % entry.expires if entry.expires else " with no expiry",
+                              owner), None, _blocker=False, **data)
+
+
+def _finding(kind, namespace, message, fix=None, **data):
+    result = {"kind": kind, "namespace": namespace, "message": message, "fix": fix}
+    for key, value in data.items():
+        if value is not None:
+            result[key] = value
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Cluster configuration
+# ---------------------------------------------------------------------------
+
+def _replace_config(config, **changes):
+    changes = dict((k, v) for k, v in changes.items() if v is not None)
+    if not changes:
+        return config
+    try:
+        import dataclasses
+        return dataclasses.replace(config, **changes)
+    except (ImportError, TypeError):
+        if hasattr(config, "_replace"):
+            return config._replace(**changes)
+        raise
+
+
+def migration_limits(kubevirt_cr, options):
+    """(parallel per cluster, parallel outbound per node) from options, else the KubeVirt CR, else defaults."""
+    migrations = ((((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {})
+    per_cluster = options.get("parallel_migrations_per_cluster") or migrations.get(
+        "parallelMigrationsPerCluster") or DEFAULT_PARALLEL_PER_CLUSTER
+    per_node = options.get("parallel_outbound_migrations_per_node") or migrations.get(
+        "parallelOutboundMigrationsPerNode") or DEFAULT_PARALLEL_OUTBOUND_PER_NODE
+    return (_positive_int(per_cluster, "parallel_migrations_per_cluster"),
+            _positive_int(per_node, "parallel_outbound_migrations_per_node"))
+
+
+def cluster_config(snapshot, options):
+    """The sizing ClusterConfig: KubeVirt CR + Harvester settings, with the caller's overrides."""
+    sizing = _sizing()
+    config = sizing.config_from_cluster(snapshot.get("kubevirt"), snapshot.get("harvester_settings"),
+                                        kubevirt_version=options.get("kubevirt_version"))
+    ratio = options.get("overhead_ratio")
+    return _replace_config(config, overhead_ratio=None if ratio is None else str(ratio))
+
+
+def cluster_facts(snapshot):
+    """What backends.select_backend wants to know about the cluster."""
+    settings = snapshot.get("harvester_settings")
+    version = None
+    if settings:
+        server = settings.get("server-version") or {}
+        version = server.get("value") or server.get("default")
+    return {
+        "harvester": settings is not None,
+        "harvester_version": version,
+        "rancher_projects": snapshot.get("rancher_projects") is not None,
+        "aaq": snapshot.get("aaq_quotas") is not None,
+    }
+
+
+def default_priority_class(snapshot):
+    """The name of the globalDefault PriorityClass, if any."""
+    for pc in snapshot.get("priority_classes") or ():
+        if pc.get("globalDefault"):
+            return _meta(pc).get("name")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# VMs
+# ---------------------------------------------------------------------------
+
+def _source_pod(vmi, pods):
+    """The live virt-launcher pod of a VMI on its current node (None if not seen)."""
+    uid = _meta(vmi).get("uid")
+    node = (vmi.get("status") or {}).get("nodeName")
+    best = None
+    for pod in pods:
+        if q.pod_is_terminal(pod) or _meta(pod).get("deletionTimestamp"):
+            continue
+        labels = _labels(pod)
+        owned = uid and labels.get("kubevirt.io/created-by") == uid
+        if not owned:
+            owners = _meta(pod).get("ownerReferences") or ()
+            owned = uid and any(o.get("uid") == uid for o in owners)
+        if not owned:
+            continue
+        if (pod.get("spec") or {}).get("nodeName") == node:
+            return pod
+        best = best or pod
+    return best
+
+
+def _live_migratable(vmi):
+    """(True/False/None, reason) from the LiveMigratable condition."""
+    condition = _condition(vmi, "LiveMigratable")
+    if condition is None:
+        return None, "no LiveMigratable condition"
+    if str(condition.get("status")) == "False":
+        text = condition.get("message") or condition.get("reason") or "LiveMigratable is False"
+        return False, text
+    return True, ""
+
+
+def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc):
+    """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
+
+    Only Running VMIs would migrate; others are returned in a separate list.
+    """
+    sizing = _sizing()
+    tracks = q.namespace_tracked_names(ns_quotas)
+    ns_labels = _labels(ns_obj) if ns_obj else {}
+    entries = []
+    idle = []
+    for vmi in sorted(vmis, key=lambda v: _meta(v).get("name", "")):
+        name = _meta(vmi).get("name")
+        status = vmi.get("status") or {}
+        if status.get("phase") != "Running":
+            idle.append({"namespace": namespace, "name": name, "phase": status.get("phase")})
+            continue
+        migratable, reason = _live_migratable(vmi)
+        pod = sizing.launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
+        pod_charge = dict(pod.charge)
+        charge = dict(pod.total_charge()) if hasattr(pod, "total_charge") else add(pod_charge,
+                                                                                   dict(pod.extra_charge or {}))
+        source_pod = _source_pod(vmi, pods)
+        facts = q.launcher_pod_facts(vmi, default_pc)
+        if source_pod is not None and (source_pod.get("spec") or {}).get("priorityClassName"):
+            facts = dict(facts, priority_class_name=source_pod["spec"]["priorityClassName"])
+        entries.append({
+            "namespace": namespace,
+            "name": name,
+            "node": status.get("nodeName"),
+            "migratable": migratable is not False,
+            "migratable_reason": reason,
+            "facts": facts,
+            "charge": charge,
+            "pod_charge": pod_charge,
+            "source": q.pod_usage(source_pod) if source_pod is not None else None,
+            "source_pod": _meta(source_pod).get("name") if source_pod is not None else None,
+            "migration_state": status.get("migrationState"),
+            "sizing_notes": list(getattr(pod, "notes", ()) or ()),
+        })
+    return entries, idle
+
+
+# ---------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------
+
+def _vm_report(vm, batch_of):
+    out = {
+        "name": vm["name"],
+        "node": vm["node"],
+        "migratable": vm["migratable"],
+        "priority_class": vm["facts"].get("priority_class_name"),
+        "batch": batch_of.get(q.vm_key(vm)),
+        "charge": format_resource_list(vm["charge"]),
+        "target_pod": format_resource_list(q.expand_aliases(vm["pod_charge"])),
+        "source_pod": vm["source_pod"],
+        "source": None if vm["source"] is None else format_resource_list(vm["source"]),
+    }
+    if vm["source"] is not None:
+        growth = q.growth_of(q.expand_aliases(vm["pod_charge"]), vm["source"])
+        out["growth"] = dict((n, ("-" if v < 0 else "") + q.show(abs(v), n)) for n, v in sorted(growth.items())
+                             if n != q.POD_COUNT)
+    if not vm["migratable"]:
+        out["not_migratable_reason"] = vm["migratable_reason"]
+    if vm.get("sizing_notes"):
+        out["sizing_notes"] = vm["sizing_notes"]
+    return out
+
+
+def _quota_report(namespace, quota, plan, owner, formats):
+    name = _meta(quota).get("name")
+    show = lambda rl: format_resource_list(rl, formats)  # noqa: E731
+    enforced = q.quota_enforced_hard(quota)
+    return {
+        "name": name,
+        "owner": owner,
+        "scopes": [{"scope": s, "operator": op, "values": list(vals)} for s, op, vals in q.scope_selectors(quota)],
+        "tracks": sorted(q.tracked_names(quota, "pod") | q.tracked_names(quota, "pvc")),
+        "hard": show(plan["hard"]),
+        "used": show(dict((n, v) for n, v in plan["used"].items() if n in plan["hard"])),
+        "free": dict((n, ("-" if v < 0 else "") + q.show(abs(v), n, formats.get(n)))
+                     for n, v in sorted(q.free_room(plan["used"], plan["hard"]).items())),
+        "charge_total": show(plan["charge_total"]),
+        "batches": [{"index": b["index"], "vms": [k.split("/", 1)[1] for k in b["vms"]],
+                     "charge": show(b["charge"]), "needed": show(b["needed"])}
+                    for b in plan["batches"] if b["vms"]],
+        "needed": show(plan["needed"]),
+        "needed_all_at_once": show(plan["needed_all_at_once"]),
+        "over_hard": show(plan["over_hard"]),
+        "used_after": show(plan["used_after"]),
+        "over_after": show(plan["over_after"]),
+        "status_synced": not enforced or equals(enforced, plan["hard"]),
+    }
+
+
+def _project_of(snapshot, ns_obj):
+    """The Rancher Project dict of a namespace, when the Project API is visible and it is found."""
+    ref = _backends.project_ref(ns_obj or {})
+    if ref is None:
+        return None
+    for project in snapshot.get("rancher_projects") or ():
+        meta = _meta(project)
+        if meta.get("namespace") == ref[0] and meta.get("name") == ref[1]:
+            return project
+    return None
+
+
+def _with_rancher_limit(ns_obj, limit):
+    """A copy of a namespace whose field.cattle.io/resourceQuota limit holds limit (quota names -> strings)."""
+    _present, _raw, parsed = _backends.rancher_annotation(ns_obj)
+    parsed = dict(parsed)
+    merged = dict(parsed.get("limit") or {})
+    for name, text in limit.items():
+        key = _backends.rancher_key(name)
+        if key:
+            merged[key] = text
+    parsed["limit"] = merged
+    result = dict(ns_obj)
+    meta = dict(_meta(ns_obj))
+    annotations = dict(meta.get("annotations") or {})
+    annotations[_backends.RANCHER_QUOTA_ANNOTATION] = _json_dumps(parsed)
+    meta["annotations"] = annotations
+    result["metadata"] = meta
+    return result
+
+
+def _json_dumps(value):
+    import json
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def rancher_project_findings(snapshot, plans_by_ns, batch_count):
+    """Blockers for Rancher projects whose limit cannot take the namespaces' raised limits.
+
+    For every batch, each Rancher-managed quota's durable limit is raised by the batch's
+    headroom plus any permanent fix, all namespaces of the project at once, and the sum
+    is checked against the project limit (backends.project_fit). Needs the Project API
+    (visible on Rancher's local cluster only); otherwise nothing is reported here.
+    """
+    if snapshot.get("rancher_projects") is None:
+        return []
+    namespaces = list(snapshot.get("namespaces_all") or (snapshot.get("namespaces") or {}).values())
+    by_name = dict((_meta(n).get("name"), n) for n in namespaces)
+    projects = {}
+    for namespace, plans in sorted(plans_by_ns.items()):
+        ns_obj = by_name.get(namespace) or (snapshot.get("namespaces") or {}).get(namespace)
+        project = _project_of(snapshot, ns_obj)
+        if project is None:
+            continue
+        for quota, plan, fixes in plans:
+            if quota_owner(quota) != "rancher":
+                continue
+            durable = _backends.RancherBackend().durable_hard(quota, ns_obj)
+            permanent = dict((f["resource"], q.parse_quantity(f["suggested"])) for f in fixes if f["permanent"])
+            entry = projects.setdefault("%s:%s" % (_meta(project).get("namespace"), _meta(project).get("name")),
+                                        {"project": project, "namespaces": {}})
+            entry["namespaces"][namespace] = (ns_obj, durable, permanent, plan)
+    findings = []
+    for project_id, entry in sorted(projects.items()):
+        for index in range(max(batch_count, 1)):
+            changed = {}
+            for namespace, (ns_obj, durable, permanent, plan) in entry["namespaces"].items():
+                need = plan["batches"][index]["needed"] if index < len(plan["batches"]) else {}
+                limit = {}
+                for name, text in durable.items():
+                    value = permanent.get(name, q.parse_quantity(text, name)) + need.get(name, 0)
+                    if value != q.parse_quantity(text, name):
+                        limit[name] = q.show(value, name)
+                if limit:
+                    changed[namespace] = limit
+            if not changed:
+                continue
+            modified = [(_with_rancher_limit(n, changed[_meta(n).get("name")]) if _meta(n).get("name") in changed
+                         else n) for n in namespaces]
+            first = sorted(changed)[0]
+            ok, problems = _backends.project_fit(entry["project"], modified, first, changed[first])
+            for problem in problems:
+                findings.append(_finding(
+                    "rancher_project_limit", None, "batch %d: %s" % (index + 1, problem),
+                    "raise the project's limit in Rancher (Cluster > Projects/Namespaces > Edit Config), or "
+                    "migrate fewer VMs of its namespaces at once (per_namespace_cap)", project=project_id))
+            if not ok:
+                break  # the first batch that does not fit says enough
+    return findings
+
+
+def evaluate(snapshot, options=None):
+    """The kvquota_check report for an Inventory snapshot (plain dicts). Pure."""
+    options = dict(options or {})
+    now = _now(options)
+    policy = options.get("non_migratable", "fail")
+    if policy not in NON_MIGRATABLE_POLICIES:
+        raise InputError("non_migratable must be one of %s, got %r" % (", ".join(NON_MIGRATABLE_POLICIES), policy),
+                         "use fail, shutdown or skip")
+    config = cluster_config(snapshot, options)
+    per_cluster, per_node = migration_limits(snapshot.get("kubevirt"), options)
+    per_ns_cap = options.get("per_namespace_cap")
+    default_pc = default_priority_class(snapshot)
+    namespaces = snapshot.get("namespaces") or {}
+
+    # 1. Size every VM, namespace by namespace.
+    vms_by_ns = {}
+    idle_by_ns = {}
+    for namespace in sorted(namespaces):
+        ns_quotas = (snapshot.get("quotas") or {}).get(namespace) or []
+        vmis = (snapshot.get("vmis") or {}).get(namespace) or []
+        pods = (snapshot.get("pods") or {}).get(namespace) or []
+        vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
+            namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc)
+
+    # 2. One cluster-wide schedule, in the order nodes drain (node, then namespace, name).
+    movers = [vm for ns in sorted(vms_by_ns) for vm in vms_by_ns[ns] if vm["migratable"]]
+    movers.sort(key=lambda vm: (vm["node"] or "", vm["namespace"], vm["name"]))
+    batches = plan_batches(movers, per_cluster, per_node, per_ns_cap)
+    keys = batch_keys(batches)
+    batch_of = {}
+    for index, batch in enumerate(keys):
+        for key in batch:
+            batch_of[key] = index
+
+    # 3. Per namespace: quotas, plans, findings.
+    cluster_blockers = []
+    cluster_warnings = []
+    harvester = snapshot.get("harvester_settings")
+    if harvester is not None:
+        setting = harvester.get(HARVESTER_RATIO_SETTING) or {}
+        cluster_warnings.append(_finding(
+            "harvester_present", None,
+            "Harvester detected (overhead ratio setting %s = %r): its quota controller scales limits.cpu and "
+            "limits.memory of Rancher-managed quotas during migrations"
+            % (HARVESTER_RATIO_SETTING, setting.get("value") or setting.get("default")),
+            "kvquota_reserve opts each quota it expands out of Harvester's scaling for the maintenance window "
+            "(annotation %s) and puts it back afterwards" % HARVESTER_SKIP_ANNOTATION))
+    aaq = snapshot.get("aaq_quotas")
+    if aaq is not None:
+        cluster_warnings.append(_finding(
+            "aaq_present", None,
+            "application-aware-quota (AAQ) is installed: ApplicationAwareResourceQuotas charge a migration only "
+            "its growth and need no expansion; native ResourceQuotas still charge the whole target pod",
+            None))
+
+    facts = cluster_facts(snapshot)
+    ns_reports = {}
+    plans_by_ns = {}
+    all_fixes = []
+    for namespace in sorted(namespaces):
+        ns_obj = namespaces.get(namespace) or {}
+        ns_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: _meta(o).get("name"))
+        vms = vms_by_ns[namespace]
+        movers_here = [vm for vm in vms if vm["migratable"]]
+        blockers = []
+        warnings = []
+
+        matching, not_matching = q.plan_namespace(namespace, ns_quotas, movers_here, keys)
+        quota_reports = []
+        fixes = []
+        plans_by_ns[namespace] = []
+        for quota, plan in matching:
+            owner = quota_owner(quota)
+            backend = _backends.select_backend(quota, ns_obj, dict(facts, project=_project_of(snapshot, ns_obj)))
+            formats = q.quota_formats(quota)
+            quota_fixes = q.fixes_for_plan(namespace, quota, plan, owner)
+            plans_by_ns[namespace].append((quota, plan, quota_fixes))
+            report = _quota_report(namespace, quota, plan, owner, formats)
+            report["backend"] = backend.describe()
+            report["fixes"] = [f["text"] for f in quota_fixes]
+            quota_reports.append(report)
+            fixes.extend(quota_fixes)
+            qname = _meta(quota).get("name")
+            for fix in quota_fixes:
+                if fix["permanent"]:
+                    blockers.append(_finding("usage_above_hard", namespace,
+                                             "quota %s/%s %s: %s" % (namespace, qname, fix["resource"],
+                                                                      fix["reason"]),
+                                             fix["text"], quota=qname, resource=fix["resource"]))
+            if plan["over_hard_untouched"]:
+                warnings.append(_finding(
+                    "usage_above_hard_untouched", namespace,
+                    "quota %s/%s: usage above hard for %s (migrations do not charge it)"
+                    % (namespace, qname, ", ".join(sorted(plan["over_hard_untouched"]))), None, quota=qname))
+            if not report["status_synced"]:
+                warnings.append(_finding(
+                    "quota_not_synced", namespace,
+                    "quota %s/%s: status.hard differs from spec.hard (the quota controller has not caught up)"
+                    % (namespace, qname), "wait a few seconds and run the check again", quota=qname))
+            migrating = _backends.harvester_migrating(quota)
+            if migrating:
+                warnings.append(_finding(
+                    "harvester_scaling_active", namespace,
+                    "quota %s/%s carries %d Harvester migration delta(s): hard already includes them"
+                    % (namespace, qname, len(migrating)),
+                    "let running migrations finish before reserving", quota=qname))
+
+        for vm in vms:
+            if not vm["migratable"]:
+                finding = _finding(
+                    "not_live_migratable", namespace,
+                    "VM %s/%s cannot live-migrate: %s" % (namespace, vm["name"], vm["migratable_reason"]),
+                    {"fail": "make its volumes ReadWriteMany (or choose the shutdown or skip policy)",
+                     "shutdown": None, "skip": None}[policy],
+                    vm=vm["name"], node=vm["node"])
+                if policy == "fail":
+                    blockers.append(finding)
+                else:
+                    finding["message"] += " (policy %s)" % policy
+                    warnings.append(finding)
+            elif vm["source"] is None:
+                warnings.append(_finding(
+                    "source_pod_not_found", namespace,
+                    "VM %s/%s: its virt-launcher pod was not found; growth after migration not computed"
+                    % (namespace, vm["name"]), None, vm=vm["name"]))
+
+        for vmim in (snapshot.get("vmims") or {}).get(namespace) or []:
+            phase = (vmim.get("status") or {}).get("phase")
+            if phase in FINAL_MIGRATION_PHASES:
+                continue
+            rejection = admission.migration_rejection(vmim)
+            if rejection is not None and not rejection["refusals"]:
+                event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(
+                    _meta(vmim).get("name"))
+                if event_text:
+                    try:
+                        rejection["refusals"] = admission.parse_exceeded_quota(event_text)
+                    except InputError:
+                        pass
+            if rejection is None:
+                warnings.append(_finding(
+                    "migration_in_progress", namespace,
+                    "migration %s/%s of VM %s is %s" % (namespace, _meta(vmim).get("name"),
+                                                        (vmim.get("spec") or {}).get("vmiName"), phase or "new"),
+                    None, migration=_meta(vmim).get("name")))
+                continue
+            short = []
+            for refusal in rejection["refusals"]:
+                for name, value in sorted(refusal["shortfall"].items()):
+                    short.append("%s %s short by %s" % (refusal["quota"], name, q.show(value, name)))
+            blockers.append(_finding(
+                "migration_rejected_by_quota", namespace,
+                "migration %s/%s of VM %s is Pending, rejected by quota%s" % (
+                    namespace, rejection["migration"], rejection["vmi"], (": " + "; ".join(short)) if short else ""),
+                "reserve headroom for it (kvquota_reserve) or delete the migration "
+                "(kubectl delete vmim -n %s %s)" % (namespace, rejection["migration"]),
+                migration=rejection["migration"], vm=rejection["vmi"],
+                shortfall=dict((r["quota"], format_resource_list(r["shortfall"])) for r in rejection["refusals"])
+                or None))
+
+        ledger_blockers, ledger_warnings = ledger_findings(
+            namespace, ns_obj, ns_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),
+            (snapshot.get("pods") or {}).get(namespace) or (), facts,
+            options.get("orphan_grace_seconds", 3600))
+        blockers.extend(ledger_blockers)
+        warnings.extend(ledger_warnings)
+
+        if aaq is not None and aaq.get(namespace):
+            warnings.append(_finding(
+                "aaq_present", namespace,
+                "namespace has %d ApplicationAwareResourceQuota(s): they need no expansion for migrations"
+                % len(aaq[namespace]), None))
+
+        needs = any(report["needed"] for report in quota_reports)
+        verdict = "blocked" if blockers else ("needs_reservation" if needs else "ok")
+        ns_reports[namespace] = {
+            "verdict": verdict,
+            "vms": [_vm_report(vm, batch_of) for vm in vms],
+            "not_running": idle_by_ns[namespace],
+            "quotas": quota_reports,
+            "quotas_not_matching": [{"name": _meta(quo).get("name"), "reason": reason} for quo, reason in not_matching],
+            "needed": dict((r["name"], r["needed"]) for r in quota_reports if r["needed"]),
+            "blockers": blockers,
+            "warnings": warnings,
+            "fixes": fixes,
+        }
+        all_fixes.extend(fixes)
+
+    cluster_blockers.extend(rancher_project_findings(snapshot, plans_by_ns, len(keys)))
+
+    return _assemble(snapshot, options, config, per_cluster, per_node, per_ns_cap, keys, batches,
+                     ns_reports, cluster_blockers, cluster_warnings, all_fixes)
+
+
+def _config_view(config):
+    keys = ("kubevirt_version", "overhead_ratio", "cpu_allocation_ratio", "arch", "disable_serial_console_log",
+            "auto_resource_limits")
+    return dict((k, getattr(config, k)) for k in keys if hasattr(config, k))
+
+
+def _assemble(snapshot, options, config, per_cluster, per_node, per_ns_cap, keys, batches, ns_reports,
+              cluster_blockers, cluster_warnings, fixes):
+    blockers = list(cluster_blockers)
+    warnings = list(cluster_warnings)
+    for namespace in sorted(ns_reports):
+        blockers.extend(ns_reports[namespace]["blockers"])
+        warnings.extend(ns_reports[namespace]["warnings"])
+    counts = dict((v, 0) for v in VERDICTS)
+    for report in ns_reports.values():
+        counts[report["verdict"]] += 1
+    if blockers:
+        verdict = "blocked"
+    elif counts["needs_reservation"]:
+        verdict = "needs_reservation"
+    else:
+        verdict = "ok"
+    vm_count = sum(len(r["vms"]) for r in ns_reports.values())
+    return {
+        "verdict": verdict,
+        "scope": snapshot.get("scope") or {"nodes": [], "namespaces": []},
+        "kubevirt": dict(_config_view(config), parallel_migrations_per_cluster=per_cluster,
+                         parallel_outbound_migrations_per_node=per_node, per_namespace_cap=per_ns_cap),
+        "batches": [{"index": i, "vms": batch,
+                     "nodes": sorted(set(vm["node"] or "" for vm in batches[i]))} for i, batch in enumerate(keys)],
+        "namespaces": ns_reports,
+        "blockers": blockers,
+        "warnings": warnings,
+        "fixes": fixes,
+        "notes": list(snapshot.get("notes") or ()),
+        "summary": {
+            "namespaces": len(ns_reports),
+            "vms": vm_count,
+            "migrating_vms": sum(len(b) for b in keys),
+            "batches": len(keys),
+            "ok": counts["ok"],
+            "needs_reservation": counts["needs_reservation"],
+            "blocked": counts["blocked"],
+            "blockers": len(blockers),
+        },
+        "requests": snapshot.get("requests"),
+    }
+
+
+def check(cluster, scope=None, options=None):
+    """The whole read-only kvquota_check report for a scope. Never writes anything."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
+    options = dict(options or {})
+    snapshot = read_inventory(cluster, scope, options)
+    report = evaluate(snapshot, options)
+    report["requests"] = snapshot.get("requests")
+    return report
+
+
+def needed_by_namespace(report):
+    """{namespace: {quota: {resource: quantity}}}: the headroom per quota the report asks for."""
+    return dict((ns, r["needed"]) for ns, r in report["namespaces"].items() if r["needed"])

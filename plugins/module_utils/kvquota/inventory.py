@@ -1,0 +1,437 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read everything kvquota_check needs, in a few list calls.
+
+The number of API requests grows with the number of object KINDS (and pages of 500),
+never with the number of VMs, namespaces or quotas: one list per kind, narrowed by
+label and field selectors where the scope allows, filtered here otherwise. Lists are
+read as raw JSON (``_preload_content=False`` and json.loads): the client's model
+deserialisation is several times slower than the request itself on large lists.
+
+The result is an Inventory snapshot made of plain dicts (API JSON), which the pure
+planning code in check.py consumes; tests build the same dicts by hand.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ForbiddenError,
+    InputError,
+    KvquotaError,
+    NotFoundError,
+)
+
+LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
+VMI_NODE_LABEL = "kubevirt.io/nodeName"
+DEFAULT_PAGE_SIZE = 500
+
+KUBEVIRT = ("kubevirt.io", "v1")
+HARVESTER_SETTINGS = ("harvesterhci.io", "v1beta1", "settings")
+AAQ_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareresourcequotas")
+RANCHER_PROJECTS = ("management.cattle.io", "v3", "projects")
+PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+
+RANCHER_QUOTA_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
+
+
+# ---------------------------------------------------------------------------
+# Scope
+# ---------------------------------------------------------------------------
+
+def _names(value, what):
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise InputError("%s must be a name or a list of names, got %s" % (what, type(value).__name__),
+                         "give e.g. %s: [worker-1, worker-2]" % what)
+    result = []
+    for name in value:
+        if not isinstance(name, str) or not name.strip():
+            raise InputError("%s holds an empty or non-text name (%r)" % (what, name),
+                             "give names such as worker-1")
+        if name.strip() not in result:
+            result.append(name.strip())
+    return result
+
+
+def normalize_scope(scope):
+    """{'nodes': [...], 'namespaces': [...]} from a scope given as None/'cluster'/dict.
+
+    Both empty = the whole cluster. Nodes and namespaces together = the VMs on those
+    nodes in those namespaces.
+    """
+    if scope in (None, "", "cluster", {}):
+        return {"nodes": [], "namespaces": []}
+    if not isinstance(scope, dict):
+        raise InputError("scope must be a mapping with nodes and/or namespaces, got %r" % (scope,),
+                         "give scope: {nodes: [worker-1]} or {namespaces: [tenant-a]} or {} for the cluster")
+    unknown = sorted(set(scope) - set(["nodes", "namespaces", "node", "namespace", "cluster"]))
+    if unknown:
+        raise InputError("unknown scope key(s) %s" % ", ".join(unknown),
+                         "use nodes, namespaces, or nothing for the whole cluster")
+    nodes = _names(scope.get("nodes"), "nodes") + _names(scope.get("node"), "node")
+    namespaces = _names(scope.get("namespaces"), "namespaces") + _names(scope.get("namespace"), "namespace")
+    return {"nodes": sorted(set(nodes)), "namespaces": sorted(set(namespaces))}
+
+
+def scope_kind(scope):
+    """'node', 'namespace', 'node+namespace' or 'cluster'."""
+    if scope["nodes"] and scope["namespaces"]:
+        return "node+namespace"
+    if scope["nodes"]:
+        return "node"
+    if scope["namespaces"]:
+        return "namespace"
+    return "cluster"
+
+
+# ---------------------------------------------------------------------------
+# Listing
+# ---------------------------------------------------------------------------
+
+def _decode(response):
+    """The JSON document of a raw (or already parsed) API response."""
+    if isinstance(response, dict):
+        return response
+    data = getattr(response, "data", response)
+    if isinstance(data, bytes):
+        data = data.decode("utf-8")
+    if isinstance(data, str):
+        return json.loads(data)
+    if isinstance(data, dict):
+        return data
+    raise KvquotaError("unexpected API response of type %s" % type(response).__name__,
+                       "report this as a bug of kvquota.maintenance")
+
+
+def list_all(cluster, fn, args=(), what="list", page_size=DEFAULT_PAGE_SIZE, **params):
+    """Every item of a list call, following limit/continue pages, as raw JSON dicts.
+
+    A continue token that expired mid-way (the apiserver answers 410 Gone) restarts the
+    list once from the beginning.
+    """
+    for attempt in (1, 2):
+        items = []
+        token = None
+        try:
+            while True:
+                kwargs = dict(params)
+                kwargs["_preload_content"] = False
+                if page_size:
+                    kwargs["limit"] = page_size
+                if token:
+                    kwargs["_continue"] = token
+                doc = _decode(cluster.call(fn, *args, what=what, **kwargs))
+                items.extend(doc.get("items") or ())
+                token = (doc.get("metadata") or {}).get("continue")
+                if not token:
+                    return items
+        except (NotFoundError, ForbiddenError):
+            raise
+        except KvquotaError:
+            if token is None or attempt == 2:
+                raise
+    return items  # pragma: no cover
+
+
+def _list_custom(cluster, group, version, plural, what, page_size, namespace=None, **params):
+    if namespace:
+        return list_all(cluster, cluster.custom.list_namespaced_custom_object,
+                        (group, version, namespace, plural), what=what, page_size=page_size, **params)
+    return list_all(cluster, cluster.custom.list_cluster_custom_object,
+                    (group, version, plural), what=what, page_size=page_size, **params)
+
+
+def api_groups(cluster):
+    """The API groups the server serves (one discovery request), or None when the cluster object
+    cannot tell (then optional kinds are probed by listing them: 404 = not installed)."""
+    discover = getattr(cluster, "api_groups", None)
+    if discover is None:
+        return None
+    try:
+        return set(discover())
+    except (NotFoundError, ForbiddenError):
+        return None
+
+
+def _optional(cluster, groups, group, version, plural, what, page_size, notes, required=False, **params):
+    """A list of a kind that may not be installed: None when its API group is not served (or 404).
+
+    Forbidden: an error when the kind matters (required), else a note.
+    """
+    if groups is not None and group not in groups:
+        return None
+    try:
+        return _list_custom(cluster, group, version, plural, what, page_size, **params)
+    except NotFoundError:
+        return None
+    except ForbiddenError as err:
+        if required:
+            raise
+        notes.append("%s: not readable (%s); not checked" % (what, err.message))
+        return None
+
+
+def _by_namespace(items):
+    result = {}
+    for item in items:
+        ns = (item.get("metadata") or {}).get("namespace", "")
+        result.setdefault(ns, []).append(item)
+    return result
+
+
+def _name(obj):
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _not_found(kind, missing, known, command):
+    shown = ", ".join(sorted(known)[:10]) + (", ..." if len(known) > 10 else "")
+    return NotFoundError(
+        "%s %s not found" % (kind if len(missing) == 1 else kind + "s", ", ".join(repr(m) for m in missing)),
+        "check the name%s with `%s`%s" % ("" if len(missing) == 1 else "s", command,
+                                           ("; known: " + shown) if known else ""))
+
+
+def read_inventory(cluster, scope=None, options=None):
+    """The Inventory snapshot for a scope: a dict of plain API JSON.
+
+    Keys: scope, nodes {name: node}, namespaces {name: ns}, quotas {ns: [quota]},
+    pods {ns: [virt-launcher pod]}, vmis {ns: [vmi]}, vmims {ns: [vmim]}, kubevirt
+    (the KubeVirt CR or None), harvester_settings ({name: setting} or None when
+    Harvester is not installed), aaq_quotas ({ns: [...]} or None), rancher_projects
+    ([...] or None when not visible), priority_classes ([...] or None), notes, requests
+    (API requests this read made).
+    """
+    options = options or {}
+    scope = normalize_scope(scope)
+    page = options.get("page_size", DEFAULT_PAGE_SIZE)
+    notes = []
+    start = getattr(cluster, "request_count", 0)
+    core = cluster.core
+    one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
+    one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
+
+    # Nodes: a single node by field selector, else the whole (small) list.
+    node_params = {"field_selector": "metadata.name=%s" % one_node} if one_node else {}
+    nodes = dict((_name(n), n) for n in list_all(cluster, core.list_node, what="list nodes",
+                                                   page_size=page, **node_params))
+    missing = [n for n in scope["nodes"] if n not in nodes]
+    if missing:
+        known = nodes if not one_node else dict((_name(n), n) for n in list_all(
+            cluster, core.list_node, what="list nodes", page_size=page))
+        raise _not_found("node", missing, known, "kubectl get nodes")
+
+    # Namespaces.
+    ns_params = {"field_selector": "metadata.name=%s" % one_ns} if one_ns else {}
+    all_namespaces = list_all(cluster, core.list_namespace, what="list namespaces", page_size=page, **ns_params)
+    namespaces = dict((_name(n), n) for n in all_namespaces)
+    missing = [n for n in scope["namespaces"] if n not in namespaces]
+    if missing:
+        raise _not_found("namespace", missing, namespaces if not one_ns else {}, "kubectl get namespaces")
+
+    # VMIs: on the scoped nodes (label kubevirt.io/nodeName), in the scoped namespace(s).
+    vmi_params = {}
+    if scope["nodes"]:
+        vmi_params["label_selector"] = "%s in (%s)" % (VMI_NODE_LABEL, ",".join(scope["nodes"]))
+    vmis = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                        "list VirtualMachineInstances", page, namespace=one_ns, **vmi_params)
+    if scope["nodes"]:
+        wanted = set(scope["nodes"])
+        vmis = [v for v in vmis if ((v.get("status") or {}).get("nodeName")) in wanted]
+    if scope["namespaces"]:
+        wanted = set(scope["namespaces"])
+        vmis = [v for v in vmis if (v.get("metadata") or {}).get("namespace") in wanted]
+    vmis = _by_namespace(vmis)
+
+    # The namespaces the report covers.
+    if scope["namespaces"]:
+        covered = set(scope["namespaces"])
+    elif scope["nodes"]:
+        covered = set(vmis)
+    else:
+        covered = set(namespaces)
+
+    # Quotas.
+    if one_ns:
+        quotas = list_all(cluster, core.list_namespaced_resource_quota, (one_ns,),
+                          what="list ResourceQuotas in %s" % one_ns, page_size=page)
+    else:
+        quotas = list_all(cluster, core.list_resource_quota_for_all_namespaces,
+                          what="list ResourceQuotas", page_size=page)
+    quotas = dict((ns, items) for ns, items in _by_namespace(quotas).items() if ns in covered)
+
+    # virt-launcher pods (the source pods), on the scoped nodes.
+    pod_params = {"label_selector": LAUNCHER_SELECTOR}
+    if one_node:
+        pod_params["field_selector"] = "spec.nodeName=%s" % one_node
+    if one_ns:
+        pods = list_all(cluster, core.list_namespaced_pod, (one_ns,), what="list virt-launcher pods",
+                        page_size=page, **pod_params)
+    else:
+        pods = list_all(cluster, core.list_pod_for_all_namespaces, what="list virt-launcher pods",
+                        page_size=page, **pod_params)
+    if scope["nodes"]:
+        wanted = set(scope["nodes"])
+        pods = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) in wanted]
+    pods = dict((ns, items) for ns, items in _by_namespace(pods).items() if ns in covered)
+
+    # Migrations.
+    vmims = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                         "list VirtualMachineInstanceMigrations", page, namespace=one_ns)
+    vmims = dict((ns, items) for ns, items in _by_namespace(vmims).items() if ns in covered)
+
+    # Quota refusals of pending migrations: virt-controller records the apiserver's message in a
+    # FailedCreate Event on the migration (the condition itself usually has no message). Read only
+    # when such a migration exists.
+    migration_events = {}
+    if any(_rejected(m) for items in vmims.values() for m in items):
+        migration_events = _migration_events(cluster, one_ns, page, notes, covered)
+
+    # The KubeVirt CR (one per cluster).
+    kubevirts = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "kubevirts", "list KubeVirt", page)
+    if not kubevirts:
+        notes.append("no KubeVirt CR found: KubeVirt defaults assumed")
+    elif len(kubevirts) > 1:
+        notes.append("%d KubeVirt CRs found: the first one (%s) is used" % (len(kubevirts), _name(kubevirts[0])))
+
+    # Optional APIs: which groups exist (one discovery request), then list only those.
+    groups = api_groups(cluster)
+
+    # Harvester's settings (the overhead ratio lives there): absent = not Harvester. Reading them is
+    # required unless the KubeVirt CR states the ratio itself.
+    ratio_in_cr = bool(kubevirts) and "additionalGuestMemoryOverheadRatio" in (
+        ((kubevirts[0].get("spec") or {}).get("configuration")) or {})
+    settings = _optional(cluster, groups, HARVESTER_SETTINGS[0], HARVESTER_SETTINGS[1], HARVESTER_SETTINGS[2],
+                         "list Harvester settings", page, notes, required=not ratio_in_cr)
+    harvester_settings = None if settings is None else dict((_name(s), s) for s in settings)
+
+    # AAQ's ApplicationAwareResourceQuotas.
+    aaq = _optional(cluster, groups, AAQ_QUOTAS[0], AAQ_QUOTAS[1], AAQ_QUOTAS[2],
+                    "list ApplicationAwareResourceQuotas", page, notes)
+    aaq_quotas = None if aaq is None else dict(
+        (ns, items) for ns, items in _by_namespace(aaq).items() if ns in covered)
+
+    # PriorityClasses: only when a quota is scoped by priority class (globalDefault matters).
+    priority_classes = None
+    if any(_has_priority_scope(q) for items in quotas.values() for q in items):
+        priority_classes = _optional(cluster, groups, PRIORITY_CLASSES[0], PRIORITY_CLASSES[1], PRIORITY_CLASSES[2],
+                                     "list PriorityClasses", page, notes)
+
+    # Rancher projects: only when a quota is Rancher-managed, and only visible on the
+    # Rancher management (local) cluster.
+    rancher_projects = None
+    if any(_is_rancher_quota(q) for items in quotas.values() for q in items):
+        rancher_projects = _rancher_projects(cluster, groups, page, notes, namespaces, quotas)
+        if rancher_projects is None:
+            notes.append("Rancher projects are not visible from this cluster: project limits not checked")
+        elif one_ns:
+            # a project's limit is shared by all its namespaces: read them all
+            all_namespaces = list_all(cluster, core.list_namespace, what="list namespaces", page_size=page)
+
+    return {
+        "scope": scope,
+        "nodes": nodes,
+        "namespaces": dict((n, namespaces[n]) for n in sorted(covered) if n in namespaces),
+        "quotas": quotas,
+        "pods": pods,
+        "vmis": vmis,
+        "vmims": vmims,
+        "migration_events": migration_events,
+        "kubevirt": kubevirts[0] if kubevirts else None,
+        "harvester_settings": harvester_settings,
+        "aaq_quotas": aaq_quotas,
+        "priority_classes": priority_classes,
+        "rancher_projects": rancher_projects,
+        "namespaces_all": all_namespaces if rancher_projects is not None else None,
+        "notes": notes,
+        "requests": getattr(cluster, "request_count", 0) - start,
+    }
+
+
+def _rejected(vmim):
+    status = vmim.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return any(c.get("type") == "migrationRejectedByResourceQuota" and str(c.get("status")) == "True"
+               for c in status.get("conditions") or ())
+
+
+def _migration_events(cluster, one_ns, page, notes, covered):
+    """{namespace: {migration name: newest FailedCreate message}} from core/v1 Events."""
+    params = {"field_selector": "involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate"}
+    try:
+        if one_ns:
+            events = list_all(cluster, cluster.core.list_namespaced_event, (one_ns,),
+                              what="list migration events in %s" % one_ns, page_size=page, **params)
+        else:
+            events = list_all(cluster, cluster.core.list_event_for_all_namespaces,
+                              what="list migration events", page_size=page, **params)
+    except ForbiddenError as err:
+        notes.append("migration events not readable (%s): refusal amounts not shown" % err.message)
+        return {}
+    result = {}
+    stamps = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        ns = involved.get("namespace") or (event.get("metadata") or {}).get("namespace")
+        if ns not in covered:
+            continue
+        name = involved.get("name")
+        stamp = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+            "creationTimestamp") or ""
+        if stamp >= stamps.get((ns, name), ""):
+            stamps[(ns, name)] = stamp
+            result.setdefault(ns, {})[name] = event.get("message") or ""
+    return result
+
+
+def _rancher_projects(cluster, groups, page, notes, namespaces, quotas):
+    """The Rancher Projects (management.cattle.io/v3): listed, or when listing is forbidden, each
+    project a namespace with a Rancher-managed quota belongs to, read by name. None when not served."""
+    if groups is not None and RANCHER_PROJECTS[0] not in groups:
+        return None
+    group, version, plural = RANCHER_PROJECTS
+    try:
+        return _list_custom(cluster, group, version, plural, "list Rancher projects", page)
+    except NotFoundError:
+        return None
+    except ForbiddenError:
+        pass
+    refs = set()
+    for ns, items in quotas.items():
+        if any(_is_rancher_quota(q) for q in items):
+            value = (((namespaces.get(ns) or {}).get("metadata") or {}).get("annotations") or {}).get(
+                "field.cattle.io/projectId") or ""
+            if ":" in value:
+                refs.add(tuple(value.split(":", 1)))
+    result = []
+    for cluster_id, project in sorted(refs):
+        try:
+            result.append(_decode(cluster.call(cluster.custom.get_namespaced_custom_object, group, version,
+                                               cluster_id, plural, project, _preload_content=False,
+                                               what="get Rancher project %s:%s" % (cluster_id, project))))
+        except NotFoundError:
+            notes.append("Rancher project %s:%s not found" % (cluster_id, project))
+        except ForbiddenError as err:
+            notes.append("Rancher project %s:%s not readable (%s)" % (cluster_id, project, err.message))
+            return None
+    return result
+
+
+def _has_priority_scope(quota):
+    spec = quota.get("spec") or {}
+    if "PriorityClass" in (spec.get("scopes") or ()):
+        return True
+    return any(e.get("scopeName") == "PriorityClass"
+               for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or ())
+
+
+def _is_rancher_quota(quota):
+    labels = (quota.get("metadata") or {}).get("labels") or {}
+    return labels.get(RANCHER_QUOTA_LABEL) == "true" or labels.get("cattle.io/creator") == "norman"

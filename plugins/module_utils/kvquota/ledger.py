@@ -1,0 +1,545 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The reservation ledger: base + active deltas, and the external-change rules.
+
+The ledger of one ResourceQuota is kept in the cluster, as ONE annotation
+(LEDGER_ANNOTATION, JSON) on the object whose write changes the quota: the
+ResourceQuota itself (plain quotas) or its Namespace (Rancher-managed quotas). It
+records, per resource name, the base (the value before any reservation, or the value
+an administrator set since), the value last written, the active reservations with
+their deltas, and a short history of external changes.
+
+    desired = base + sum(active deltas)           never relative to spec.hard
+
+Every function here is pure: it takes a Ledger and returns a new one (inputs are never
+mutated) plus what happened. Times are Unix seconds given by the caller; in the JSON
+they are RFC 3339 UTC strings.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import calendar
+import copy
+import json
+import time
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
+    format_quantity,
+    parse_quantity,
+    parse_quantity_format,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    add,
+    equals,
+    format_resource_list,
+    is_negative,
+    parse_resource_list,
+    remove_zeros,
+)
+
+LEDGER_ANNOTATION = "kvquota.maintenance/ledger"
+FORMAT_VERSION = 1
+HISTORY_LIMIT = 20
+RELEASED_LIMIT = 20
+
+# outcomes of observe()
+REVERTED = "reverted"
+ADMIN_CHANGE = "admin-change"
+REMOVED = "removed"
+
+# outcomes of reserve()
+CREATED = "created"
+UNCHANGED = "unchanged"
+TOPPED_UP = "topped-up"
+REPLACED = "replaced"
+RENEWED = "renewed"
+REFS_UPDATED = "refs-updated"
+UNTRACKED = "untracked"
+
+# outcomes of release()
+RELEASED = "released"
+ALREADY_RELEASED = "already-released"
+UNKNOWN = "unknown"
+
+_REF_LISTS = ("migrations", "sourcePods", "vms")
+
+
+# ---------------------------------------------------------------------------
+# time
+
+def format_time(seconds):
+    """RFC 3339 UTC text ('2025-01-31T12:00:00Z') for Unix seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
+
+
+def parse_time(text):
+    """Unix seconds for RFC 3339 UTC text written by format_time (fractions and offsets accepted)."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return int(text)
+    raw = str(text).strip()
+    offset = 0
+    if raw.endswith("Z") or raw.endswith("z"):
+        raw = raw[:-1]
+    elif len(raw) > 6 and raw[-6] in "+-" and raw[-3] == ":":
+        sign = 1 if raw[-6] == "+" else -1
+        offset = sign * (int(raw[-5:-3]) * 3600 + int(raw[-2:]) * 60)
+        raw = raw[:-6]
+    raw = raw.split(".", 1)[0]
+    try:
+        parsed = time.strptime(raw, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        raise InputError("malformed time '%s'" % text, "use RFC 3339 UTC, e.g. 2025-01-31T12:00:00Z")
+    return calendar.timegm(parsed) - offset
+
+
+# ---------------------------------------------------------------------------
+# data
+
+class Reservation(object):
+    """One reservation on one quota: the delta it adds and who asked for it, until when."""
+
+    def __init__(self, rid, delta, owner="", reason="", created=None, expires=None, refs=None, top_ups=None):
+        self.id = str(rid)
+        self.delta = dict(delta)            # name -> canonical quantity string
+        self.owner = owner or ""
+        self.reason = reason or ""
+        self.created = created              # RFC 3339 text
+        self.expires = expires              # RFC 3339 text or None (no expiry)
+        self.refs = copy.deepcopy(refs) if refs else {}
+        self.top_ups = list(top_ups or [])  # keys of top-ups already applied
+
+    def delta_values(self):
+        """The delta as a ResourceList (exact values)."""
+        return parse_resource_list(self.delta, "reservation %s delta" % self.id)
+
+    def expires_at(self):
+        """Expiry in Unix seconds, or None."""
+        return parse_time(self.expires) if self.expires else None
+
+    def to_json(self):
+        data = {"delta": dict(sorted(self.delta.items())), "owner": self.owner, "reason": self.reason,
+                "created": self.created, "expires": self.expires}
+        if self.refs:
+            data["refs"] = copy.deepcopy(self.refs)
+        if self.top_ups:
+            data["topUps"] = list(self.top_ups)
+        return data
+
+    @classmethod
+    def from_json(cls, rid, data):
+        if not isinstance(data, dict) or not isinstance(data.get("delta"), dict):
+            raise InputError("reservation '%s' in the ledger has no delta" % rid,
+                             "repair the %s annotation or delete it and restore spec.hard by hand" % LEDGER_ANNOTATION)
+        return cls(rid, data["delta"], data.get("owner"), data.get("reason"), data.get("created"),
+                   data.get("expires"), data.get("refs"), data.get("topUps"))
+
+    def __eq__(self, other):
+        return isinstance(other, Reservation) and self.id == other.id and self.to_json() == other.to_json()
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __repr__(self):
+        return "Reservation(%r, %r, expires=%r)" % (self.id, self.delta, self.expires)
+
+
+class Ledger(object):
+    """What kvquota changed on one quota and why; see the module docstring."""
+
+    def __init__(self, namespace, quota, backend="plain", base=None, written=None, reservations=None,
+                 released=None, history=None, state=None):
+        self.namespace = namespace
+        self.quota = quota
+        self.backend = backend
+        self.base = dict(base or {})                    # name -> quantity string as found (None: removed)
+        self.written = dict(written or {})              # name -> quantity string last written
+        self.reservations = dict(reservations or {})    # id -> Reservation
+        self.released = list(released or [])            # [{"id", "at"}], newest last
+        self.history = list(history or [])              # [{"at", "kind", "resource", ...}], newest last
+        self.state = copy.deepcopy(state) if state else {}  # backend state remembered before the first change
+
+    def copy(self):
+        return copy.deepcopy(self)
+
+    def to_json(self):
+        data = {
+            "v": FORMAT_VERSION,
+            "namespace": self.namespace,
+            "quota": self.quota,
+            "backend": self.backend,
+            "base": dict(sorted(self.base.items())),
+            "written": dict(sorted(self.written.items())),
+            "reservations": dict((rid, self.reservations[rid].to_json()) for rid in sorted(self.reservations)),
+        }
+        if self.released:
+            data["released"] = list(self.released)
+        if self.history:
+            data["history"] = list(self.history)
+        if self.state:
+            data["state"] = copy.deepcopy(self.state)
+        return data
+
+    def __eq__(self, other):
+        return isinstance(other, Ledger) and self.to_json() == other.to_json()
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __repr__(self):
+        return "Ledger(%s/%s, base=%r, reservations=%r)" % (self.namespace, self.quota, self.base,
+                                                           sorted(self.reservations))
+
+
+def new_ledger(namespace, quota, backend="plain"):
+    """An empty ledger for a quota that kvquota has not touched yet."""
+    return Ledger(namespace, quota, backend)
+
+
+def dump(ledger):
+    """The annotation value: compact JSON with sorted keys (stable, so unchanged ledgers compare equal)."""
+    return json.dumps(ledger.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+def load(text, namespace=None, quota=None):
+    """A Ledger from the annotation value; None/'' gives None. Malformed JSON raises InputError."""
+    if text is None or text == "":
+        return None
+    where = "%s/%s" % (namespace, quota) if namespace or quota else "the object"
+    fix = ("do not edit it by hand; if it is broken, read the quota's Events for the base values, delete the "
+           "annotation and put spec.hard back yourself")
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise InputError("the %s annotation on %s is not valid JSON (%s)" % (LEDGER_ANNOTATION, where, err), fix)
+    if not isinstance(data, dict) or not isinstance(data.get("base", {}), dict):
+        raise InputError("the %s annotation on %s is not a kvquota ledger" % (LEDGER_ANNOTATION, where), fix)
+    version = data.get("v", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise InputError("the ledger on %s has format version %s, this collection reads version %s"
+                         % (where, version, FORMAT_VERSION),
+                         "use the kvquota.maintenance version that wrote it to release its reservations")
+    reservations = {}
+    for rid, entry in (data.get("reservations") or {}).items():
+        reservations[rid] = Reservation.from_json(rid, entry)
+    return Ledger(data.get("namespace", namespace), data.get("quota", quota), data.get("backend", "plain"),
+                  data.get("base"), data.get("written"), reservations, data.get("released"),
+                  data.get("history"), data.get("state"))
+
+
+# ---------------------------------------------------------------------------
+# arithmetic
+
+def _value(text, name):
+    return parse_quantity(text, name)
+
+
+def _same(a, b, name):
+    """Whether two quantity strings are the same amount ('1Gi' == '1024Mi')."""
+    return _value(a, name) == _value(b, name)
+
+
+def managed_names(ledger):
+    """Resource names whose value the ledger decides (sorted)."""
+    return sorted(name for name, text in ledger.base.items() if text is not None)
+
+
+def active_delta(ledger):
+    """Sum of the deltas of every active reservation (expired ones count until released)."""
+    result = {}
+    for rid in sorted(ledger.reservations):
+        result = add(result, ledger.reservations[rid].delta_values())
+    return result
+
+
+def desired(ledger):
+    """base + sum of active deltas, per managed name, as exact values."""
+    deltas = active_delta(ledger)
+    return dict((name, _value(ledger.base[name], name) + deltas.get(name, 0)) for name in managed_names(ledger))
+
+
+def desired_strings(ledger):
+    """desired(ledger) as quantity strings: the base's own string wherever the value equals the base,
+    else the canonical string in the base's format ('5000Mi' + 1Gi -> '6024Mi')."""
+    result = {}
+    values = desired(ledger)
+    for name in managed_names(ledger):
+        base_text = ledger.base[name]
+        base_value, fmt = parse_quantity_format(base_text, name)
+        value = values[name]
+        result[name] = base_text if value == base_value else format_quantity(value, fmt)
+    return result
+
+
+def render_hard(ledger, hard):
+    """A copy of the mapping hard (spec.hard or its Rancher equivalent) with every managed name set to
+    its desired string (the exact base strings once no reservation is left)."""
+    result = dict(hard or {})
+    result.update(desired_strings(ledger))
+    return result
+
+
+def needs_write(ledger, current):
+    """Whether the durable values in current differ from the desired ones (compared as amounts)."""
+    for name, text in desired_strings(ledger).items():
+        found = (current or {}).get(name)
+        if found is None or not _same(found, text, name):
+            return True
+    return False
+
+
+def mark_written(ledger, strings=None):
+    """The ledger after writing strings (default: desired_strings) to the quota."""
+    result = ledger.copy()
+    result.written = dict(strings if strings is not None else desired_strings(ledger))
+    return result
+
+
+def is_idle(ledger):
+    """True when no reservation is active: the quota goes back to its base and the ledger is removed."""
+    return not ledger.reservations
+
+
+def remember(ledger, key, value):
+    """The ledger with backend state[key] = value recorded, unless something is recorded already."""
+    if key in ledger.state:
+        return ledger
+    result = ledger.copy()
+    result.state[key] = copy.deepcopy(value)
+    return result
+
+
+def _record(ledger, entry):
+    ledger.history.append(entry)
+    del ledger.history[:-HISTORY_LIMIT]
+
+
+# ---------------------------------------------------------------------------
+# external changes
+
+def observe(ledger, current, now):
+    """Compare the quota's durable values (current: name -> string) with what kvquota last wrote.
+
+    Per name that differs from the value last written:
+      - equal to the base: REVERTED (someone, e.g. Rancher, put the base back): the desired value will be
+        re-applied; the base is unchanged;
+      - missing from current: REMOVED (an administrator dropped the limit): kvquota stops managing it;
+      - anything else: ADMIN_CHANGE: that value becomes the new base, the active deltas stay on top.
+    Returns (new ledger, [change dicts]); each change is also recorded in the ledger's history.
+    """
+    result = ledger.copy()
+    changes = []
+    stamp = format_time(now)
+    for name in sorted(ledger.written):
+        last = ledger.written[name]
+        base = ledger.base.get(name)
+        if base is None:
+            continue
+        found = (current or {}).get(name)
+        if found is not None and _same(found, last, name):
+            continue
+        change = {"at": stamp, "resource": name, "expected": last, "found": found, "base": base}
+        if found is None:
+            change["kind"] = REMOVED
+            change["message"] = ("%s was removed from %s/%s by someone else (kvquota had written %s); kvquota no "
+                                 "longer manages it" % (name, ledger.namespace, ledger.quota, last))
+            result.base[name] = None
+            result.written.pop(name, None)
+        elif _same(found, base, name):
+            change["kind"] = REVERTED
+            change["message"] = ("%s on %s/%s was reverted to its base %s (kvquota had written %s); re-applying"
+                                 % (name, ledger.namespace, ledger.quota, found, last))
+        else:
+            change["kind"] = ADMIN_CHANGE
+            change["message"] = ("%s on %s/%s was changed to %s by someone else (kvquota had written %s, base %s); "
+                                 "%s is the new base and the active reservations stay on top"
+                                 % (name, ledger.namespace, ledger.quota, found, last, base, found))
+            result.base[name] = found
+        _record(result, change)
+        changes.append(change)
+    return result, changes
+
+
+# ---------------------------------------------------------------------------
+# reservations
+
+def _canonical_delta(delta, rid):
+    """Delta parsed, checked (no negative amounts), zeros dropped, as canonical strings."""
+    values = remove_zeros(parse_resource_list(delta, "reservation %s" % rid))
+    negative = is_negative(values)
+    if negative:
+        raise InputError("reservation '%s' asks for a negative amount of %s" % (rid, ", ".join(negative)),
+                         "give the headroom to add (positive amounts); releasing is done with release")
+    return values
+
+
+def _strings(values):
+    return format_resource_list(values)
+
+
+def top_up_key(amount):
+    """The default idempotency key of a top-up: its amounts, canonical ('limits.cpu=500m,...')."""
+    return "auto:" + ",".join("%s=%s" % item for item in sorted(_strings(amount).items()))
+
+
+def _merge_refs(old, new):
+    """Refs of old updated with new: list-valued refs are unions (order kept), others overwritten."""
+    result = copy.deepcopy(old or {})
+    for key, value in (new or {}).items():
+        if key in _REF_LISTS or isinstance(value, list):
+            items = list(result.get(key) or [])
+            for item in value or []:
+                if item not in items:
+                    items.append(copy.deepcopy(item))
+            result[key] = items
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _describe(values):
+    return ", ".join("%s=%s" % item for item in sorted(_strings(values).items())) or "nothing"
+
+
+def reserve(ledger, rid, delta, current, now, owner="", reason="", ttl_seconds=None, refs=None,
+            top_up=None, replace=False):
+    """Add reservation rid with delta to the ledger.
+
+    current is the quota's durable values (name -> string); a name of delta that the quota does not track
+    is left out (listed in the outcome's "untracked"); a managed name seen for the first time gets its
+    current value as base. Rules:
+      - new id: CREATED;
+      - same id, same delta: UNCHANGED (refs not yet recorded are added: REFS_UPDATED);
+      - same id, other delta: InputError, unless replace=True (REPLACED; or RENEWED when only the owner,
+        reason or expiry changed) or top_up is given;
+      - top_up=True or a key: delta is an amount added on top of the existing one (TOPPED_UP); the same key
+        twice is UNCHANGED, so a re-run adds nothing; True uses top_up_key(delta).
+    Returns (new ledger, outcome dict with "outcome", "delta" (strings), "untracked").
+    """
+    if not rid or not isinstance(rid, str):
+        raise InputError("a reservation id must be a non-empty string, got %r" % (rid,),
+                         "give an id such as the node name or the AWX job id")
+    if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or int(ttl_seconds) <= 0):
+        raise InputError("ttl of reservation '%s' must be a positive number of seconds, got %r" % (rid, ttl_seconds),
+                         "give a ttl such as 3600")
+    if top_up and replace:
+        raise InputError("reservation '%s': top_up and replace cannot be combined" % rid,
+                         "use top_up to add an amount, or replace to set the whole delta")
+    requested = _canonical_delta(delta, rid)
+    tracked = set(name for name, text in (current or {}).items() if text is not None)
+    untracked = sorted(name for name in requested if name not in tracked)
+    values = dict((name, value) for name, value in requested.items() if name in tracked)
+    result = ledger.copy()
+    for name in sorted(values):
+        if result.base.get(name) is None:
+            result.base[name] = current[name]
+    expires = format_time(int(now) + int(ttl_seconds)) if ttl_seconds is not None else None
+    outcome = {"id": rid, "untracked": untracked}
+    existing = ledger.reservations.get(rid)
+
+    if existing is None:
+        if not values:
+            outcome.update(outcome=UNTRACKED, delta={})
+            return ledger, outcome
+        entry = Reservation(rid, _strings(values), owner, reason, format_time(now), expires, _merge_refs({}, refs))
+        if top_up:
+            entry.top_ups.append(top_up if isinstance(top_up, str) else top_up_key(values))
+        result.reservations[rid] = entry
+        result.released = [item for item in result.released if item.get("id") != rid]
+        outcome.update(outcome=CREATED, delta=dict(entry.delta))
+        return result, outcome
+
+    entry = copy.deepcopy(existing)
+    old_values = existing.delta_values()
+    if top_up:
+        key = top_up if isinstance(top_up, str) else top_up_key(values)
+        if key in entry.top_ups or not values:
+            kind = UNCHANGED
+        else:
+            entry.delta = _strings(add(old_values, values))
+            entry.top_ups.append(key)
+            kind = TOPPED_UP
+    elif replace:
+        if not values:
+            raise InputError("reservation '%s' would be replaced by an empty delta on %s/%s"
+                             % (rid, ledger.namespace, ledger.quota), "release it instead")
+        before = entry.to_json()
+        entry.delta = _strings(values)
+        entry.owner = owner or entry.owner
+        entry.reason = reason or entry.reason
+        if expires is not None:
+            entry.expires = expires
+        if not equals(old_values, values):
+            kind = REPLACED
+        elif entry.to_json() != before:
+            kind = RENEWED
+        else:
+            kind = UNCHANGED
+    elif equals(old_values, values):
+        kind = UNCHANGED
+    else:
+        raise InputError(
+            "reservation '%s' already holds %s on %s/%s; this call asks for %s"
+            % (rid, _describe(old_values), ledger.namespace, ledger.quota, _describe(values)),
+            "re-run with the same headroom, or pass top_up to add an amount (e.g. when admission refused a short "
+            "estimate), or replace to set the new amount")
+    merged = _merge_refs(entry.refs, refs)
+    if merged != entry.refs:
+        entry.refs = merged
+        if kind == UNCHANGED:
+            kind = REFS_UPDATED
+    if kind == UNCHANGED:
+        outcome.update(outcome=UNCHANGED, delta=dict(existing.delta))
+        return ledger, outcome
+    result.reservations[rid] = entry
+    outcome.update(outcome=kind, delta=dict(entry.delta))
+    return result, outcome
+
+
+def release(ledger, rid, now):
+    """Remove reservation rid. Returns (new ledger, outcome dict); releasing an id that is not active is a
+    no-op whose outcome says so (ALREADY_RELEASED when this ledger remembers it, else UNKNOWN)."""
+    if rid in ledger.reservations:
+        result = ledger.copy()
+        entry = result.reservations.pop(rid)
+        result.released = [item for item in result.released if item.get("id") != rid]
+        result.released.append({"id": rid, "at": format_time(now)})
+        del result.released[:-RELEASED_LIMIT]
+        return result, {"id": rid, "outcome": RELEASED, "delta": dict(entry.delta)}
+    for item in ledger.released:
+        if item.get("id") == rid:
+            return ledger, {"id": rid, "outcome": ALREADY_RELEASED, "at": item.get("at"), "delta": {},
+                            "message": "reservation '%s' on %s/%s was already released at %s"
+                                       % (rid, ledger.namespace, ledger.quota, item.get("at"))}
+    return ledger, {"id": rid, "outcome": UNKNOWN, "delta": {},
+                    "message": "no reservation '%s' on %s/%s: nothing to release" % (rid, ledger.namespace,
+                                                                                   ledger.quota)}
+
+
+def expired(ledger, now):
+    """Ids of the reservations whose expiry is at or before now (sorted). Nothing is released here: only an
+    explicit reaper run releases them."""
+    return sorted(rid for rid, entry in ledger.reservations.items()
+                  if entry.expires_at() is not None and entry.expires_at() <= int(now))
+
+
+def holding(ledger, rid):
+    """Whether reservation rid is active in this ledger."""
+    return rid in ledger.reservations
+
+
+def summary(ledger):
+    """A JSON-friendly view for module results and reports."""
+    return {
+        "namespace": ledger.namespace,
+        "quota": ledger.quota,
+        "backend": ledger.backend,
+        "base": dict(ledger.base),
+        "desired": desired_strings(ledger),
+        "reservations": dict((rid, entry.to_json()) for rid, entry in sorted(ledger.reservations.items())),
+        "history": list(ledger.history),
+    }

@@ -1,0 +1,832 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The reservation operations the modules call: reserve, release, release_expired, reconcile, list.
+
+Each quota is changed in one conditional write that carries both the new value and the ledger (see
+ledger.py and backends.py), recomputed from the ledger on every attempt: a 409 re-reads and recomputes.
+So an interruption anywhere, followed by a re-run, converges to the same state, and two jobs reserving at
+once lose nothing.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import random
+import time
+from fractions import Fraction
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import (
+    HARVESTER,
+    hard_of,
+    is_rancher_managed,
+    project_fit,
+    project_ref,
+    select_backend,
+    used_of,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ConflictError,
+    ForbiddenError,
+    InputError,
+    KvquotaError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import (
+    LEDGER_ANNOTATION,
+    desired,
+    desired_strings,
+    dump,
+    is_idle,
+    mark_written,
+    needs_write,
+    new_ledger,
+    observe,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    add,
+    less_or_equal,
+    mask,
+    parse_resource_list,
+)
+
+DEFAULT_ATTEMPTS = 10
+DEFAULT_RANCHER_SYNC_TIMEOUT = 60
+KUBEVIRT = ("kubevirt.io", "v1")
+RANCHER_STATUS_ANNOTATION = "cattle.io/status"
+_FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+_TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+
+# ---------------------------------------------------------------------------
+# inputs
+
+def parse_targets(headroom_by_quota):
+    """{(namespace, quota): ResourceList} from keys given as (ns, name) pairs or 'ns/name' strings."""
+    if not isinstance(headroom_by_quota, dict):
+        raise InputError("headroom must be a mapping of (namespace, quota) to a resource list",
+                         "give e.g. {('tenant-a', 'compute'): {'limits.memory': '6000Mi'}}")
+    result = {}
+    for key, value in headroom_by_quota.items():
+        if isinstance(key, (tuple, list)) and len(key) == 2:
+            target = (str(key[0]), str(key[1]))
+        elif isinstance(key, str) and key.count("/") == 1 and all(key.split("/")):
+            target = tuple(key.split("/"))
+        else:
+            raise InputError("malformed quota key %r" % (key,), "use (namespace, quota) or 'namespace/quota'")
+        if target in result:
+            raise InputError("quota %s/%s is given twice" % target, "merge the two headroom entries")
+        result[target] = parse_resource_list(value, "headroom of %s/%s" % target)
+    return result
+
+
+def _ceil_to(value, step):
+    units = value / step
+    whole = units.numerator // units.denominator
+    if whole * units.denominator != units.numerator:
+        whole += 1
+    return whole * step
+
+
+def apply_margin(headroom, margin):
+    """headroom plus a safety margin: None/0 for none, a percentage ('10%') or fraction ('0.1') of each amount
+    (rounded up to 1m for CPU names and to whole units otherwise), or a resource list added to the names the
+    headroom already has."""
+    if margin in (None, "", 0, "0", "0%"):
+        return dict(headroom)
+    if isinstance(margin, dict):
+        extra = parse_resource_list(margin, "margin")
+        return add(headroom, mask(extra, list(headroom)))
+    text = str(margin).strip()
+    try:
+        factor = Fraction(text[:-1].strip()) / 100 if text.endswith("%") else Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise InputError("malformed margin %r" % (margin,), "give a percentage such as '10%', a fraction such as "
+                         "0.1, or a resource list such as {limits.memory: 512Mi}")
+    if factor < 0:
+        raise InputError("margin %r is negative" % (margin,), "give a margin of 0 or more")
+    result = {}
+    for name, value in headroom.items():
+        step = Fraction(1, 1000) if name == "cpu" or name.endswith(".cpu") else Fraction(1)
+        result[name] = value + _ceil_to(value * factor, step)
+    return result
+
+
+def _check_id(reservation_id):
+    if not isinstance(reservation_id, str) or not reservation_id.strip():
+        raise InputError("reservation_id must be a non-empty string, got %r" % (reservation_id,),
+                         "give an id such as the node name or the AWX job id")
+    if len(reservation_id) > 253:
+        raise InputError("reservation_id is longer than 253 characters", "use a shorter id")
+
+
+# ---------------------------------------------------------------------------
+# reading one quota
+
+class _Run(object):
+    """Per-call context: the cluster, its facts, caches, clock, and collected warnings."""
+
+    def __init__(self, cluster, facts, clock, sleep, check_mode, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+        self.cluster = cluster
+        self.facts = facts if facts is not None else cluster.facts()
+        self.clock = clock
+        self.sleep = sleep
+        self.check_mode = check_mode
+        self.rancher_sync_timeout = rancher_sync_timeout
+        self.projects = {}
+        self.namespaces = None
+        self.warnings = []
+
+    def warn(self, text):
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def project_for(self, namespace):
+        ref = project_ref(namespace)
+        if not ref or not self.facts.get("rancher_projects"):
+            return None
+        if ref not in self.projects:
+            try:
+                self.projects[ref] = self.cluster.get_custom("management.cattle.io", "v3", "projects", ref[1],
+                                                             namespace=ref[0])
+            except (NotFoundError, ForbiddenError) as err:
+                self.warn("Rancher project %s:%s not readable (%s): project limit not checked" % (ref[0], ref[1], err))
+                self.projects[ref] = None
+        return self.projects[ref]
+
+    def all_namespaces(self):
+        if self.namespaces is None:
+            self.namespaces = self.cluster.list_namespaces()
+        return self.namespaces
+
+
+class _State(object):
+    """One quota as read: objects, backend, observed ledger, durable values, external changes."""
+
+    def __init__(self, target, namespace, quota, backend, ledger, stored, current, changes):
+        self.target = target
+        self.namespace = namespace
+        self.quota = quota
+        self.backend = backend
+        self.ledger = ledger
+        self.stored = stored
+        self.current = current
+        self.changes = changes
+
+
+def _read(run, target, now):
+    ns_name, quota_name = target
+    try:
+        namespace = run.cluster.get_namespace(ns_name)
+    except NotFoundError:
+        raise NotFoundError("namespace %s does not exist" % ns_name, "check the namespace name")
+    try:
+        quota = run.cluster.get_quota(ns_name, quota_name)
+    except NotFoundError:
+        raise NotFoundError("ResourceQuota %s/%s does not exist" % target,
+                            "check the quota name (kubectl -n %s get resourcequota)" % ns_name)
+    facts = dict(run.facts)
+    if is_rancher_managed(quota):
+        facts["project"] = run.project_for(namespace)
+    backend = select_backend(quota, namespace, facts)
+    if not backend.writable:
+        return _State(target, namespace, quota, backend, None, None, {}, [])
+    stored = backend.read_ledger(quota, namespace)
+    ledger = stored or new_ledger(ns_name, quota_name, backend.name)
+    current = backend.durable_hard(quota, namespace)
+    observed, changes = observe(ledger, current, now)
+    return _State(target, namespace, quota, backend, observed, stored, current, changes)
+
+
+def _ledger_text(state):
+    return state.backend.ledger_text(state.quota, state.namespace)
+
+
+def _after_hard(state, ledger):
+    hard = hard_of(state.quota)
+    hard.update(desired_strings(ledger))
+    return hard
+
+
+def _changes_text(before, after):
+    parts = []
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            parts.append("%s %s -> %s" % (name, before.get(name, "(none)"), after.get(name, "(none)")))
+    return ", ".join(parts) or "no change"
+
+
+def _commit(run, state, ledger):
+    """Write ledger (with the values it implies) through the backend, conditionally. Returns the final ledger
+    and whether anything was (or, in check mode, would be) written."""
+    backend = state.backend
+    if not is_idle(ledger):
+        ledger = backend.prepare(state.quota, state.namespace, ledger)
+    final = mark_written(ledger)
+    new_text = None if is_idle(final) else dump(final)
+    if not needs_write(final, state.current) and _ledger_text(state) == new_text:
+        return final, False
+    if run.check_mode:
+        return final, True
+    writes = backend.render(state.quota, state.namespace, final)
+    for kind in ("quota", "namespace"):
+        if kind in writes:
+            obj = writes[kind]
+            what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0]) if kind == "quota"
+                    else "update namespace %s (annotations)" % state.target[0])
+            run.cluster.replace(obj, what)
+    return final, True
+
+
+def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
+    """read -> observe -> mutate -> conditional write, retried from scratch on a 409. first: a state read just
+    before, used for the first attempt (saves two requests; the write is conditional anyway)."""
+    last = None
+    for attempt in range(attempts):
+        now = run.clock()
+        state = first if (attempt == 0 and first is not None) else _read(run, target, now)
+        if not state.backend.writable:
+            return state, None, None, False
+        new, info = mutate(state, now)
+        if new is None:
+            return state, state.ledger, info, False
+        try:
+            final, changed = _commit(run, state, new)
+        except ConflictError as err:
+            last = err
+            run.sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
+            continue
+        return state, final, info, changed
+    raise ConflictError("gave up writing %s/%s after %d conflicting concurrent writes (%s)" % (target[0], target[1],
+                                                                                          attempts, last),
+                        "re-run: the ledger makes the retry safe")
+
+
+def _emit(run, state, reason, message, event_type="Normal", action="Update"):
+    """Events on the quota and on its namespace; failures become warnings."""
+    if run.check_mode:
+        return
+    quota = dict(state.quota)
+    quota.setdefault("apiVersion", "v1")
+    quota.setdefault("kind", "ResourceQuota")
+    namespace = dict(state.namespace)
+    namespace.setdefault("apiVersion", "v1")
+    namespace.setdefault("kind", "Namespace")
+    for involved in (quota, namespace):
+        try:
+            run.cluster.create_event(involved, reason, message, event_type, action, namespace=state.target[0])
+        except KvquotaError as err:
+            run.warn("could not record an Event on %s %s/%s: %s" % (involved.get("kind"), state.target[0],
+                                                                   state.target[1], err))
+
+
+def _report_changes(run, state):
+    for change in state.changes:
+        run.warn(change["message"])
+        reason = {ledger_mod.REVERTED: "QuotaReverted", ledger_mod.ADMIN_CHANGE: "QuotaBaseChanged",
+                  ledger_mod.REMOVED: "QuotaLimitRemoved"}[change["kind"]]
+        _emit(run, state, reason, "kvquota: " + change["message"], "Warning")
+
+
+def _wait_followed(run, state, final):
+    """Rancher owns spec.hard: wait until it applied the annotation; if it does not in time and did not refuse,
+    write spec.hard ourselves (conditional)."""
+    if not _owned_by_namespace(state.backend) or run.check_mode:
+        return None
+    deadline = run.clock() + run.rancher_sync_timeout
+    while True:
+        quota = run.cluster.get_quota(*state.target)
+        ok, wrong = state.backend.followed(quota, final)
+        if ok:
+            return None
+        namespace = run.cluster.get_namespace(state.target[0])
+        refused = _rancher_refusal(namespace)
+        if refused:
+            raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
+                               "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
+        if run.clock() >= deadline:
+            break
+        run.sleep(1.0)
+    run.warn("Rancher did not apply %s of %s/%s within %ss; kvquota wrote spec.hard directly (the namespace "
+             "annotation stays the durable value)" % (", ".join(wrong), state.target[0], state.target[1],
+                                                      run.rancher_sync_timeout))
+    for _attempt in range(DEFAULT_ATTEMPTS):
+        quota = run.cluster.get_quota(*state.target)
+        if state.backend.followed(quota, final)[0]:
+            return None
+        try:
+            run.cluster.replace(state.backend.push(quota, final), "update resourcequota %s in namespace %s"
+                                % (state.target[1], state.target[0]))
+            return None
+        except ConflictError:
+            continue
+    return None
+
+
+def _rancher_refusal(namespace):
+    text = ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_STATUS_ANNOTATION)
+    if not text:
+        return None
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return None
+    for condition in (status or {}).get("Conditions") or (status or {}).get("conditions") or []:
+        if condition.get("Type", condition.get("type")) == "ResourceQuotaValidated" and \
+                str(condition.get("Status", condition.get("status"))) == "False":
+            return condition.get("Message", condition.get("message")) or "ResourceQuotaValidated is False"
+    return None
+
+
+def _owned_by_namespace(backend):
+    return getattr(backend, "ledger_on", None) == "namespace"
+
+
+def _harvester_opt_out(run, state, final):
+    """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota)."""
+    if run.check_mode or state.backend.name != HARVESTER or not _owned_by_namespace(state.backend):
+        return
+    for _attempt in range(DEFAULT_ATTEMPTS):
+        quota = run.cluster.get_quota(*state.target)
+        body = state.backend.before_expand(quota, final)
+        if body is None:
+            return
+        try:
+            run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
+                                % (state.target[1], state.target[0]))
+            return
+        except ConflictError:
+            continue
+    raise ConflictError("could not set the Harvester opt-out on %s/%s" % state.target, "re-run")
+
+
+def _harvester_restore(run, target, idle_ledger, backend):
+    """Put Harvester's opt-out back as it was, before the final restore (owner not the quota)."""
+    if run.check_mode or backend.name != HARVESTER or not _owned_by_namespace(backend):
+        return
+    for _attempt in range(DEFAULT_ATTEMPTS):
+        quota = run.cluster.get_quota(*target)
+        body = backend.after_release(quota, idle_ledger)
+        if body is None:
+            return
+        try:
+            run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out restore)"
+                                % (target[1], target[0]))
+            return
+        except ConflictError:
+            continue
+    raise ConflictError("could not restore the Harvester opt-out on %s/%s" % target, "re-run")
+
+
+def _quota_result(state, final, info, changed):
+    backend = state.backend
+    result = {
+        "namespace": state.target[0],
+        "quota": state.target[1],
+        "backend": backend.name,
+        "ledger_on": getattr(backend, "ledger_on", None),
+        "notes": backend.describe().get("notes", []),
+        "changed": changed,
+        "external_changes": list(state.changes),
+        "before": hard_of(state.quota),
+    }
+    if final is not None:
+        result["after"] = _after_hard(state, final)
+        result["reservations"] = sorted(final.reservations)
+        result["base"] = dict((k, v) for k, v in final.base.items() if v is not None)
+    else:
+        result["after"] = hard_of(state.quota)
+    if info:
+        result.update(dict((k, v) for k, v in info.items() if k not in result))
+    return result
+
+
+def _diff(results):
+    before, after = {}, {}
+    for item in results:
+        key = "%s/%s" % (item["namespace"], item["quota"])
+        before[key] = {"spec": {"hard": item["before"]}}
+        after[key] = {"spec": {"hard": item["after"]}}
+    return {"before": before, "after": after}
+
+
+# ---------------------------------------------------------------------------
+# reserve
+
+def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_seconds, margin=None, top_up=False,
+            check_mode=False, replace=False, refs=None, lock=None, facts=None, clock=time.time, sleep=time.sleep,
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """Expand every quota of headroom_by_quota ({(ns, quota): ResourceList}) by its headroom (+ margin) for
+    reservation_id, through the quota's backend.
+
+    Idempotent: the same id and headroom again changes nothing. A different headroom for an existing id is an
+    error unless top_up (add exactly that amount; True or an idempotency key) or replace is given. Every quota
+    is read and checked first (missing quota, Rancher project limit, Harvester already scaling): any problem
+    fails the call before anything is written. refs (optional): {"batch": ..., "migrations": [{namespace,
+    name}], "sourcePods": [{namespace, name, uid}], "vms": [...]} recorded with the reservation for release.
+    lock (optional): {"holder": ..., "duration": 300, "wait_timeout": 120} holds a Lease per namespace meanwhile.
+
+    Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
+    skipped, warnings, diff}.
+    """
+    _check_id(reservation_id)
+    if ttl_seconds is None or isinstance(ttl_seconds, bool) or int(ttl_seconds) <= 0:
+        raise InputError("ttl_seconds must be a positive number of seconds, got %r" % (ttl_seconds,),
+                         "give a ttl longer than the maintenance step, e.g. 3600")
+    plan = dict((target, apply_margin(headroom, margin)) for target, headroom in parse_targets(headroom_by_quota).items())
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    if lock:
+        scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in plan]
+        with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
+                                 lock.get("duration", lease_mod.DEFAULT_DURATION), lock.get("wait_timeout", 0),
+                                 clock=clock, sleep=sleep):
+            return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+    return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+
+
+def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up, replace, refs):
+    def mutate(state, now):
+        writable = getattr(state.backend, "writable_names", None)
+        current = state.current
+        if writable is not None:
+            names = writable(state.quota)
+            current = dict((k, v) for k, v in current.items() if k in names)
+        new, outcome = ledger_mod.reserve(state.ledger, reservation_id, delta, current, now, owner, reason,
+                                          ttl_seconds, refs, top_up, replace)
+        if outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.UNTRACKED) and not state.changes:
+            return None, outcome
+        return new, outcome
+    return mutate
+
+
+def _project_of(backend):
+    return getattr(backend, "project", None) or getattr(getattr(backend, "inner", None), "project", None)
+
+
+def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs):
+    results, skipped, problems, states = [], [], [], {}
+    mutations = dict((target, _reserve_mutation(reservation_id, plan[target], owner, reason, ttl_seconds, top_up,
+                                                replace, refs)) for target in plan)
+    # phase 1: read and check everything before writing anything
+    for target in sorted(plan):
+        now = run.clock()
+        state = _read(run, target, now)
+        if not state.backend.writable:
+            skipped.append({"namespace": target[0], "quota": target[1], "backend": state.backend.name,
+                            "reason": "ApplicationAwareResourceQuota: AAQ charges migrations only for their growth"})
+            continue
+        new, outcome = mutations[target](state, now)
+        if outcome["outcome"] == ledger_mod.UNTRACKED:
+            skipped.append({"namespace": target[0], "quota": target[1], "backend": state.backend.name,
+                            "reason": "the quota tracks none of %s (or its owner cannot set them)"
+                                      % ", ".join(sorted(plan[target]))})
+            continue
+        states[target] = state
+        if new is None or outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.REFS_UPDATED):
+            continue
+        problems.extend(state.backend.blockers(state.quota, state.namespace, new))
+        project = _project_of(state.backend)
+        if project:
+            ok, messages = project_fit(project, run.all_namespaces(), target[0], desired_strings(new))
+            problems.extend(messages)
+    if problems:
+        raise InputError("cannot reserve '%s': %s" % (reservation_id, "; ".join(problems)),
+                         "nothing was changed; raise the limit named above or reserve less (smaller batches), "
+                         "then re-run")
+    # phase 2: write, quota by quota, each one atomic and retried on conflicts
+    done = []
+    for target in sorted(states):
+        try:
+            state, final, info, changed = _transact(run, target, mutations[target], first=states[target])
+            if final is not None and not is_idle(final) and not run.check_mode:
+                _harvester_opt_out(run, state, final)
+                _wait_followed(run, state, final)
+        except KvquotaError as err:
+            if done:
+                raise type(err)("%s (reservation '%s' is already applied to %s; re-run to finish, or release it)"
+                                % (err.message, reservation_id, ", ".join(done)), err.fix)
+            raise
+        _report_changes(run, state)
+        item = _quota_result(state, final, info, changed)
+        entry = final.reservations.get(reservation_id) if final is not None else None
+        if entry is not None:
+            item["expires"] = entry.expires
+            item["delta"] = dict(entry.delta)
+        if changed and entry is not None and (info or {}).get("outcome") not in (ledger_mod.UNCHANGED,
+                                                                                 ledger_mod.REFS_UPDATED):
+            _emit(run, state, "QuotaReserved", _reserve_message(reservation_id, final, state, item))
+        for note in item.get("notes") or []:
+            run.warn("%s/%s: %s" % (target[0], target[1], note))
+        results.append(item)
+        done.append("%s/%s" % target)
+    changed = any(item["changed"] for item in results)
+    return {"changed": changed, "reservation_id": reservation_id, "quotas": results, "skipped": skipped,
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
+
+
+def _reserve_message(reservation_id, final, state, item):
+    entry = final.reservations.get(reservation_id)
+    return ("kvquota reservation '%s' (owner %s; reason: %s) %s: %s, until %s"
+            % (reservation_id, entry.owner or "-", entry.reason or "-", item.get("outcome"),
+               _changes_text(item["before"], item["after"]), entry.expires or "released"))
+
+
+# ---------------------------------------------------------------------------
+# release
+
+def find_ledgers(cluster):
+    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for (two list requests)."""
+    found = {}
+    for quota in cluster.list_quotas():
+        meta = quota.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
+        if text:
+            found[(meta.get("namespace"), meta.get("name"))] = ledger_mod.load(text, meta.get("namespace"),
+                                                                             meta.get("name"))
+    for namespace in cluster.list_namespaces():
+        meta = namespace.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
+        if text:
+            entry = ledger_mod.load(text, meta.get("name"))
+            if entry is not None and entry.quota:
+                found[(meta.get("name"), entry.quota)] = entry
+    return found
+
+
+def _pod_counts(pod, now):
+    """Whether a pod still counts in quota usage (as the quota controller sees it)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in _TERMINAL_POD_PHASES:
+        return False
+    meta = pod.get("metadata") or {}
+    deleted = meta.get("deletionTimestamp")
+    grace = meta.get("deletionGracePeriodSeconds")
+    if deleted and grace is not None:
+        return now <= ledger_mod.parse_time(deleted) + int(grace)
+    return True
+
+
+def _pod_label(pod):
+    meta = pod.get("metadata") or {}
+    text = "%s (%s" % (meta.get("name"), (pod.get("status") or {}).get("phase") or "Pending")
+    if meta.get("deletionTimestamp"):
+        text += ", terminating"
+    return text + ")"
+
+
+def _ref_items(refs, key, namespace):
+    items = []
+    for item in (refs or {}).get(key) or []:
+        if isinstance(item, str):
+            ns, _, name = item.rpartition("/")
+            items.append({"namespace": ns or namespace, "name": name})
+        elif isinstance(item, dict) and item.get("name"):
+            entry = dict(item)
+            entry.setdefault("namespace", namespace)
+            items.append(entry)
+    return items
+
+
+def _release_blockers(run, state, reservation_id, now):
+    """Why reservation_id cannot be released from this quota yet ([] = it can)."""
+    entry = state.ledger.reservations.get(reservation_id)
+    if entry is None:
+        return []
+    reasons = []
+    namespace = state.target[0]
+    lingering = []
+    for migration in _ref_items(entry.refs, "migrations", namespace):
+        try:
+            vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                                          migration["name"], namespace=migration["namespace"])
+        except NotFoundError:
+            continue
+        phase = (vmim.get("status") or {}).get("phase")
+        if phase not in _FINAL_MIGRATION_PHASES:
+            reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
+        source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
+        if source:
+            lingering.append({"namespace": migration["namespace"], "name": source})
+    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace) + lingering:
+        try:
+            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
+        except NotFoundError:
+            continue
+        uid = pod_ref.get("uid")
+        if uid and (pod.get("metadata") or {}).get("uid") != uid:
+            continue
+        if _pod_counts(pod, now):
+            reasons.append("source pod %s/%s still counts" % (pod_ref["namespace"], _pod_label(pod)))
+    after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
+    target = desired(after)
+    used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
+    fits, names = less_or_equal(used, target)
+    if not fits:
+        strings = desired_strings(after)
+        over = ", ".join("%s used %s > %s" % (name, used_of(state.quota)[name], strings[name]) for name in names)
+        pods = [pod for pod in run.cluster.list_pods(namespace) if _pod_counts(pod, now)]
+        pods.sort(key=lambda p: (not (p.get("metadata") or {}).get("deletionTimestamp"),
+                                 (p.get("metadata") or {}).get("name")))
+        listed = ", ".join(_pod_label(pod) for pod in pods[:8]) + (" and %d more" % (len(pods) - 8)
+                                                                   if len(pods) > 8 else "")
+        reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
+                       % (over, listed or "none listed"))
+    return reasons
+
+
+def _release_mutation(reservation_id):
+    def mutate(state, now):
+        new, outcome = ledger_mod.release(state.ledger, reservation_id, now)
+        if outcome["outcome"] != ledger_mod.RELEASED and not state.changes:
+            if state.stored is not None and is_idle(state.stored):
+                return new, outcome   # a leftover idle ledger: clean it up
+            return None, outcome
+        return new, outcome
+    return mutate
+
+
+def _release_one(run, target, reservation_id, state=None):
+    """Release reservation_id from one quota (Harvester opt-out put back first when this empties the ledger)."""
+    if state is None:
+        state = _read(run, target, run.clock())
+    if state.backend.writable and state.backend.name == HARVESTER and _owned_by_namespace(state.backend):
+        after, outcome = ledger_mod.release(state.ledger, reservation_id, run.clock())
+        if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
+            _harvester_restore(run, target, after, state.backend)
+            state = None  # the quota changed: read again
+    state, final, info, changed = _transact(run, target, _release_mutation(reservation_id), first=state)
+    _report_changes(run, state)
+    item = _quota_result(state, final, info, changed)
+    if changed and final is not None and not run.check_mode:
+        _wait_followed(run, state, final)
+        if info and info.get("outcome") == ledger_mod.RELEASED:
+            rest = sorted(final.reservations)
+            tail = ("base restored, no reservation left" if not rest else
+                    "%d reservation(s) still active: %s" % (len(rest), ", ".join(rest)))
+            _emit(run, state, "QuotaReleased", "kvquota released reservation '%s': %s (%s)"
+                  % (reservation_id, _changes_text(item["before"], item["after"]), tail))
+    return item
+
+
+def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode=False, quotas=None, force=False,
+            poll_interval=5.0, lock=None, facts=None, clock=time.time, sleep=time.sleep,
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """Give reservation_id back on every quota holding it (or only on quotas=[(ns, quota)]).
+
+    A quota is restored (to base + the other active reservations, from the ledger, never by subtraction)
+    only when the reservation's migrations are final, its recorded source pods are terminal or gone, and
+    status.used fits under the value to write. wait_for_pods=True waits for that up to timeout seconds,
+    polling every poll_interval; False checks once. Quotas that are still not ready raise WaitTimeoutError
+    naming the pods that still count (quotas already released stay released). force=True skips the checks.
+    Releasing an id that is not active is a no-op that says so.
+    """
+    _check_id(reservation_id)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    if quotas is not None:
+        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
+    else:
+        targets = sorted(target for target, entry in find_ledgers(cluster).items()
+                         if ledger_mod.holding(entry, reservation_id))
+    if lock:
+        scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in targets]
+        with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
+                                 lock.get("duration", lease_mod.DEFAULT_DURATION), lock.get("wait_timeout", 0),
+                                 clock=clock, sleep=sleep):
+            return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+    return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+
+
+def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, raise_on_wait):
+    results, waiting = [], {}
+    if not targets:
+        return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [],
+                "warnings": list(run.warnings), "diff": _diff([]),
+                "message": "no active reservation '%s' on any quota: nothing to release (already released or never "
+                           "made)" % reservation_id, "check_mode": run.check_mode}
+    pending = list(targets)
+    deadline = run.clock() + max(0, timeout or 0)
+    while pending:
+        waiting = {}
+        for target in pending:
+            now = run.clock()
+            state = _read(run, target, now)
+            if not state.backend.writable:
+                continue
+            if state.ledger is None or not ledger_mod.holding(state.ledger, reservation_id):
+                results.append(_release_one(run, target, reservation_id, state))
+                continue
+            reasons = [] if force else _release_blockers(run, state, reservation_id, now)
+            if reasons and not run.check_mode:
+                waiting[target] = reasons
+                continue
+            item = _release_one(run, target, reservation_id, state)
+            if reasons:
+                item["would_wait_for"] = reasons
+            results.append(item)
+        pending = sorted(waiting)
+        if not pending or not wait_for_pods or run.clock() >= deadline:
+            break
+        run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
+    result = {
+        "changed": any(item["changed"] for item in results),
+        "reservation_id": reservation_id,
+        "quotas": results,
+        "pending": [{"namespace": t[0], "quota": t[1], "reasons": waiting[t]} for t in sorted(waiting)],
+        "warnings": list(run.warnings),
+        "diff": _diff(results),
+        "check_mode": run.check_mode,
+    }
+    messages = []
+    for item in results:
+        outcome = item.get("outcome")
+        if outcome in (ledger_mod.UNKNOWN, ledger_mod.ALREADY_RELEASED) and item.get("message"):
+            messages.append(item["message"])
+    if messages:
+        result["message"] = "; ".join(messages)
+    if waiting and raise_on_wait:
+        details = "; ".join("%s/%s: %s" % (t[0], t[1], "; ".join(waiting[t])) for t in sorted(waiting))
+        err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, timeout, details),
+                               "wait for those pods to finish (or delete them) and re-run the release; quotas "
+                               "listed as released are already restored")
+        err.details["result"] = result
+        raise err
+    return result
+
+
+def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,
+                    poll_interval=5.0, facts=None, clock=time.time, sleep=time.sleep,
+                    rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """The reaper: release every reservation whose expiry is at or before now (default: the clock). Ones that
+    cannot be released yet (pods still counted) are reported under "deferred", not raised."""
+    when = clock() if now is None else ledger_mod.parse_time(now)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    by_id = {}
+    for target, entry in sorted(find_ledgers(cluster).items()):
+        for rid in ledger_mod.expired(entry, when):
+            by_id.setdefault(rid, []).append(target)
+    results, deferred, released = [], [], []
+    for rid in sorted(by_id):
+        outcome = _release(run, rid, sorted(by_id[rid]), wait_for_pods, timeout, force, poll_interval, False)
+        results.extend(outcome["quotas"])
+        for item in outcome["quotas"]:
+            if item.get("outcome") == ledger_mod.RELEASED:
+                released.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"]})
+        for item in outcome["pending"]:
+            deferred.append(dict(item, id=rid))
+    return {"changed": any(item["changed"] for item in results), "released": released, "deferred": deferred,
+            "quotas": results, "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
+            "now": ledger_mod.format_time(when)}
+
+
+# ---------------------------------------------------------------------------
+# reconcile and inspect
+
+def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.time, sleep=time.sleep,
+              rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """Re-apply every ledger (or those of quotas=[(ns, quota)]): a revert is re-applied, an administrator's
+    change becomes the new base. Returns {changed, quotas, warnings, diff}."""
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    if quotas is not None:
+        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
+    else:
+        targets = sorted(find_ledgers(cluster))
+
+    def mutate(state, now):
+        if state.stored is None:
+            return None, {"outcome": "no-ledger"}
+        return state.ledger, {"outcome": "reconciled" if state.changes else "in-sync"}
+
+    results = []
+    for target in targets:
+        state, final, info, changed = _transact(run, tuple(target), mutate)
+        if not state.backend.writable:
+            continue
+        _report_changes(run, state)
+        results.append(_quota_result(state, final, info, changed))
+        if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
+            _harvester_opt_out(run, state, final)
+            _wait_followed(run, state, final)
+    return {"changed": any(item["changed"] for item in results), "quotas": results,
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
+
+
+def list_reservations(cluster, now=None, clock=time.time):
+    """Every active reservation in the cluster, flat, with an expired flag (for kvquota_check and reports)."""
+    when = clock() if now is None else ledger_mod.parse_time(now)
+    rows = []
+    for (namespace, quota), entry in sorted(find_ledgers(cluster).items()):
+        for rid, item in sorted(entry.reservations.items()):
+            expires_at = item.expires_at()
+            rows.append({"id": rid, "namespace": namespace, "quota": quota, "backend": entry.backend,
+                         "owner": item.owner, "reason": item.reason, "created": item.created,
+                         "expires": item.expires, "expired": expires_at is not None and expires_at <= when,
+                         "delta": dict(item.delta), "refs": dict(item.refs), "base": dict(entry.base)})
+    return rows
+
+
+__all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
+           "parse_targets", "apply_margin"]

@@ -1,0 +1,189 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: kvquota_check
+short_description: Say before anything moves which namespaces will block live migrations on quota
+version_added: 0.1.0
+author:
+  - kvquota maintainers
+description:
+  - Read-only. For a scope (nodes, namespaces, or the whole cluster) computes, per namespace and per
+    ResourceQuota that matches a virt-launcher pod, the target-pod size of every VM that would migrate
+    (sized as the running KubeVirt version renders it, with the cluster's current overhead ratio), the
+    headroom needed per migration batch and in total, and current used and hard.
+  - Reports blockers, each with the change that fixes it: usage already above hard (for example after an
+    overhead-ratio increase), VMs that cannot live-migrate, migrations already Pending with
+    C(migrationRejectedByResourceQuota), expired or orphaned reservations, Rancher project limits too small
+    for the expansion. Notes Harvester's quota scaling and AAQ when present.
+  - Plans the migration batches (respecting C(parallelMigrationsPerCluster),
+    C(parallelOutboundMigrationsPerNode) and an optional per-namespace cap) that the roles then follow.
+  - Never changes anything.
+extends_documentation_fragment:
+  - kvquota.maintenance.k8s_auth
+options:
+  nodes:
+    description:
+      - The VMs running on these nodes are checked (a node drain). Unknown nodes are an error.
+      - Without O(nodes) and O(namespaces), the whole cluster is checked.
+    type: list
+    elements: str
+    default: []
+  namespaces:
+    description:
+      - Only these namespaces are checked. Unknown namespaces are an error.
+    type: list
+    elements: str
+    default: []
+  kubevirt_version:
+    description:
+      - KubeVirt version whose pod sizing applies, e.g. C(1.6.3). By default read from the KubeVirt CR status.
+    type: str
+  overhead_ratio:
+    description:
+      - Override of C(additionalGuestMemoryOverheadRatio) (for example to ask "what if the ratio were 4.5").
+        By default read from the KubeVirt CR, or Harvester's C(additional-guest-memory-overhead-ratio) setting.
+    type: str
+  parallel_migrations_per_cluster:
+    description:
+      - Override of the KubeVirt CR's C(parallelMigrationsPerCluster) for batch planning.
+    type: int
+  parallel_outbound_migrations_per_node:
+    description:
+      - Override of the KubeVirt CR's C(parallelOutboundMigrationsPerNode) for batch planning.
+    type: int
+  per_namespace_cap:
+    description:
+      - Most extra quota one namespace may receive at once, as a resource list such as
+        C({"limits.memory": "8Gi"}). Batches are cut so no namespace needs more.
+    type: dict
+  non_migratable:
+    description:
+      - What the maintenance will do with VMs that cannot live-migrate; with V(fail) they are blockers.
+    type: str
+    choices: [fail, shutdown, skip]
+    default: fail
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes anything.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+seealso:
+  - module: kvquota.maintenance.kvquota_reserve
+  - module: kvquota.maintenance.kvquota_release
+'''
+
+EXAMPLES = r'''
+- name: Will draining node-1 stall on quota?
+  kvquota.maintenance.kvquota_check:
+    nodes: [node-1]
+  register: plan
+
+- name: Stop if any namespace is blocked
+  ansible.builtin.assert:
+    that: plan.verdict != 'blocked'
+    fail_msg: "{{ plan.blockers | map(attribute='message') | list }}"
+
+- name: What would a ratio of 4.5 do to the whole cluster?
+  kvquota.maintenance.kvquota_check:
+    overhead_ratio: "4.5"
+'''
+
+RETURN = r'''
+verdict:
+  description: V(ok) (fits as is), V(needs_reservation) (fits once quotas are expanded), or V(blocked).
+  returned: always
+  type: str
+  sample: needs_reservation
+namespaces:
+  description:
+    - Per namespace; its verdict, its VMs with target-pod sizes, its matching quotas with used, hard,
+      needed per batch and in total, blockers, warnings and fixes.
+  returned: always
+  type: dict
+batches:
+  description: The planned migration batches, each with its index, VMs (namespace, name, node) and nodes.
+  returned: always
+  type: list
+  elements: dict
+blockers:
+  description: Everything that stops the maintenance, each with kind, namespace, message and fix.
+  returned: always
+  type: list
+  elements: dict
+warnings:
+  description: Findings that do not block (Harvester or AAQ present, migrations in progress, ...).
+  returned: always
+  type: list
+  elements: dict
+fixes:
+  description: The changes an operator should make, as text and data, for example raising a quota.
+  returned: always
+  type: list
+  elements: dict
+kubevirt:
+  description: The KubeVirt configuration the sizing and planning used (version, ratio, parallel limits).
+  returned: always
+  type: dict
+summary:
+  description: Counts of namespaces per verdict, VMs, migrating VMs, batches and blockers.
+  returned: always
+  type: dict
+scope:
+  description: The nodes and namespaces checked.
+  returned: always
+  type: dict
+requests:
+  description: API requests the check made.
+  returned: always
+  type: int
+'''
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    auth_params,
+    new_module,
+    run,
+)
+
+PLAN_OPTIONS = ('kubevirt_version', 'overhead_ratio', 'parallel_migrations_per_cluster',
+                'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable')
+
+
+def check(module):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
+
+    params = module.params
+    cluster = cluster_mod.connect(auth_params(params))
+    options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
+    report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)
+    report['changed'] = False
+    return report
+
+
+def main():
+    module = new_module(
+        dict(
+            nodes=dict(type='list', elements='str', default=[]),
+            namespaces=dict(type='list', elements='str', default=[]),
+            kubevirt_version=dict(type='str'),
+            overhead_ratio=dict(type='str'),
+            parallel_migrations_per_cluster=dict(type='int'),
+            parallel_outbound_migrations_per_node=dict(type='int'),
+            per_namespace_cap=dict(type='dict'),
+            non_migratable=dict(type='str', choices=['fail', 'shutdown', 'skip'], default='fail'),
+        ),
+        supports_check_mode=True,
+    )
+    run(module, check)
+
+
+if __name__ == '__main__':
+    main()

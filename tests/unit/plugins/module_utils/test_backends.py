@@ -1,0 +1,308 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Backends: who owns spec.hard, and what a reservation writes where (pure object transformations)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
+
+T0 = 1735689600
+
+
+def quota(hard=None, labels=None, annotations=None, name="default-abcde", namespace="tenant-a"):
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "7", "uid": "q-uid",
+                         "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+            "spec": {"hard": dict(hard or {"limits.cpu": "3", "limits.memory": "5000Mi", "pods": "10"})},
+            "status": {"used": {"limits.cpu": "2", "limits.memory": "4000Mi", "pods": "3"}}}
+
+
+def namespace(annotations=None, name="tenant-a"):
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "resourceVersion": "11", "annotations": dict(annotations or {})}}
+
+
+RANCHER_LABELS = {B.RANCHER_QUOTA_LABEL: "true"}
+RANCHER_RAW = '{"limit": {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}}'
+PROJECT = {"apiVersion": "management.cattle.io/v3", "kind": "Project",
+           "metadata": {"name": "p-xyz", "namespace": "c-abc"},
+           "spec": {"displayName": "team", "resourceQuota": {"limit": {"limitsCpu": "10", "limitsMemory": "20Gi"}},
+                    "namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "2", "limitsMemory": "4Gi"}}}}
+
+
+def step(backend, q, ns, rid, delta, now=T0, release=False):
+    """What reservations.py does for one quota: read ledger, observe, reserve/release, render."""
+    ledger = backend.read_ledger(q, ns) or L.new_ledger("tenant-a", q["metadata"]["name"], backend.name)
+    current = backend.durable_hard(q, ns)
+    ledger, _ = L.observe(ledger, current, now)
+    if release:
+        ledger, _ = L.release(ledger, rid, now)
+    else:
+        ledger, _ = L.reserve(ledger, rid, delta, current, now, ttl_seconds=600)
+        ledger = backend.prepare(q, ns, ledger)
+    ledger = L.mark_written(ledger)
+    return ledger, backend.render(q, ns, ledger)
+
+
+# ---------------------------------------------------------------------------
+# selection
+
+def test_select_plain():
+    backend = B.select_backend(quota(name="compute"), namespace(), {})
+    assert isinstance(backend, B.PlainBackend) and backend.name == "plain" and backend.ledger_on == "quota"
+
+
+@pytest.mark.parametrize("labels", [RANCHER_LABELS, {B.RANCHER_CREATOR_LABEL: "norman"}])
+def test_select_rancher(labels):
+    backend = B.select_backend(quota(labels=labels), namespace(), {"rancher_projects": False})
+    assert backend.name == "rancher" and backend.ledger_on == "namespace"
+    assert any("downstream" in note for note in backend.notes)
+
+
+def test_select_harvester_wraps_rancher():
+    facts = {"harvester": True, "harvester_version": "v1.4.2"}
+    backend = B.select_backend(quota(labels=RANCHER_LABELS), namespace(), facts)
+    assert backend.name == "harvester" and backend.inner.name == "rancher" and backend.ledger_on == "namespace"
+    assert backend.describe()["owner"] == "rancher"
+
+
+def test_harvester_before_142_does_not_scale_quotas():
+    facts = {"harvester": True, "harvester_version": "v1.4.1"}
+    assert B.select_backend(quota(labels=RANCHER_LABELS), namespace(), facts).name == "rancher"
+    assert B.select_backend(quota(labels=RANCHER_LABELS), namespace(), {"harvester": True,
+                                                                        "harvester_version": "v1.5.0"}).name == "harvester"
+
+
+def test_harvester_only_scales_rancher_quotas_unless_marked():
+    assert B.select_backend(quota(name="extra"), namespace(), {"harvester": True}).name == "plain"
+    marked = quota(name="extra", annotations={"harvesterhci.io/migratingUID-abc": '{"limits.cpu":"1"}'})
+    backend = B.select_backend(marked, namespace(), {})
+    assert backend.name == "harvester" and backend.inner.name == "plain"
+
+
+def test_select_aaq_and_note():
+    arq = {"apiVersion": "aaq.kubevirt.io/v1alpha1", "kind": "ApplicationAwareResourceQuota",
+           "metadata": {"name": "arq", "namespace": "tenant-a"}, "spec": {"hard": {"limits.cpu": "3"}}}
+    backend = B.select_backend(arq, namespace(), {"aaq": True})
+    assert backend.name == "aaq" and not backend.writable
+    assert any("AAQ" in note for note in B.select_backend(quota(), namespace(), {"aaq": True}).notes)
+
+
+def test_parse_version():
+    assert B.parse_version("v1.4.2") == (1, 4, 2)
+    assert B.parse_version("1.5.0-rc1") == (1, 5, 0)
+    assert B.parse_version("v1.5") == (1, 5, 0)
+    assert B.parse_version("master") is None
+
+
+# ---------------------------------------------------------------------------
+# plain
+
+def test_plain_reserve_and_restore_exact():
+    backend = B.PlainBackend()
+    q, ns = quota(name="compute"), namespace()
+    ledger, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi", "limits.cpu": "500m"})
+    written = writes["quota"]
+    assert set(writes) == {"quota"}
+    assert written["spec"]["hard"] == {"limits.cpu": "3500m", "limits.memory": "6024Mi", "pods": "10"}
+    assert written["metadata"]["resourceVersion"] == "7"
+    assert L.load(written["metadata"]["annotations"][L.LEDGER_ANNOTATION]) == ledger
+    assert q["spec"]["hard"]["limits.cpu"] == "3"  # input untouched
+    _, writes = step(backend, written, ns, "n1", None, release=True)
+    assert writes["quota"]["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "5000Mi", "pods": "10"}
+    assert L.LEDGER_ANNOTATION not in writes["quota"]["metadata"]["annotations"]
+
+
+def test_plain_followed():
+    backend = B.PlainBackend()
+    ledger, writes = step(backend, quota(name="compute"), namespace(), "n1", {"limits.cpu": "1"})
+    assert backend.followed(writes["quota"], ledger) == (True, [])
+    assert backend.followed(quota(name="compute"), ledger) == (False, ["limits.cpu"])
+
+
+# ---------------------------------------------------------------------------
+# Rancher
+
+def test_rancher_key_mapping():
+    assert B.rancher_key("limits.cpu") == "limitsCpu"
+    assert B.rancher_key("services.nodeports") == "servicesNodePorts"
+    assert B.rancher_key("count/pods") is None
+    assert B.quota_name_for("requestsStorage") == "requests.storage"
+    assert B.rancher_limit(namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})) == {
+        "limits.cpu": "3000m", "limits.memory": "5000Mi"}
+
+
+def test_rancher_durable_values_come_from_the_annotation_then_spec():
+    backend = B.RancherBackend()
+    q = quota(labels=RANCHER_LABELS, hard={"limits.cpu": "3", "limits.memory": "5000Mi", "pods": "10",
+                                           "count/pods": "10"})
+    ns = namespace({B.RANCHER_QUOTA_ANNOTATION: '{"limit": {"limitsCpu": "3000m"}}'})
+    assert backend.durable_hard(q, ns) == {"limits.cpu": "3000m", "limits.memory": "5000Mi", "pods": "10"}
+    restricted = B.RancherBackend(project=PROJECT)
+    assert restricted.durable_hard(q, ns) == {"limits.cpu": "3000m", "limits.memory": "5000Mi"}
+
+
+def test_rancher_reserve_writes_namespace_annotation_and_ledger():
+    backend = B.RancherBackend()
+    q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW, "other": "x"})
+    ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "4015m", "limits.memory": "8940039936"})
+    assert set(writes) == {"namespace"}
+    annotations = writes["namespace"]["metadata"]["annotations"]
+    assert json.loads(annotations[B.RANCHER_QUOTA_ANNOTATION]) == {
+        "limit": {"limitsCpu": "7015m", "limitsMemory": "14182919936"}}
+    assert annotations["other"] == "x"
+    assert L.load(annotations[L.LEDGER_ANNOTATION]).reservations["n1"].delta == {
+        "limits.cpu": "4015m", "limits.memory": "8940039936"}
+    assert writes["namespace"]["metadata"]["resourceVersion"] == "11"
+    # the quota is rebuilt by Rancher; push() is the fallback that writes it directly
+    assert backend.push(q, ledger)["spec"]["hard"]["limits.cpu"] == "7015m"
+
+
+def test_rancher_release_restores_the_original_annotation_byte_for_byte():
+    backend = B.RancherBackend()
+    q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    _, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    annotations = writes["namespace"]["metadata"]["annotations"]
+    assert annotations[B.RANCHER_QUOTA_ANNOTATION] == RANCHER_RAW
+    assert L.LEDGER_ANNOTATION not in annotations
+
+
+def test_rancher_release_removes_an_annotation_that_was_absent():
+    backend = B.RancherBackend()
+    q, ns = quota(labels=RANCHER_LABELS), namespace()
+    _, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi"})
+    assert json.loads(writes["namespace"]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION]) == {
+        "limit": {"limitsMemory": "6024Mi"}}
+    _, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    assert writes["namespace"]["metadata"]["annotations"] == {}
+
+
+def test_rancher_release_keeps_an_admin_change_and_other_keys():
+    backend = B.RancherBackend()
+    q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    edited = writes["namespace"]
+    doc = json.loads(edited["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION])
+    doc["limit"]["limitsCpu"] = "6"          # an administrator raised it in the Rancher UI
+    doc["limit"]["pods"] = "20"              # and set a key kvquota does not manage
+    edited["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = json.dumps(doc)
+    ledger, writes = step(backend, q, edited, "n1", None, release=True)
+    assert json.loads(writes["namespace"]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION]) == {
+        "limit": {"limitsCpu": "6", "limitsMemory": "5000Mi", "pods": "20"}}
+    assert ledger.history[-1]["kind"] == L.ADMIN_CHANGE
+
+
+def test_rancher_revert_is_seen_as_revert():
+    backend = B.RancherBackend()
+    q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    reverted = writes["namespace"]
+    reverted["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = RANCHER_RAW
+    ledger = backend.read_ledger(q, reverted)
+    observed, changes = L.observe(ledger, backend.durable_hard(q, reverted), T0)
+    assert [c["kind"] for c in changes] == [L.REVERTED]
+    assert L.desired_strings(observed)["limits.cpu"] == "4"
+
+
+def test_rancher_ledger_of_another_quota_is_ignored():
+    backend = B.RancherBackend()
+    other = L.dump(L.new_ledger("tenant-a", "someone-else"))
+    assert backend.read_ledger(quota(labels=RANCHER_LABELS), namespace({L.LEDGER_ANNOTATION: other})) is None
+
+
+def test_project_fit_names_the_numbers():
+    mine = namespace({B.RANCHER_PROJECT_ANNOTATION: "c-abc:p-xyz", B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    other = namespace({B.RANCHER_PROJECT_ANNOTATION: "c-abc:p-xyz",
+                       B.RANCHER_QUOTA_ANNOTATION: '{"limit": {"limitsCpu": "5"}}'}, name="tenant-b")
+    defaulted = namespace({B.RANCHER_PROJECT_ANNOTATION: "c-abc:p-xyz"}, name="tenant-c")
+    stranger = namespace({B.RANCHER_PROJECT_ANNOTATION: "c-abc:p-other",
+                          B.RANCHER_QUOTA_ANNOTATION: '{"limit": {"limitsCpu": "50"}}'}, name="tenant-d")
+    everything = [mine, other, defaulted, stranger]
+    ok, problems = B.project_fit(PROJECT, everything, "tenant-a", {"limits.cpu": "3", "limits.memory": "5000Mi"})
+    assert ok and problems == []
+    ok, problems = B.project_fit(PROJECT, everything, "tenant-a", {"limits.cpu": "4015m"})
+    assert not ok
+    assert "c-abc:p-xyz" in problems[0] and "limitsCpu to 10" in problems[0] and "11015m" in problems[0]
+    assert "tenant-b 5" in problems[0] and "tenant-c 2" in problems[0] and "tenant-d" not in problems[0]
+    assert B.project_ref(mine) == ("c-abc", "p-xyz")
+
+
+# ---------------------------------------------------------------------------
+# Harvester
+
+@pytest.mark.parametrize("previous", [None, "false", "true"])
+def test_harvester_opt_out_is_put_back_exactly(previous):
+    annotations = {} if previous is None else {B.HARVESTER_SKIP_ANNOTATION: previous}
+    backend = B.HarvesterBackend(B.RancherBackend())
+    q = quota(labels=RANCHER_LABELS, annotations=annotations)
+    ns = namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    assert ledger.state["harvesterSkip"] == {"present": previous is not None, "value": previous}
+    opted = backend.before_expand(q, ledger)
+    if previous == "true":
+        assert opted is None
+        opted = q
+    assert opted["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] == "true"
+    released, _ = L.release(ledger, "n1", T0)
+    restored = backend.after_release(opted, released)
+    if previous == "true":
+        assert restored is None
+    else:
+        annotations_after = restored["metadata"]["annotations"]
+        assert annotations_after.get(B.HARVESTER_SKIP_ANNOTATION) == previous
+        assert (B.HARVESTER_SKIP_ANNOTATION in annotations_after) == (previous is not None)
+    assert backend.after_release(opted, ledger) is None  # not idle yet: leave it
+
+
+def test_harvester_with_plain_owner_writes_opt_out_with_the_quota():
+    backend = B.HarvesterBackend(B.PlainBackend())
+    q = quota(name="extra", annotations={B.HARVESTER_SKIP_ANNOTATION: "false"})
+    ledger, writes = step(backend, q, namespace(), "n1", {"limits.cpu": "1"})
+    assert writes["quota"]["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] == "true"
+    _, writes = step(backend, writes["quota"], namespace(), "n1", None, release=True)
+    assert writes["quota"]["metadata"]["annotations"] == {B.HARVESTER_SKIP_ANNOTATION: "false"}
+    assert writes["quota"]["spec"]["hard"] == q["spec"]["hard"]
+
+
+def test_harvester_blocks_when_it_is_already_scaling():
+    backend = B.HarvesterBackend(B.RancherBackend())
+    busy = quota(labels=RANCHER_LABELS, annotations={"harvesterhci.io/migratingUID-123": '{"limits.cpu":"1"}'})
+    problems = backend.blockers(busy, namespace(), L.new_ledger("tenant-a", "default-abcde"))
+    assert problems and "migratingUID-123" in problems[0]
+    busy["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] = "true"
+    assert backend.blockers(busy, namespace(), L.new_ledger("tenant-a", "default-abcde")) == []
+
+
+# ---------------------------------------------------------------------------
+# property: any reserve/release sequence through Rancher ends at the original namespace
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([None, RANCHER_RAW, '{"limit":{"limitsCpu":"3"},"extra":1}']),
+       st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["1", "250m"]),
+                          st.sampled_from(["1Gi", "100Mi"])), max_size=6))
+def test_rancher_round_trip_restores_namespace(raw, reservations):
+    backend = B.RancherBackend()
+    q = quota(labels=RANCHER_LABELS)
+    ns = namespace({} if raw is None else {B.RANCHER_QUOTA_ANNOTATION: raw})
+    original = json.loads(json.dumps(ns))
+    current = ns
+    held = []
+    for rid, cpu, mem in reservations:
+        if rid in held:
+            continue
+        _, writes = step(backend, q, current, rid, {"limits.cpu": cpu, "limits.memory": mem})
+        current = writes["namespace"]
+        held.append(rid)
+    for rid in held:
+        _, writes = step(backend, q, current, rid, None, release=True)
+        current = writes["namespace"]
+    assert current["metadata"]["annotations"] == original["metadata"]["annotations"]

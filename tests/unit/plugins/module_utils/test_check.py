@@ -1,0 +1,671 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kvquota_check's planning: batches, verdicts, blockers and fixes, from inventory snapshots.
+
+The snapshots are plain dicts shaped like API JSON (what inventory.read_inventory returns);
+nothing here talks to an API server.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import datetime
+import json
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ForbiddenError,
+    InputError,
+    NotFoundError,
+)
+
+Mi = 1024 ** 2
+Gi = 1024 ** 3
+NOW = "2025-01-31T12:00:00Z"
+
+
+# ---------------------------------------------------------------------------
+# plan_batches
+
+def vms_on(node, count, namespace="ns"):
+    return [{"namespace": namespace, "name": "%s-%d" % (node, i), "node": node} for i in range(count)]
+
+
+def test_batches_respect_kubevirt_limits():
+    vms = vms_on("n1", 5) + vms_on("n2", 3) + vms_on("n3", 1)
+    batches = c.plan_batches(vms, parallel_per_cluster=5, parallel_outbound_per_node=2)
+    assert [[vm["name"] for vm in b] for b in batches] == [
+        ["n1-0", "n1-1", "n2-0", "n2-1", "n3-0"],
+        ["n1-2", "n1-3", "n2-2"],
+        ["n1-4"],
+    ]
+
+
+def test_single_node_drain_runs_two_at_a_time():
+    batches = c.plan_batches(vms_on("worker-1", 5), 5, 2)
+    assert [len(b) for b in batches] == [2, 2, 1]
+
+
+def test_per_namespace_cap():
+    vms = vms_on("n1", 2, "a") + vms_on("n2", 2, "a") + vms_on("n3", 2, "b")
+    batches = c.plan_batches(vms, 10, 2, per_namespace_cap=1)
+    assert [[(vm["namespace"], vm["node"]) for vm in b] for b in batches] == [
+        [("a", "n1"), ("b", "n3")], [("a", "n1"), ("b", "n3")], [("a", "n2")], [("a", "n2")]]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"parallel_per_cluster": 0}, {"parallel_outbound_per_node": -1}, {"per_namespace_cap": "x"},
+    {"parallel_per_cluster": True}, {"parallel_per_cluster": 1.5}])
+def test_bad_batch_limits(kwargs):
+    with pytest.raises(InputError):
+        c.plan_batches(vms_on("n1", 2), **kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3", "n4"]), st.sampled_from(["a", "b", "c"])),
+                     max_size=40),
+       per_cluster=st.integers(1, 6), per_node=st.integers(1, 3), cap=st.one_of(st.none(), st.integers(1, 3)))
+def test_batches_property(spec, per_cluster, per_node, cap):
+    vms = [{"namespace": ns, "name": "vm%d" % i, "node": node} for i, (node, ns) in enumerate(spec)]
+    batches = c.plan_batches(vms, per_cluster, per_node, cap)
+    flat = [vm for b in batches for vm in b]
+    assert sorted(vm["name"] for vm in flat) == sorted(vm["name"] for vm in vms)  # every VM exactly once
+    for batch in batches:
+        assert 1 <= len(batch) <= per_cluster
+        for node in set(vm["node"] for vm in batch):
+            assert sum(1 for vm in batch if vm["node"] == node) <= per_node
+        if cap:
+            for ns in set(vm["namespace"] for vm in batch):
+                assert sum(1 for vm in batch if vm["namespace"] == ns) <= cap
+    # VMs of one node (and namespace, when capped) keep their order across batches
+    for node, ns in set((vm["node"], vm["namespace"]) for vm in vms):
+        same = lambda vm: vm["node"] == node and (cap is None or vm["namespace"] == ns)  # noqa: E731
+        assert [vm["name"] for vm in flat if same(vm)] == [vm["name"] for vm in vms if same(vm)]
+
+
+# ---------------------------------------------------------------------------
+# ledger findings
+
+def _seconds(text):
+    return lg.parse_time(text)
+
+
+def _quota_with_reservations(*reservations, **kw):
+    book = lg.new_ledger("tenant-a", "compute")
+    current = {"limits.memory": "5000Mi", "limits.cpu": "8"}
+    for rid, created, ttl, refs in reservations:
+        book, _ = lg.reserve(book, rid, {"limits.memory": "1Gi"}, current, _seconds(created), owner="job-1",
+                             reason="drain", ttl_seconds=ttl, refs=refs)
+    quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
+                          "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}},
+             "spec": {"hard": {"limits.memory": "6024Mi", "limits.cpu": "8"}}, "status": {}}
+    quota["metadata"].update(kw)
+    return quota
+
+
+def test_expired_active_and_orphaned_reservations():
+    quota = _quota_with_reservations(
+        ("old", "2025-01-31T09:00:00Z", 3600, None),
+        ("live", "2025-01-31T11:30:00Z", 3600, None),
+        ("done", "2025-01-31T10:00:00Z", 86400, {"migrations": ["m1"], "sourcePods": ["virt-launcher-a"]}),
+        ("busy", "2025-01-31T10:00:00Z", 86400, {"migrations": ["m2"]}),
+    )
+    vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
+             {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
+    blockers, warnings = c.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
+                                           c.parse_time(NOW), vmims, [])
+    assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
+        ("expired_reservation", "old"), ("orphaned_reservation", "done")]
+    assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
+        ("active_reservation", "busy"), ("active_reservation", "live")]
+    expired = [b for b in blockers if b["reservation"] == "old"][0]
+    assert "expired at 2025-01-31T10:00:00Z (owner job-1)" in expired["message"]
+    assert "kvquota_release" in expired["fix"]
+
+
+def test_finished_but_recent_reservation_is_not_orphaned():
+    quota = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW), [], [])
+    assert blockers == [] and [w["kind"] for w in warnings] == ["active_reservation"]
+
+
+def test_unreadable_ledger_and_namespace_ledger_for_missing_quota():
+    quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
+                          "annotations": {lg.LEDGER_ANNOTATION: "{not json"}}, "spec": {"hard": {}}}
+    blockers, _ = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
+    book, _ = lg.reserve(lg.new_ledger("tenant-a", "gone-quota"), "r1", {"limits.cpu": "1"}, {"limits.cpu": "4"},
+                         _seconds(NOW), ttl_seconds=60)
+    ns = {"metadata": {"name": "tenant-a", "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}}}
+    blockers, _ = c.ledger_findings("tenant-a", ns, [], c.parse_time(NOW))
+    assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
+    assert "gone-quota, which does not exist" in blockers[0]["message"]
+
+
+def test_parse_time():
+    assert c.parse_time("2025-01-31T12:00:00Z") == datetime.datetime(2025, 1, 31, 12, tzinfo=c._UTC)
+    assert c.parse_time("2025-01-31T14:00:00.5+02:00") == datetime.datetime(2025, 1, 31, 12, 0, 0, 500000,
+                                                                             tzinfo=c._UTC)
+    with pytest.raises(InputError):
+        c.parse_time("yesterday")
+
+
+# ---------------------------------------------------------------------------
+# inventory: few list calls, pagination, optional kinds
+
+class FakeCluster(object):
+    """Stands in for cluster.Cluster (its documented contract): list calls answer pages of raw JSON."""
+
+    def __init__(self, objects, page_size_seen=None, missing=(), forbidden=()):
+        self.objects = objects
+        self.request_count = 0
+        self.calls = []
+        self.missing = set(missing)
+        self.forbidden = set(forbidden)
+        self.core = _Api(self, "core")
+        self.custom = _Api(self, "custom")
+
+    def call(self, fn, *args, **kwargs):
+        what = kwargs.pop("what", "")
+        self.request_count += 1
+        self.calls.append((fn.__name__, args, dict(kwargs), what))
+        return fn(*args, **kwargs)
+
+
+class _Api(object):
+    def __init__(self, cluster, kind):
+        self._cluster = cluster
+        self._kind = kind
+
+    def __getattr__(self, name):
+        cluster = self._cluster
+
+        def method(*args, **kwargs):
+            if name.startswith("list_cluster_custom_object") or name.startswith("list_namespaced_custom_object"):
+                plural = args[-1]
+                if plural in cluster.missing:
+                    raise NotFoundError("the server could not find the requested resource")
+                if plural in cluster.forbidden:
+                    raise ForbiddenError("forbidden")
+                items = cluster.objects.get(plural, [])
+                if name.startswith("list_namespaced"):
+                    items = [i for i in items if i["metadata"].get("namespace") == args[2]]
+            else:
+                kind = {"list_node": "nodes", "list_namespace": "namespaces",
+                        "list_resource_quota_for_all_namespaces": "resourcequotas",
+                        "list_namespaced_resource_quota": "resourcequotas",
+                        "list_pod_for_all_namespaces": "pods", "list_namespaced_pod": "pods"}[name]
+                items = cluster.objects.get(kind, [])
+                if name.startswith("list_namespaced"):
+                    items = [i for i in items if i["metadata"].get("namespace") == args[0]]
+            items = _select(items, kwargs.get("label_selector"), kwargs.get("field_selector"))
+            start = int(kwargs.get("_continue") or 0)
+            limit = kwargs.get("limit") or len(items)
+            page = items[start:start + limit]
+            meta = {}
+            if start + limit < len(items):
+                meta["continue"] = str(start + limit)
+            assert kwargs.get("_preload_content") is False
+            return _Raw(json.dumps({"items": page, "metadata": meta}).encode())
+        method.__name__ = name
+        return method
+
+
+class _Raw(object):
+    def __init__(self, data):
+        self.data = data
+
+
+def _select(items, labels, fields):
+    result = []
+    for item in items:
+        ok = True
+        if fields:
+            key, value = fields.split("=")
+            if key == "metadata.name":
+                ok = item["metadata"]["name"] == value
+            elif key == "spec.nodeName":
+                ok = item.get("spec", {}).get("nodeName") == value
+        if labels and ok:
+            if " in (" in labels:
+                key, values = labels.split(" in (")
+                ok = item["metadata"].get("labels", {}).get(key) in values.rstrip(")").split(",")
+            else:
+                key, value = labels.split("=")
+                ok = item["metadata"].get("labels", {}).get(key) == value
+        if ok:
+            result.append(item)
+    return result
+
+
+def _objects(namespaces=4, vms_per_ns=3, nodes=3):
+    objs = {"nodes": [{"metadata": {"name": "n%d" % i}} for i in range(nodes)],
+            "namespaces": [{"metadata": {"name": "t%d" % i}} for i in range(namespaces)],
+            "resourcequotas": [], "pods": [], "virtualmachineinstances": [],
+            "virtualmachineinstancemigrations": [], "kubevirts": [{"metadata": {"name": "kubevirt",
+                                                                               "namespace": "kubevirt"}}]}
+    k = 0
+    for i in range(namespaces):
+        ns = "t%d" % i
+        objs["resourcequotas"].append({"metadata": {"name": "q", "namespace": ns},
+                                       "spec": {"hard": {"limits.cpu": "10"}}})
+        for j in range(vms_per_ns):
+            node = "n%d" % (k % nodes)
+            k += 1
+            objs["virtualmachineinstances"].append({
+                "metadata": {"name": "vm%d" % j, "namespace": ns, "uid": "%s-%d" % (ns, j),
+                             "labels": {"kubevirt.io/nodeName": node}},
+                "status": {"phase": "Running", "nodeName": node}})
+            objs["pods"].append({"metadata": {"name": "virt-launcher-vm%d" % j, "namespace": ns,
+                                              "labels": {"kubevirt.io": "virt-launcher",
+                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j)}},
+                                 "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+    return objs
+
+
+def test_inventory_call_count_does_not_grow_with_objects():
+    small = FakeCluster(_objects(2, 2), missing=["settings", "applicationawareresourcequotas"])
+    big = FakeCluster(_objects(40, 10), missing=["settings", "applicationawareresourcequotas"])
+    snap_small = inv.read_inventory(small, None, {"page_size": 1000})
+    snap_big = inv.read_inventory(big, None, {"page_size": 1000})
+    assert small.request_count == big.request_count == snap_big["requests"] == 9
+    assert sum(len(v) for v in snap_big["vmis"].values()) == 400
+    assert snap_big["harvester_settings"] is None and snap_big["aaq_quotas"] is None
+
+
+def test_inventory_follows_pages():
+    cluster = FakeCluster(_objects(10, 10), missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, None, {"page_size": 30})
+    assert sum(len(v) for v in snap["vmis"].values()) == 100
+    assert sum(len(v) for v in snap["pods"].values()) == 100
+    pages = [call for call in cluster.calls if call[3] == "list VirtualMachineInstances"]
+    assert len(pages) == 4 and pages[1][2]["_continue"] == "30"
+
+
+def test_inventory_node_scope_uses_selectors():
+    cluster = FakeCluster(_objects(6, 3, nodes=3), missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
+    calls = dict((call[3], call[2]) for call in cluster.calls)
+    assert calls["list nodes"]["field_selector"] == "metadata.name=n1"
+    assert calls["list VirtualMachineInstances"]["label_selector"] == "kubevirt.io/nodeName in (n1)"
+    assert calls["list virt-launcher pods"] == dict(calls["list virt-launcher pods"],
+                                                    label_selector="kubevirt.io=virt-launcher",
+                                                    field_selector="spec.nodeName=n1")
+    nodes = set(v["status"]["nodeName"] for items in snap["vmis"].values() for v in items)
+    assert nodes == {"n1"}
+    assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
+
+
+def test_inventory_unknown_names():
+    cluster = FakeCluster(_objects(2, 1), missing=["settings", "applicationawareresourcequotas"])
+    with pytest.raises(NotFoundError) as info:
+        inv.read_inventory(cluster, {"nodes": ["n9"]})
+    assert "node 'n9' not found" in str(info.value) and "kubectl get nodes" in str(info.value)
+    with pytest.raises(NotFoundError) as info:
+        inv.read_inventory(cluster, {"namespaces": ["t0", "nope"]})
+    assert "namespace 'nope' not found" in str(info.value)
+    with pytest.raises(InputError):
+        inv.read_inventory(cluster, {"racks": ["r1"]})
+
+
+def test_inventory_optional_kinds():
+    objs = _objects(1, 1)
+    objs["settings"] = [{"metadata": {"name": "additional-guest-memory-overhead-ratio"}, "value": "1.5"}]
+    cluster = FakeCluster(objs, forbidden=["applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"namespaces": ["t0"]})
+    assert snap["harvester_settings"]["additional-guest-memory-overhead-ratio"]["value"] == "1.5"
+    assert snap["aaq_quotas"] is None
+    assert any("ApplicationAwareResourceQuotas: not readable" in n for n in snap["notes"])
+    # Harvester settings decide the overhead ratio: forbidden is an error, not a guess
+    cluster = FakeCluster(objs, forbidden=["settings"])
+    with pytest.raises(ForbiddenError):
+        inv.read_inventory(cluster, {"namespaces": ["t0"]})
+
+
+def test_scope_normalisation():
+    assert inv.normalize_scope(None) == {"nodes": [], "namespaces": []}
+    assert inv.normalize_scope({"node": "w1", "nodes": ["w2", "w1"]}) == {"nodes": ["w1", "w2"], "namespaces": []}
+    assert inv.normalize_scope({"namespaces": "a, b"}) == {"nodes": [], "namespaces": ["a", "b"]}
+    with pytest.raises(InputError):
+        inv.normalize_scope(["w1"])
+    with pytest.raises(InputError):
+        inv.normalize_scope({"nodes": [""]})
+
+
+# ---------------------------------------------------------------------------
+# evaluate(): whole reports from snapshots
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
+    format_resource_list,
+)
+
+
+def kubevirt_cr(version="v1.3.1", ratio="1.5", per_cluster=5, per_node=2):
+    configuration = {"migrations": {"parallelMigrationsPerCluster": per_cluster,
+                                    "parallelOutboundMigrationsPerNode": per_node}}
+    if ratio is not None:
+        configuration["additionalGuestMemoryOverheadRatio"] = ratio
+    return {"metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": {"configuration": configuration},
+            "status": {"observedKubeVirtVersion": version}}
+
+
+def make_vmi(name, namespace, node="worker-1", cpu=2, memory="4Gi", migratable=True, priority_class=None,
+             phase="Running"):
+    spec = {"domain": {"cpu": {"cores": cpu},
+                       "resources": {"limits": {"cpu": str(cpu), "memory": memory},
+                                     "requests": {"cpu": "200m", "memory": memory}},
+                       "devices": {}}}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    status = {"phase": phase, "nodeName": node,
+              "conditions": [{"type": "Ready", "status": "True"},
+                             {"type": "LiveMigratable", "status": "True" if migratable else "False",
+                              "reason": None if migratable else "DisksNotLiveMigratable",
+                              "message": None if migratable else "cannot migrate VMI: PVC rootdisk is not shared, "
+                                                                 "live migration requires that all PVCs must be "
+                                                                 "shared (using ReadWriteMany access mode)"}]}
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-%s-%s" % (namespace, name),
+                         "labels": {"kubevirt.io/nodeName": node}},
+            "spec": spec, "status": status}
+
+
+def launcher_manifest(vmi, config, tracks, name=None):
+    """The source pod as the API would show it, rendered with config (the config it was started with)."""
+    pod = sizing.launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
+
+    def container(c):
+        return {"name": c.name, "resources": {"requests": format_resource_list(c.requests),
+                                              "limits": format_resource_list(c.limits)}}
+    spec = {"nodeName": vmi["status"]["nodeName"], "containers": [container(c) for c in pod.containers],
+            "initContainers": [container(c) for c in pod.init_containers]}
+    if vmi["spec"].get("priorityClassName"):
+        spec["priorityClassName"] = vmi["spec"]["priorityClassName"]
+    return {"metadata": {"name": name or "virt-launcher-%s-abcde" % vmi["metadata"]["name"],
+                         "namespace": vmi["metadata"]["namespace"],
+                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"]}},
+            "spec": spec, "status": {"phase": "Running"}}
+
+
+def make_quota(name, namespace, hard, used=None, **extra):
+    obj = {"apiVersion": "v1", "kind": "ResourceQuota",
+           "metadata": {"name": name, "namespace": namespace, "labels": extra.pop("labels", {}),
+                        "annotations": extra.pop("annotations", {})},
+           "spec": dict({"hard": dict(hard)}, **extra), "status": {"hard": dict(hard), "used": dict(used or {})}}
+    return obj
+
+
+def snapshot(namespaces, kv=None, source_config=None, **extra):
+    """A snapshot like read_inventory's. namespaces: {name: (quotas, vmis)}; used is computed from the
+    source pods (rendered with source_config, default: the cluster's config) unless a quota sets it."""
+    kv = kv or kubevirt_cr()
+    config = source_config or sizing.config_from_cluster(kv)
+    snap = {"scope": {"nodes": [], "namespaces": []}, "nodes": {}, "namespaces": {}, "quotas": {}, "pods": {},
+            "vmis": {}, "vmims": {}, "kubevirt": kv, "harvester_settings": None, "aaq_quotas": None,
+            "priority_classes": None, "rancher_projects": None, "notes": [], "requests": 0}
+    for ns, (quotas, vmis) in namespaces.items():
+        snap["namespaces"][ns] = {"metadata": {"name": ns, "labels": {}, "annotations": {}}}
+        tracks = q.namespace_tracked_names(quotas)
+        pods = [launcher_manifest(v, config, tracks) for v in vmis if v["status"]["phase"] == "Running"]
+        for quota in quotas:
+            if not quota["status"]["used"]:
+                usage = q.total(q.charged_part(quota, q.pod_usage(p), q.facts_of_pod(p)) for p in pods)
+                shown = dict((n, q.show(usage.get(n, 0), n)) for n in quota["spec"]["hard"])
+                quota["status"]["used"] = shown
+        snap["quotas"][ns] = quotas
+        snap["vmis"][ns] = vmis
+        snap["pods"][ns] = pods
+    snap.update(extra)
+    return snap
+
+
+def test_pod_usage_agrees_with_sizing_charge():
+    config = sizing.config_from_cluster(kubevirt_cr())
+    vmi = make_vmi("vm1", "t")
+    for tracks in (set(), {"limits.memory", "limits.cpu"}):
+        pod = sizing.launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
+        assert q.pod_usage(launcher_manifest(vmi, config, tracks)) == pod.charge
+
+
+def test_scenario_a_needs_a_reservation():
+    hard = {"limits.memory": "5000Mi", "limits.cpu": "6", "requests.cpu": "4", "pods": "10"}
+    snap = snapshot({"a-tenant": ([make_quota("a-tenant-quota", "a-tenant", hard)], [make_vmi("a-vm-1", "a-tenant")])})
+    report = c.evaluate(snap, {"now": NOW})
+    json.dumps(report)  # module results must be JSON
+    assert report["verdict"] == "needs_reservation"
+    ns = report["namespaces"]["a-tenant"]
+    assert ns["verdict"] == "needs_reservation" and ns["blockers"] == []
+    (quota,) = ns["quotas"]
+    used = q.parse_quantity(quota["used"]["limits.memory"])
+    charge = q.parse_quantity(ns["vms"][0]["charge"]["limits.memory"])
+    assert charge == 4760765905  # 4Gi + overhead at ratio 1.5 + console-log 60M (v1.3.1)
+    assert q.parse_quantity(quota["needed"]["limits.memory"]) == used + charge - 5000 * Mi
+    assert set(quota["needed"]) == {"limits.memory"}  # cpu and pods have room
+    (fix,) = ns["fixes"]
+    assert fix["resource"] == "limits.memory" and not fix["permanent"]
+    assert fix["text"].startswith("raise limits.memory of quota a-tenant/a-tenant-quota to %s for the maintenance "
+                                  "window" % fix["suggested"])
+    assert q.parse_quantity(fix["suggested"]) >= used + charge
+    assert report["batches"] == [{"index": 0, "vms": ["a-tenant/a-vm-1"], "nodes": ["worker-1"]}]
+    assert report["summary"]["needs_reservation"] == 1 and report["summary"]["migrating_vms"] == 1
+    assert report["kubevirt"]["overhead_ratio"] == "1.5"
+
+
+def test_plenty_of_room_is_ok_and_non_matching_quotas_are_listed():
+    quotas = [make_quota("big", "t", {"limits.memory": "100Gi", "limits.cpu": "100"}),
+              make_quota("best-effort", "t", {"pods": "1"}, scopes=["BestEffort"]),
+              make_quota("objects", "t", {"services": "2"})]
+    snap = snapshot({"t": (quotas, [make_vmi("vm1", "t"), make_vmi("vm2", "t", phase="Succeeded")])})
+    report = c.evaluate(snap, {"now": NOW})
+    ns = report["namespaces"]["t"]
+    assert report["verdict"] == ns["verdict"] == "ok"
+    assert [x["name"] for x in ns["quotas"]] == ["big"]
+    assert ns["quotas_not_matching"] == [
+        {"name": "best-effort", "reason": "scope BestEffort does not match a virt-launcher pod"},
+        {"name": "objects", "reason": "limits no pod resource"}]
+    assert ns["not_running"] == [{"namespace": "t", "name": "vm2", "phase": "Succeeded"}]
+
+
+def test_ratio_increase_makes_usage_exceed_hard_after_migration():
+    # the VMs started at ratio 1; the cluster now says 2.0: every target pod is larger than its source
+    kv = kubevirt_cr(ratio="2.0")
+    old = sizing.config_from_cluster(kubevirt_cr(ratio="1"))
+    vmis = [make_vmi("vm%d" % i, "t", node="worker-%d" % i) for i in range(3)]
+    tracks = {"limits.memory"}
+    source_total = q.total(q.pod_usage(launcher_manifest(v, old, tracks)) for v in vmis)["limits.memory"]
+    hard = {"limits.memory": q.show(q.suggested_value("limits.memory", source_total + 100 * Mi), "limits.memory")}
+    snap = snapshot({"t": ([make_quota("compute", "t", hard)], vmis)}, kv=kv, source_config=old)
+    report = c.evaluate(snap, {"now": NOW})
+    ns = report["namespaces"]["t"]
+    (quota,) = ns["quotas"]
+    assert quota["over_hard"] == {}
+    assert q.parse_quantity(quota["over_after"]["limits.memory"]) > 0
+    assert ns["verdict"] == "blocked"
+    kinds = [b["kind"] for b in ns["blockers"]]
+    assert kinds == ["usage_above_hard"]
+    permanent = [f for f in ns["fixes"] if f["permanent"]]
+    assert permanent and "after the migrations usage will be" in permanent[0]["text"]
+    assert q.parse_quantity(permanent[0]["suggested"]) >= q.parse_quantity(quota["used_after"]["limits.memory"])
+    growth = q.parse_quantity(ns["vms"][0]["growth"]["limits.memory"])
+    assert growth > 0
+
+
+def test_usage_already_above_hard_blocks():
+    hard = {"limits.memory": "4Gi"}
+    snap = snapshot({"t": ([make_quota("compute", "t", hard)], [make_vmi("vm1", "t")])})
+    report = c.evaluate(snap, {"now": NOW})
+    ns = report["namespaces"]["t"]
+    assert ns["verdict"] == "blocked"
+    assert ns["quotas"][0]["over_hard"]
+    assert ns["blockers"][0]["kind"] == "usage_above_hard"
+    assert "is above hard 4Gi" in ns["blockers"][0]["message"]
+
+
+def test_not_live_migratable_by_policy():
+    quotas = [make_quota("big", "t", {"limits.memory": "100Gi"})]
+    vmis = [make_vmi("vm1", "t"), make_vmi("stuck", "t", migratable=False)]
+    report = c.evaluate(snapshot({"t": (quotas, vmis)}), {"now": NOW})
+    ns = report["namespaces"]["t"]
+    assert ns["verdict"] == "blocked"
+    (blocker,) = ns["blockers"]
+    assert blocker["kind"] == "not_live_migratable" and blocker["vm"] == "stuck"
+    assert "ReadWriteMany" in blocker["message"]
+    assert report["batches"][0]["vms"] == ["t/vm1"]  # never scheduled
+    skipped = c.evaluate(snapshot({"t": (quotas, vmis)}), {"now": NOW, "non_migratable": "skip"})
+    assert skipped["verdict"] == "ok"
+    assert [w["kind"] for w in skipped["namespaces"]["t"]["warnings"]] == ["not_live_migratable"]
+    with pytest.raises(InputError):
+        c.evaluate(snapshot({"t": (quotas, vmis)}), {"non_migratable": "pray"})
+
+
+def test_pending_migration_rejected_by_quota_blocks():
+    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"})]
+    snap = snapshot({"t": (quotas, [make_vmi("vm1", "t")])})
+    message = ('failed to create vmi migration target pod: pods "virt-launcher-vm1-x" is forbidden: exceeded quota: '
+               'compute, requested: limits.memory=4760765905, used: limits.memory=104857600000, '
+               'limited: limits.memory=100Gi')
+    snap["vmims"]["t"] = [
+        {"metadata": {"name": "vm1-migration", "namespace": "t"}, "spec": {"vmiName": "vm1"},
+         "status": {"phase": "Pending", "conditions": [
+             {"type": "migrationRejectedByResourceQuota", "status": "True", "message": message}]}},
+        {"metadata": {"name": "old", "namespace": "t"}, "spec": {"vmiName": "vm1"},
+         "status": {"phase": "Succeeded", "conditions": [
+             {"type": "migrationRejectedByResourceQuota", "status": "True", "message": message}]}},
+        {"metadata": {"name": "running", "namespace": "t"}, "spec": {"vmiName": "vm2"},
+         "status": {"phase": "Running"}},
+    ]
+    report = c.evaluate(snap, {"now": NOW})
+    ns = report["namespaces"]["t"]
+    (blocker,) = ns["blockers"]
+    assert blocker["kind"] == "migration_rejected_by_quota" and blocker["migration"] == "vm1-migration"
+    short = 4760765905 + 104857600000 - 100 * Gi
+    assert blocker["shortfall"] == {"compute": {"limits.memory": q.show(short, "limits.memory")}}
+    assert "compute limits.memory short by" in blocker["message"]
+    assert [w["kind"] for w in ns["warnings"]] == ["migration_in_progress"]
+
+
+def test_priority_class_scoped_quotas():
+    quotas = [make_quota("gold", "t", {"limits.memory": "1Gi"},
+                         scopeSelector={"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In",
+                                                              "values": ["gold"]}]}),
+              make_quota("all", "t", {"limits.memory": "100Gi"})]
+    vmis = [make_vmi("plain", "t"), make_vmi("premium", "t", priority_class="gold")]
+    # the gold quota is over-full for the premium VM only; used counts only premium's pod
+    report = c.evaluate(snapshot({"t": (quotas, vmis)}), {"now": NOW})
+    ns = report["namespaces"]["t"]
+    by_name = dict((x["name"], x) for x in ns["quotas"])
+    assert [b["vms"] for b in by_name["gold"]["batches"]] == [["premium"]]
+    assert len(by_name["all"]["batches"][0]["vms"]) == 2
+    # a globalDefault PriorityClass applies to VMs without one
+    snap = snapshot({"t": (copy.deepcopy(quotas), [make_vmi("plain", "t")])},
+                    priority_classes=[{"metadata": {"name": "gold"}, "globalDefault": True, "value": 10}])
+    for pod in snap["pods"]["t"]:
+        pod["spec"].pop("priorityClassName", None)
+    report = c.evaluate(snap, {"now": NOW})
+    assert [x["name"] for x in report["namespaces"]["t"]["quotas"]] == ["all", "gold"]
+
+
+def test_batches_split_headroom_per_batch():
+    vmis = [make_vmi("vm%d" % i, "t", cpu=1, memory="1Gi") for i in range(5)]
+    tracks = {"limits.memory"}
+    config = sizing.config_from_cluster(kubevirt_cr())
+    used = q.total(q.pod_usage(launcher_manifest(v, config, tracks)) for v in vmis)["limits.memory"]
+    quota = make_quota("compute", "t", {"limits.memory": q.show(used, "limits.memory", "DecimalSI")})
+    report = c.evaluate(snapshot({"t": ([quota], vmis)}), {"now": NOW})
+    (plan,) = report["namespaces"]["t"]["quotas"]
+    assert [len(b["vms"]) for b in plan["batches"]] == [2, 2, 1]  # 2 outbound per node
+    one = q.parse_quantity(report["namespaces"]["t"]["vms"][0]["charge"]["limits.memory"])
+    assert q.parse_quantity(plan["needed"]["limits.memory"]) == 2 * one
+    assert q.parse_quantity(plan["needed_all_at_once"]["limits.memory"]) == 5 * one
+    capped = c.evaluate(snapshot({"t": ([copy.deepcopy(quota)], vmis)}), {"now": NOW, "per_namespace_cap": 1})
+    assert q.parse_quantity(capped["namespaces"]["t"]["quotas"][0]["needed"]["limits.memory"]) == one
+    assert capped["kubevirt"]["per_namespace_cap"] == 1
+
+
+def test_harvester_and_aaq_are_reported_and_ratio_comes_from_harvester():
+    kv = kubevirt_cr(ratio=None)
+    settings_ = {"additional-guest-memory-overhead-ratio": {"metadata": {"name": "additional-guest-memory-overhead-"
+                                                                                 "ratio"},
+                                                          "default": "1.5", "value": ""},
+                 "server-version": {"metadata": {"name": "server-version"}, "value": "v1.4.2"}}
+    quota = make_quota("default-abcde", "t", {"limits.memory": "100Gi", "limits.cpu": "100"},
+                       labels={"resourcequota.management.cattle.io/default-resource-quota": "true"})
+    snap = snapshot({"t": ([quota], [make_vmi("vm1", "t")])}, kv=kv,
+                    harvester_settings=settings_, aaq_quotas={"t": [{"metadata": {"name": "arq"}}]})
+    report = c.evaluate(snap, {"now": NOW})
+    assert report["kubevirt"]["overhead_ratio"] == "1.5"
+    kinds = [w["kind"] for w in report["warnings"]]
+    assert "harvester_present" in kinds and "aaq_present" in kinds
+    (plan,) = report["namespaces"]["t"]["quotas"]
+    assert plan["owner"] == "rancher" and plan["backend"]["backend"] == "harvester"
+    assert report["verdict"] == "ok"
+
+
+def test_rancher_project_limit_too_small():
+    project = {"metadata": {"name": "p-abc", "namespace": "c-xyz"},
+               "spec": {"displayName": "tenants", "resourceQuota": {"limit": {"limitsMemory": "12000Mi"}},
+                        "namespaceDefaultResourceQuota": {"limit": {"limitsMemory": "5000Mi"}}}}
+    labels = {"resourcequota.management.cattle.io/default-resource-quota": "true"}
+    namespaces = {}
+    for ns in ("r1", "r2"):
+        namespaces[ns] = ([make_quota("default-" + ns, ns, {"limits.memory": "5000Mi"}, labels=labels)],
+                          [make_vmi("vm", ns, node="worker-" + ns)])
+    snap = snapshot(namespaces, rancher_projects=[project])
+    for ns in ("r1", "r2"):
+        snap["namespaces"][ns]["metadata"]["annotations"] = {
+            "field.cattle.io/projectId": "c-xyz:p-abc",
+            "field.cattle.io/resourceQuota": json.dumps({"limit": {"limitsMemory": "5000Mi"}})}
+    report = c.evaluate(snap, {"now": NOW})
+    kinds = [b["kind"] for b in report["blockers"]]
+    assert kinds == ["rancher_project_limit"]
+    assert "c-xyz:p-abc" in report["blockers"][0]["message"]
+    assert report["verdict"] == "blocked"
+    fix = report["namespaces"]["r1"]["fixes"][0]
+    assert fix["rancher_key"] == "limitsMemory" and "field.cattle.io/resourceQuota" in fix["text"]
+    # with room in the project, no blocker
+    project["spec"]["resourceQuota"]["limit"]["limitsMemory"] = "40Gi"
+    report = c.evaluate(snap, {"now": NOW})
+    assert report["blockers"] == [] and report["verdict"] == "needs_reservation"
+
+
+def test_expired_reservation_blocks_the_namespace():
+    quota = _quota_with_reservations(("old", "2025-01-31T09:00:00Z", 3600, None))
+    quota["metadata"]["namespace"] = "tenant-a"
+    quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {}}
+    quota["spec"]["hard"] = {"limits.memory": "100Gi"}
+    quota["status"]["hard"] = {"limits.memory": "100Gi"}
+    snap = snapshot({"tenant-a": ([quota], [make_vmi("vm1", "tenant-a")])})
+    report = c.evaluate(snap, {"now": NOW})
+    ns = report["namespaces"]["tenant-a"]
+    assert [b["kind"] for b in ns["blockers"]] == ["expired_reservation"]
+    assert report["verdict"] == "blocked"
+
+
+def test_node_scope_report_and_check_entry_point():
+    objs = _objects(3, 2, nodes=2)
+    objs["kubevirts"] = [kubevirt_cr()]
+    config = sizing.config_from_cluster(kubevirt_cr())
+    for vmi in objs["virtualmachineinstances"]:
+        vmi["spec"] = make_vmi("x", "y")["spec"]
+        vmi["status"]["conditions"] = [{"type": "LiveMigratable", "status": "True"}]
+    objs["pods"] = [launcher_manifest(v, config, {"limits.cpu"}, name="virt-launcher-" + v["metadata"]["name"])
+                    for v in objs["virtualmachineinstances"]]
+    for quota in objs["resourcequotas"]:
+        quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {"limits.cpu": "4030m"}}
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    report = c.check(cluster, {"nodes": ["n0"]}, {"now": NOW})
+    json.dumps(report)
+    assert report["requests"] == cluster.request_count == 9
+    assert all(vm["node"] == "n0" for ns in report["namespaces"].values() for vm in ns["vms"])
+    assert report["summary"]["vms"] == 3
+    assert report["verdict"] == "ok"
