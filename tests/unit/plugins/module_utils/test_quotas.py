@@ -436,7 +436,7 @@ def test_planned_headroom_covers_every_vm(used, hard, charges, cut):
     # every VM's own charge is covered inside its batch
     for key, charge in plan["charges"].items():
         index = [i for i, b in enumerate(batches) if key in b][0]
-        batch = plan["batches"][index]
+        (batch,) = [b for b in plan["batches"] if b["index"] == index]
         for name, value in charge.items():
             assert batch["charge"][name] >= value
 
