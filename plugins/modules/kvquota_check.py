@@ -17,7 +17,7 @@ description:
     ResourceQuota that matches a virt-launcher pod, the target-pod size of every VM that would migrate
     (sized as the running KubeVirt version renders it, with the cluster's current overhead ratio), the
     headroom needed per migration batch and in total, and current used and hard.
-  - Reports blockers, each with the change that fixes it: usage already above hard (for example after an
+  - Reports blockers, each with the change that fixes it. Usage already above hard (for example after an
     overhead-ratio increase), VMs that cannot live-migrate, migrations already Pending with
     C(migrationRejectedByResourceQuota), expired or orphaned reservations, Rancher project limits too small
     for the expansion. Notes Harvester's quota scaling and AAQ when present.
@@ -59,8 +59,8 @@ options:
     type: int
   per_namespace_cap:
     description:
-      - Most extra quota one namespace may receive at once, as a resource list such as
-        C({"limits.memory": "8Gi"}). Batches are cut so no namespace needs more.
+      - Most extra quota one namespace may receive at once, as a resource list (resource name to quantity,
+        for example C(limits.memory) to C(8Gi)). Batches are cut so no namespace needs more.
     type: dict
   non_migratable:
     description:

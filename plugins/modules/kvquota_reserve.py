@@ -1,0 +1,312 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: kvquota_reserve
+short_description: Expand tenant ResourceQuotas for the live migrations about to start
+version_added: 0.1.0
+author:
+  - kvquota maintainers
+description:
+  - Expands every ResourceQuota that will charge the migration target pods by exactly the headroom they need,
+    recorded as reservation O(reservation_id) in a ledger on the quota itself (base + active deltas), with an
+    expiry. M(kvquota.maintenance.kvquota_release) later restores the quota from that ledger.
+  - The headroom is computed just before the batch from O(vms) (the whole target pod of each VM as the running
+    KubeVirt renders it, minus the room the quota already has), given as O(headroom), or, with O(migrations),
+    topped up by exactly what quota admission refused for those migrations.
+  - Writes go through the quota's owner. Plain quotas get C(spec.hard). Rancher-managed quotas get the
+    namespace annotation C(field.cattle.io/resourceQuota), so Rancher does not revert the change, after checking
+    the project limit. Harvester's own migration scaling is switched off on the quota for the duration and put
+    back as it was. ApplicationAwareResourceQuotas (AAQ) need no expansion and are left alone.
+  - Idempotent. The same id and headroom again changes nothing. A different headroom for an existing id is an
+    error unless it is a top-up. Every write is conditional on C(resourceVersion) and retried on conflict, and a
+    Lease per namespace keeps two jobs from planning against the same quotas at once.
+  - Every expansion is announced by a Kubernetes Event on the quota that the tenant can read.
+extends_documentation_fragment:
+  - kvquota.maintenance.k8s_auth
+options:
+  reservation_id:
+    description:
+      - Id of the reservation, for example C(node-1-b0) or the AWX job id and batch.
+    type: str
+    required: true
+  vms:
+    description:
+      - The VMs (VirtualMachineInstances) whose migrations start together; headroom is computed for all of them
+        at once.
+      - Exactly one of O(vms), O(headroom) and O(migrations) is required.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the VM.
+        type: str
+        required: true
+      name:
+        description: Name of the VM.
+        type: str
+        required: true
+  headroom:
+    description:
+      - Explicit headroom per quota, for example taken from a batch of M(kvquota.maintenance.kvquota_check).
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the quota.
+        type: str
+        required: true
+      quota:
+        description: Name of the ResourceQuota.
+        type: str
+        required: true
+      resources:
+        description:
+          - Resource list to add, resource name to quantity, for example C(limits.memory) to C(4Gi).
+        type: dict
+        required: true
+  migrations:
+    description:
+      - VirtualMachineInstanceMigrations that report C(migrationRejectedByResourceQuota). The reservation is
+        topped up by exactly the shortfall quota admission reported (requested + used - limited) for each
+        quota it names. The same refusal is never added twice.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the migration.
+        type: str
+        required: true
+      name:
+        description: Name of the migration.
+        type: str
+        required: true
+  top_up_cap:
+    description:
+      - With O(migrations), the most a top-up may add per resource, as a resource list. A larger shortfall fails
+        with the numbers and changes nothing.
+    type: dict
+  safety_margin:
+    description:
+      - Added to the computed headroom. A percentage such as V(10%), or a resource list (for example
+        C(limits.memory) to C(256Mi)) added to the names the headroom has. KubeVirt calls its overhead "the best estimation"; a small margin saves a
+        top-up round.
+    type: raw
+  ttl:
+    description:
+      - How long the reservation lives before M(kvquota.maintenance.kvquota_release) with O(kvquota.maintenance.kvquota_release#module:expired=true)
+        may reap it. Whole seconds or a duration such as V(90m), V(2h), V(1d). Zero is an error.
+    type: str
+    default: 4h
+  owner:
+    description:
+      - Who holds the reservation, recorded in the ledger and in the Events. Defaults to the AWX job or
+        user@host.
+    type: str
+  reason:
+    description:
+      - Why, recorded in the ledger and in the Events the tenant sees.
+    type: str
+    default: live migration during node maintenance
+  lock_timeout:
+    description:
+      - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
+    type: int
+    default: 120
+  kubevirt_version:
+    description:
+      - With O(vms), the KubeVirt version whose sizing applies. By default read from the KubeVirt CR.
+    type: str
+  overhead_ratio:
+    description:
+      - With O(vms), override of the overhead ratio. By default the cluster's current one.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: Computes and checks everything, writes nothing, returns the plan.
+  diff_mode:
+    support: full
+    description: Shows C(spec.hard) of every quota it would touch, before and after.
+seealso:
+  - module: kvquota.maintenance.kvquota_check
+  - module: kvquota.maintenance.kvquota_release
+'''
+
+EXAMPLES = r'''
+- name: Reserve for the VMs of the first batch
+  kvquota.maintenance.kvquota_reserve:
+    reservation_id: node-1-b0
+    vms:
+      - {namespace: tenant-a, name: db-1}
+      - {namespace: tenant-b, name: web-2}
+    safety_margin: 2%
+    ttl: 2h
+
+- name: Top up by exactly what admission refused
+  kvquota.maintenance.kvquota_reserve:
+    reservation_id: node-1-b0
+    migrations:
+      - {namespace: tenant-a, name: kvq-db-1}
+    top_up_cap: {limits.memory: 1Gi, limits.cpu: 500m}
+
+- name: Explicit headroom
+  kvquota.maintenance.kvquota_reserve:
+    reservation_id: change-4711
+    headroom:
+      - namespace: tenant-a
+        quota: compute
+        resources: {limits.memory: 4Gi}
+'''
+
+RETURN = r'''
+reservation_id:
+  description: The reservation.
+  returned: always
+  type: str
+  sample: node-1-b0
+quotas:
+  description: Per quota reserved on, C(spec.hard) before and after, the delta, the outcome and the expiry.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: tenant-a
+      quota: compute
+      before: {limits.memory: 5000Mi}
+      after: {limits.memory: 9096Mi}
+      delta: {limits.memory: 4Gi}
+      outcome: reserved
+      expires: "2026-11-22T10:00:00Z"
+      changed: true
+skipped:
+  description: Quotas left alone and why (AAQ, or the quota tracks none of the resources).
+  returned: always
+  type: list
+  elements: dict
+headroom:
+  description: The headroom asked for per quota, as C(namespace/quota) to resource list, before the margin.
+  returned: always
+  type: dict
+refs:
+  description: The VMs and source pods recorded with the reservation (release waits for those pods).
+  returned: with O(vms)
+  type: dict
+warnings:
+  description: External changes found (a Rancher revert re-applied, an administrator's new base kept).
+  returned: always
+  type: list
+  elements: str
+'''
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    auth_params,
+    new_module,
+    run,
+)
+
+SIZING_OPTIONS = ('kubevirt_version', 'overhead_ratio')
+
+
+def _owner(params):
+    if params['owner']:
+        return params['owner']
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+    return default_holder().rsplit(':', 1)[0]
+
+
+def _exceeding(headroom, cap):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+        less_or_equal, mask, parse_resource_list)
+    limit = parse_resource_list(cap, 'top_up_cap')
+    problems = []
+    for (namespace, quota), wanted in sorted(headroom.items()):
+        amount = parse_resource_list(wanted, 'shortfall')
+        fits, names = less_or_equal(mask(amount, list(limit)), limit)
+        over = sorted(set(names) | (set(amount) - set(limit)))
+        if over:
+            problems.append('%s/%s needs %s' % (namespace, quota, ', '.join(
+                '%s=%s' % (n, wanted[n]) for n in over)))
+    return problems
+
+
+def reserve(module):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
+
+    params = module.params
+    given = [name for name in ('vms', 'headroom', 'migrations') if params[name]]
+    if len(given) != 1:
+        raise InputError('give exactly one of vms, headroom or migrations (got %s)' % (', '.join(given) or 'none'),
+                         'vms for a batch about to migrate, headroom for explicit amounts, migrations to top up')
+    ttl = parse_duration(params['ttl'], 'ttl')
+    cluster = cluster_mod.connect(auth_params(params))
+    refs, top_up = None, False
+    if params['vms']:
+        options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)
+        headroom, refs, _report = headroom_mod.batch_headroom(cluster, params['vms'], options)
+    elif params['headroom']:
+        headroom = {}
+        for entry in params['headroom']:
+            headroom[(entry['namespace'], entry['quota'])] = entry['resources']
+    else:
+        headroom, top_up = headroom_mod.refused_headroom(cluster, params['migrations'])
+        if not headroom:
+            return {'changed': False, 'reservation_id': params['reservation_id'], 'quotas': [], 'skipped': [],
+                    'headroom': {}, 'message': 'none of the migrations reports a quota rejection: nothing to add'}
+        if params['top_up_cap'] is not None:
+            problems = _exceeding(headroom, params['top_up_cap'])
+            if problems:
+                raise InputError('the shortfall quota admission reported exceeds top_up_cap: %s' % '; '.join(problems),
+                                 'nothing was changed; raise top_up_cap if that much is expected, or check why the '
+                                 'target pods are larger than planned (overhead ratio, sidecars)')
+    lock = {'wait_timeout': params['lock_timeout'], 'holder': _owner(params)}
+    result = reservations.reserve(cluster, params['reservation_id'], headroom, _owner(params), params['reason'], ttl,
+                                  margin=params['safety_margin'], top_up=top_up, check_mode=module.check_mode,
+                                  refs=refs, lock=lock)
+    result['headroom'] = dict(('%s/%s' % key, value) for key, value in sorted(headroom.items()))
+    if refs is not None:
+        result['refs'] = refs
+    for warning in result.pop('warnings', []):
+        module.warn(warning)
+    if not module._diff:
+        result.pop('diff', None)
+    return result
+
+
+def main():
+    vm_spec = dict(namespace=dict(type='str', required=True), name=dict(type='str', required=True))
+    module = new_module(
+        dict(
+            reservation_id=dict(type='str', required=True),
+            vms=dict(type='list', elements='dict', options=vm_spec),
+            headroom=dict(type='list', elements='dict', options=dict(
+                namespace=dict(type='str', required=True),
+                quota=dict(type='str', required=True),
+                resources=dict(type='dict', required=True),
+            )),
+            migrations=dict(type='list', elements='dict', options=vm_spec),
+            top_up_cap=dict(type='dict'),
+            safety_margin=dict(type='raw'),
+            ttl=dict(type='str', default='4h'),
+            owner=dict(type='str'),
+            reason=dict(type='str', default='live migration during node maintenance'),
+            lock_timeout=dict(type='int', default=120),
+            kubevirt_version=dict(type='str'),
+            overhead_ratio=dict(type='str'),
+        ),
+        supports_check_mode=True,
+    )
+    run(module, reserve)
+
+
+if __name__ == '__main__':
+    main()
