@@ -302,19 +302,36 @@ def map_error(exc, what, host=None):
             return InputError("the API server refused to %s: %s" % (what, message),
                               "fix the value it names; nothing else was changed by this request")
         if status == 429 or status >= 500:
-            return UnreachableError("the API server answered %s while trying to %s%s: %s" % (status, what, where,
-                                                                                           message),
+            return UnreachableError("the API server answered %s while trying to %s%s: %s"
+                                    % (status, what, where, message),
                                     "retry later; check the control plane's health (kubectl get --raw /readyz)")
         return KvquotaError("the API server answered %s while trying to %s: %s" % (status, what, message))
-    text = _one_line(exc)
-    if _is_tls(text) or (HAS_URLLIB3 and _has_cause(exc, urllib3.exceptions.SSLError)):
+    text = _short_reason(exc)
+    if _is_tls(_one_line(exc)) or (HAS_URLLIB3 and _has_cause(exc, urllib3.exceptions.SSLError)):
         return UnreachableError("TLS verification failed while trying to %s%s: %s" % (what, where, text), TLS_FIX)
-    if isinstance(exc, (socket.timeout,)) or "timed out" in text or "Timeout" in type(exc).__name__:
+    if isinstance(exc, (socket.timeout,)) or "timed out" in text.lower() or "Timeout" in type(exc).__name__:
         return UnreachableError("timed out trying to %s%s" % (what, where),
                                 "check that host is right and reachable from here (VPN, firewall, proxy/no_proxy)")
     return UnreachableError("cannot reach the API server to %s%s: %s" % (what, where, text),
                             "check host/kubeconfig, the network (VPN, firewall, proxy/no_proxy) and that the "
                             "cluster is up")
+
+
+def _short_reason(exc):
+    """The innermost cause of a urllib3/socket error, without the connection-pool noise."""
+    seen = 0
+    while seen < 8 and not isinstance(getattr(exc, "reason", None), (str, type(None))):
+        exc = exc.reason
+        seen += 1
+    text = _one_line(exc)
+    for mark in ("[Errno", "[SSL", "certificate verify failed"):
+        if mark in text:
+            text = text[text.index(mark):]
+            break
+    text = text.strip().rstrip("'\"")
+    while text.endswith(")") and text.count(")") > text.count("("):
+        text = text[:-1].rstrip("'\"")
+    return text[:300]
 
 
 def _has_cause(exc, kind):

@@ -148,6 +148,7 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
     if int(duration) <= 0:
         raise InputError("lease duration must be positive, got %r" % (duration,), "give a duration such as 300")
     deadline = clock() + max(0, wait_timeout)
+    conflicts = 0
     while True:
         now = clock()
         try:
@@ -162,7 +163,10 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
                 return cluster.replace(acquire_body(current, holder, duration, now),
                                        "update lease %s in namespace %s" % (name, namespace))
         except ConflictError:
-            continue  # someone else created or updated it first: look again
+            conflicts += 1  # someone else created or updated it first: look again
+            if conflicts > 50:
+                raise
+            continue
         status = lease_status(current, now)
         if now >= deadline:
             raise LeaseHeldError(held_message(namespace, name, status, now),

@@ -191,8 +191,8 @@ class Ledger(object):
         return not self == other
 
     def __repr__(self):
-        return "Ledger(%s/%s, base=%r, reservations=%r)" % (self.namespace, self.quota, self.base,
-                                                           sorted(self.reservations))
+        return "Ledger(%s/%s, base=%r, reservations=%r)" % (
+            self.namespace, self.quota, self.base, sorted(self.reservations))
 
 
 def new_ledger(namespace, quota, backend="plain"):
@@ -515,9 +515,8 @@ def release(ledger, rid, now):
             return ledger, {"id": rid, "outcome": ALREADY_RELEASED, "at": item.get("at"), "delta": {},
                             "message": "reservation '%s' on %s/%s was already released at %s"
                                        % (rid, ledger.namespace, ledger.quota, item.get("at"))}
-    return ledger, {"id": rid, "outcome": UNKNOWN, "delta": {},
-                    "message": "no reservation '%s' on %s/%s: nothing to release" % (rid, ledger.namespace,
-                                                                                   ledger.quota)}
+    message = "no reservation '%s' on %s/%s: nothing to release" % (rid, ledger.namespace, ledger.quota)
+    return ledger, {"id": rid, "outcome": UNKNOWN, "delta": {}, "message": message}
 
 
 def expired(ledger, now):

@@ -196,6 +196,12 @@ def _read(run, target, now):
     if not backend.writable:
         return _State(target, namespace, quota, backend, None, None, {}, [])
     stored = backend.read_ledger(quota, namespace)
+    if stored is None and backend.ledger_on == "namespace" and backend.ledger_text(quota, namespace):
+        other = ledger_mod.load(backend.ledger_text(quota, namespace), ns_name)
+        raise InputError("namespace %s already holds the kvquota ledger of ResourceQuota %s, so %s cannot get one"
+                         % (ns_name, other.quota, quota_name),
+                         "release the reservations on %s/%s first (Rancher manages one quota per namespace)"
+                         % (ns_name, other.quota))
     ledger = stored or new_ledger(ns_name, quota_name, backend.name)
     current = backend.durable_hard(quota, namespace)
     observed, changes = observe(ledger, current, now)
@@ -261,9 +267,8 @@ def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
             run.sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
             continue
         return state, final, info, changed
-    raise ConflictError("gave up writing %s/%s after %d conflicting concurrent writes (%s)" % (target[0], target[1],
-                                                                                          attempts, last),
-                        "re-run: the ledger makes the retry safe")
+    raise ConflictError("gave up writing %s/%s after %d conflicting concurrent writes (%s)"
+                        % (target[0], target[1], attempts, last), "re-run: the ledger makes the retry safe")
 
 
 def _emit(run, state, reason, message, event_type="Normal", action="Update"):
@@ -280,8 +285,8 @@ def _emit(run, state, reason, message, event_type="Normal", action="Update"):
         try:
             run.cluster.create_event(involved, reason, message, event_type, action, namespace=state.target[0])
         except KvquotaError as err:
-            run.warn("could not record an Event on %s %s/%s: %s" % (involved.get("kind"), state.target[0],
-                                                                   state.target[1], err))
+            run.warn("could not record an Event on %s %s/%s: %s"
+                     % (involved.get("kind"), state.target[0], state.target[1], err))
 
 
 def _report_changes(run, state):
@@ -538,22 +543,31 @@ def _reserve_message(reservation_id, final, state, item):
 # ---------------------------------------------------------------------------
 # release
 
-def find_ledgers(cluster):
-    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for (two list requests)."""
+def find_ledgers(cluster, warnings=None):
+    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for (two list requests). A ledger
+    that cannot be read is left out, with a warning appended to warnings (when given)."""
     found = {}
+
+    def read(text, namespace, quota):
+        try:
+            return ledger_mod.load(text, namespace, quota)
+        except InputError as err:
+            if warnings is not None:
+                warnings.append(str(err))
+            return None
+
     for quota in cluster.list_quotas():
         meta = quota.get("metadata") or {}
         text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
-        if text:
-            found[(meta.get("namespace"), meta.get("name"))] = ledger_mod.load(text, meta.get("namespace"),
-                                                                             meta.get("name"))
+        entry = read(text, meta.get("namespace"), meta.get("name")) if text else None
+        if entry is not None:
+            found[(meta.get("namespace"), meta.get("name"))] = entry
     for namespace in cluster.list_namespaces():
         meta = namespace.get("metadata") or {}
         text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
-        if text:
-            entry = ledger_mod.load(text, meta.get("name"))
-            if entry is not None and entry.quota:
-                found[(meta.get("name"), entry.quota)] = entry
+        entry = read(text, meta.get("name"), None) if text else None
+        if entry is not None and entry.quota:
+            found[(meta.get("name"), entry.quota)] = entry
     return found
 
 
@@ -578,16 +592,20 @@ def _pod_label(pod):
     return text + ")"
 
 
-def _ref_items(refs, key, namespace):
+def _ref_items(refs, key, namespace, only_namespace=False):
+    """The refs[key] entries as {namespace, name, ...} (a missing namespace is the quota's); with only_namespace,
+    only those in that namespace (a quota waits only for its own pods and migrations)."""
     items = []
     for item in (refs or {}).get(key) or []:
         if isinstance(item, str):
-            ns, _, name = item.rpartition("/")
+            ns, _sep, name = item.rpartition("/")
             items.append({"namespace": ns or namespace, "name": name})
         elif isinstance(item, dict) and item.get("name"):
             entry = dict(item)
             entry.setdefault("namespace", namespace)
             items.append(entry)
+    if only_namespace:
+        items = [item for item in items if item["namespace"] == namespace]
     return items
 
 
@@ -599,7 +617,7 @@ def _release_blockers(run, state, reservation_id, now):
     reasons = []
     namespace = state.target[0]
     lingering = []
-    for migration in _ref_items(entry.refs, "migrations", namespace):
+    for migration in _ref_items(entry.refs, "migrations", namespace, True):
         try:
             vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
                                           migration["name"], namespace=migration["namespace"])
@@ -611,7 +629,7 @@ def _release_blockers(run, state, reservation_id, now):
         source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
         if source:
             lingering.append({"namespace": migration["namespace"], "name": source})
-    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace) + lingering:
+    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True) + lingering:
         try:
             pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
         except NotFoundError:
@@ -689,7 +707,7 @@ def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode
     if quotas is not None:
         targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
     else:
-        targets = sorted(target for target, entry in find_ledgers(cluster).items()
+        targets = sorted(target for target, entry in find_ledgers(cluster, run.warnings).items()
                          if ledger_mod.holding(entry, reservation_id))
     if lock:
         scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in targets]
@@ -765,7 +783,7 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
     when = clock() if now is None else ledger_mod.parse_time(now)
     run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
     by_id = {}
-    for target, entry in sorted(find_ledgers(cluster).items()):
+    for target, entry in sorted(find_ledgers(cluster, run.warnings).items()):
         for rid in ledger_mod.expired(entry, when):
             by_id.setdefault(rid, []).append(target)
     results, deferred, released = [], [], []
@@ -793,7 +811,7 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
     if quotas is not None:
         targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
     else:
-        targets = sorted(find_ledgers(cluster))
+        targets = sorted(find_ledgers(cluster, run.warnings))
 
     def mutate(state, now):
         if state.stored is None:

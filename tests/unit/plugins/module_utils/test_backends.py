@@ -42,11 +42,11 @@ def step(backend, q, ns, rid, delta, now=T0, release=False):
     """What reservations.py does for one quota: read ledger, observe, reserve/release, render."""
     ledger = backend.read_ledger(q, ns) or L.new_ledger("tenant-a", q["metadata"]["name"], backend.name)
     current = backend.durable_hard(q, ns)
-    ledger, _ = L.observe(ledger, current, now)
+    ledger, _ignored = L.observe(ledger, current, now)
     if release:
-        ledger, _ = L.release(ledger, rid, now)
+        ledger, _ignored = L.release(ledger, rid, now)
     else:
-        ledger, _ = L.reserve(ledger, rid, delta, current, now, ttl_seconds=600)
+        ledger, _ignored = L.reserve(ledger, rid, delta, current, now, ttl_seconds=600)
         ledger = backend.prepare(q, ns, ledger)
     ledger = L.mark_written(ledger)
     return ledger, backend.render(q, ns, ledger)
@@ -116,7 +116,7 @@ def test_plain_reserve_and_restore_exact():
     assert written["metadata"]["resourceVersion"] == "7"
     assert L.load(written["metadata"]["annotations"][L.LEDGER_ANNOTATION]) == ledger
     assert q["spec"]["hard"]["limits.cpu"] == "3"  # input untouched
-    _, writes = step(backend, written, ns, "n1", None, release=True)
+    _ignored, writes = step(backend, written, ns, "n1", None, release=True)
     assert writes["quota"]["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "5000Mi", "pods": "10"}
     assert L.LEDGER_ANNOTATION not in writes["quota"]["metadata"]["annotations"]
 
@@ -169,8 +169,8 @@ def test_rancher_reserve_writes_namespace_annotation_and_ledger():
 def test_rancher_release_restores_the_original_annotation_byte_for_byte():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
-    _, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
     annotations = writes["namespace"]["metadata"]["annotations"]
     assert annotations[B.RANCHER_QUOTA_ANNOTATION] == RANCHER_RAW
     assert L.LEDGER_ANNOTATION not in annotations
@@ -179,17 +179,17 @@ def test_rancher_release_restores_the_original_annotation_byte_for_byte():
 def test_rancher_release_removes_an_annotation_that_was_absent():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace()
-    _, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi"})
+    _ignored, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi"})
     assert json.loads(writes["namespace"]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION]) == {
         "limit": {"limitsMemory": "6024Mi"}}
-    _, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
     assert writes["namespace"]["metadata"]["annotations"] == {}
 
 
 def test_rancher_release_keeps_an_admin_change_and_other_keys():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
     edited = writes["namespace"]
     doc = json.loads(edited["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION])
     doc["limit"]["limitsCpu"] = "6"          # an administrator raised it in the Rancher UI
@@ -204,7 +204,7 @@ def test_rancher_release_keeps_an_admin_change_and_other_keys():
 def test_rancher_revert_is_seen_as_revert():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
     reverted = writes["namespace"]
     reverted["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = RANCHER_RAW
     ledger = backend.read_ledger(q, reverted)
@@ -252,7 +252,7 @@ def test_harvester_opt_out_is_put_back_exactly(previous):
         assert opted is None
         opted = q
     assert opted["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] == "true"
-    released, _ = L.release(ledger, "n1", T0)
+    released, _ignored = L.release(ledger, "n1", T0)
     restored = backend.after_release(opted, released)
     if previous == "true":
         assert restored is None
@@ -268,7 +268,7 @@ def test_harvester_with_plain_owner_writes_opt_out_with_the_quota():
     q = quota(name="extra", annotations={B.HARVESTER_SKIP_ANNOTATION: "false"})
     ledger, writes = step(backend, q, namespace(), "n1", {"limits.cpu": "1"})
     assert writes["quota"]["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] == "true"
-    _, writes = step(backend, writes["quota"], namespace(), "n1", None, release=True)
+    _ignored, writes = step(backend, writes["quota"], namespace(), "n1", None, release=True)
     assert writes["quota"]["metadata"]["annotations"] == {B.HARVESTER_SKIP_ANNOTATION: "false"}
     assert writes["quota"]["spec"]["hard"] == q["spec"]["hard"]
 
@@ -299,10 +299,10 @@ def test_rancher_round_trip_restores_namespace(raw, reservations):
     for rid, cpu, mem in reservations:
         if rid in held:
             continue
-        _, writes = step(backend, q, current, rid, {"limits.cpu": cpu, "limits.memory": mem})
+        _ignored, writes = step(backend, q, current, rid, {"limits.cpu": cpu, "limits.memory": mem})
         current = writes["namespace"]
         held.append(rid)
     for rid in held:
-        _, writes = step(backend, q, current, rid, None, release=True)
+        _ignored, writes = step(backend, q, current, rid, None, release=True)
         current = writes["namespace"]
     assert current["metadata"]["annotations"] == original["metadata"]["annotations"]

@@ -146,8 +146,8 @@ def test_options_override_the_kubeconfig(tmp_path):
 
 def test_host_and_api_key_need_no_kubeconfig(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
-    configuration = C.build_configuration(C.resolve_auth({}, {"K8S_AUTH_HOST": "https://h:6443/",
-                                                                "K8S_AUTH_API_KEY": "tok"}))
+    env = {"K8S_AUTH_HOST": "https://h:6443/", "K8S_AUTH_API_KEY": "tok"}
+    configuration = C.build_configuration(C.resolve_auth({}, env))
     assert configuration.host == "https://h:6443"
     assert configuration.verify_ssl is True
     assert configuration.api_key["authorization"] == "Bearer tok"

@@ -58,7 +58,7 @@ def test_first_reservation_records_base_and_desired():
 
 
 def test_desired_keeps_the_base_format():
-    ledger, _ = reserved({"limits.memory": "1Gi"})
+    ledger, _ignored = reserved({"limits.memory": "1Gi"})
     assert L.desired_strings(ledger) == {"limits.memory": "6024Mi"}
 
 
@@ -71,12 +71,12 @@ def test_untracked_names_are_left_out_and_reported():
 
 
 def test_two_reservations_add_up_and_release_in_any_order():
-    ledger, _ = reserved({"limits.cpu": "2"}, "a")
-    ledger, _ = L.reserve(ledger, "b", {"limits.cpu": "3", "limits.memory": "1Gi"}, HARD, T0)
+    ledger, _ignored = reserved({"limits.cpu": "2"}, "a")
+    ledger, _ignored = L.reserve(ledger, "b", {"limits.cpu": "3", "limits.memory": "1Gi"}, HARD, T0)
     assert L.desired_strings(ledger) == {"limits.cpu": "35", "limits.memory": "6024Mi"}
-    one, _ = L.release(ledger, "a", T0)
+    one, _ignored = L.release(ledger, "a", T0)
     assert L.desired_strings(one) == {"limits.cpu": "33", "limits.memory": "6024Mi"}
-    both, _ = L.release(one, "b", T0)
+    both, _ignored = L.release(one, "b", T0)
     assert L.is_idle(both)
     assert L.desired_strings(both) == {"limits.cpu": "30", "limits.memory": "5000Mi"}
 
@@ -97,7 +97,7 @@ def test_bad_id_and_ttl_are_refused():
 # idempotency, mismatch, top-up, replace
 
 def test_same_id_same_delta_is_unchanged():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     again, outcome = L.reserve(ledger, "node-1", {"limits.memory": "8940039936", "limits.cpu": "4.015"}, HARD,
                                T0 + 60, ttl_seconds=3600)
     assert outcome["outcome"] == L.UNCHANGED
@@ -105,7 +105,7 @@ def test_same_id_same_delta_is_unchanged():
 
 
 def test_same_id_other_delta_is_a_clear_error():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     with pytest.raises(InputError) as err:
         L.reserve(ledger, "node-1", {"limits.cpu": "5"}, HARD, T0)
     text = str(err.value)
@@ -113,7 +113,7 @@ def test_same_id_other_delta_is_a_clear_error():
 
 
 def test_top_up_adds_exactly_once_per_key():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     topped, outcome = L.reserve(ledger, "node-1", {"limits.memory": "100Mi"}, HARD, T0, top_up=True)
     assert outcome["outcome"] == L.TOPPED_UP
     assert topped.reservations["node-1"].delta["limits.memory"] == "9044897536"
@@ -131,7 +131,7 @@ def test_top_up_of_a_new_id_creates_it():
 
 
 def test_replace_and_renew():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     replaced, outcome = L.reserve(ledger, "node-1", {"limits.cpu": "1"}, HARD, T0 + 10, ttl_seconds=60,
                                   replace=True)
     assert outcome["outcome"] == L.REPLACED
@@ -145,7 +145,7 @@ def test_replace_and_renew():
 
 
 def test_refs_are_merged_without_changing_the_delta():
-    ledger, _ = reserved(refs={"batch": "1", "migrations": [{"namespace": "tenant-a", "name": "m1"}]})
+    ledger, _ignored = reserved(refs={"batch": "1", "migrations": [{"namespace": "tenant-a", "name": "m1"}]})
     more, outcome = L.reserve(ledger, "node-1", FIELD_REPORT, HARD, T0,
                               refs={"migrations": [{"namespace": "tenant-a", "name": "m1"},
                                                    {"namespace": "tenant-a", "name": "m2"}],
@@ -162,19 +162,19 @@ def test_refs_are_merged_without_changing_the_delta():
 # release and expiry
 
 def test_release_is_idempotent_and_says_so():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     released, outcome = L.release(ledger, "node-1", T0 + 5)
     assert outcome["outcome"] == L.RELEASED and L.is_idle(released)
     again, outcome = L.release(released, "node-1", T0 + 6)
     assert outcome["outcome"] == L.ALREADY_RELEASED and again == released
     assert "already released" in outcome["message"]
-    _, outcome = L.release(released, "never", T0)
+    _ignored, outcome = L.release(released, "never", T0)
     assert outcome["outcome"] == L.UNKNOWN and "nothing to release" in outcome["message"]
 
 
 def test_expired_lists_but_does_not_release():
-    ledger, _ = reserved()
-    ledger, _ = L.reserve(ledger, "forever", {"pods": "1"}, HARD, T0)
+    ledger, _ignored = reserved()
+    ledger, _ignored = L.reserve(ledger, "forever", {"pods": "1"}, HARD, T0)
     assert L.expired(ledger, T0 + 3599) == []
     assert L.expired(ledger, T0 + 3600) == ["node-1"]
     assert "node-1" in ledger.reservations
@@ -184,7 +184,7 @@ def test_expired_lists_but_does_not_release():
 # external changes
 
 def test_revert_to_base_is_reapplied():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     observed, changes = L.observe(ledger, {"limits.cpu": "30", "limits.memory": ledger.written["limits.memory"]},
                                   T0 + 1)
     assert [c["kind"] for c in changes] == [L.REVERTED]
@@ -196,24 +196,24 @@ def test_revert_to_base_is_reapplied():
 
 
 def test_admin_change_becomes_the_new_base_with_deltas_on_top():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     observed, changes = L.observe(ledger, {"limits.cpu": "40", "limits.memory": "14182919936"}, T0 + 1)
     assert [c["kind"] for c in changes] == [L.ADMIN_CHANGE]
     assert observed.base["limits.cpu"] == "40"
     assert L.desired_strings(observed)["limits.cpu"] == "44015m"
-    released, _ = L.release(observed, "node-1", T0 + 2)
+    released, _ignored = L.release(observed, "node-1", T0 + 2)
     assert L.desired_strings(released) == {"limits.cpu": "40", "limits.memory": "5000Mi"}
 
 
 def test_same_amount_in_another_spelling_is_no_change():
-    ledger, _ = reserved({"limits.memory": "1Gi"})
+    ledger, _ignored = reserved({"limits.memory": "1Gi"})
     assert ledger.written == {"limits.memory": "6024Mi"}
-    _, changes = L.observe(ledger, {"limits.memory": "6316621824"}, T0)
+    _ignored, changes = L.observe(ledger, {"limits.memory": "6316621824"}, T0)
     assert changes == []
 
 
 def test_removed_limit_is_no_longer_managed():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     observed, changes = L.observe(ledger, {"limits.memory": ledger.written["limits.memory"]}, T0)
     assert [c["kind"] for c in changes] == [L.REMOVED]
     assert L.managed_names(observed) == ["limits.memory"]
@@ -222,9 +222,9 @@ def test_removed_limit_is_no_longer_managed():
 
 
 def test_history_is_capped():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     for i in range(L.HISTORY_LIMIT + 5):
-        ledger, _ = L.observe(ledger, {"limits.cpu": "30", "limits.memory": ledger.written["limits.memory"]}, T0 + i)
+        ledger, _ignored = L.observe(ledger, {"limits.cpu": "30", "limits.memory": ledger.written["limits.memory"]}, T0 + i)
     assert len(ledger.history) == L.HISTORY_LIMIT
 
 
@@ -232,7 +232,7 @@ def test_history_is_capped():
 # storage
 
 def test_dump_load_round_trip_and_format():
-    ledger, _ = reserved(refs={"batch": "3"})
+    ledger, _ignored = reserved(refs={"batch": "3"})
     text = L.dump(ledger)
     data = json.loads(text)
     assert data["v"] == 1 and data["quota"] == "compute" and data["namespace"] == "tenant-a"
@@ -256,7 +256,7 @@ def test_remember_keeps_the_first_value():
 
 
 def test_functions_do_not_mutate_their_input():
-    ledger, _ = reserved()
+    ledger, _ignored = reserved()
     before = L.dump(ledger)
     L.reserve(ledger, "b", {"pods": "1"}, HARD, T0)
     L.reserve(ledger, "node-1", {"limits.cpu": "1"}, HARD, T0, top_up=True)
@@ -294,20 +294,20 @@ def _apply(ops_list, hard):
     current = dict(hard)
     for step, (kind, arg, delta) in enumerate(ops_list):
         now = T0 + step
-        ledger, _ = L.observe(ledger, current, now)
+        ledger, _ignored = L.observe(ledger, current, now)
         if kind in ("reserve", "topup"):
             try:
-                ledger, _ = L.reserve(ledger, arg, delta, current, now, ttl_seconds=60, top_up=(kind == "topup"))
+                ledger, _ignored = L.reserve(ledger, arg, delta, current, now, ttl_seconds=60, top_up=(kind == "topup"))
             except InputError:
                 pass  # same id, other delta, no flag: refused, nothing changed
         elif kind == "release":
-            ledger, _ = L.release(ledger, arg, now)
+            ledger, _ignored = L.release(ledger, arg, now)
         elif kind == "revert" and arg in ledger.base and ledger.base[arg] is not None:
             current[arg] = ledger.base[arg]  # Rancher puts the base back behind our back
             continue
         current = L.render_hard(ledger, current)
         ledger = L.mark_written(ledger)
-    ledger, _ = L.observe(ledger, current, T0 + 999)
+    ledger, _ignored = L.observe(ledger, current, T0 + 999)
     current = L.render_hard(ledger, current)
     return L.mark_written(ledger), current
 
@@ -317,8 +317,8 @@ def _apply(ops_list, hard):
 def test_releasing_everything_restores_the_exact_base_strings(hard, ops_list):
     ledger, current = _apply(ops_list, hard)
     for rid in sorted(ledger.reservations):
-        ledger, _ = L.observe(ledger, current, T0 + 1000)
-        ledger, _ = L.release(ledger, rid, T0 + 1000)
+        ledger, _ignored = L.observe(ledger, current, T0 + 1000)
+        ledger, _ignored = L.release(ledger, rid, T0 + 1000)
         current = L.render_hard(ledger, current)
         ledger = L.mark_written(ledger)
     assert L.is_idle(ledger)
@@ -342,8 +342,8 @@ def test_desired_is_always_base_plus_active_deltas(hard, ops_list):
 @settings(max_examples=200, deadline=None)
 @given(hards, deltas, deltas, st.sampled_from(NAMES), st.sampled_from(["40", "99Gi", "12"]))
 def test_admin_change_survives_and_becomes_the_restore_value(hard, d1, d2, name, admin_value):
-    ledger, _ = L.reserve(L.new_ledger("t", "q"), "a", d1, hard, T0)
-    ledger, _ = L.reserve(ledger, "b", d2, hard, T0)
+    ledger, _ignored = L.reserve(L.new_ledger("t", "q"), "a", d1, hard, T0)
+    ledger, _ignored = L.reserve(ledger, "b", d2, hard, T0)
     current = L.render_hard(ledger, hard)
     ledger = L.mark_written(ledger)
     if name not in L.managed_names(ledger) or value(admin_value, name) in (
@@ -353,7 +353,7 @@ def test_admin_change_survives_and_becomes_the_restore_value(hard, d1, d2, name,
     ledger, changes = L.observe(ledger, current, T0 + 1)
     assert [c["kind"] for c in changes] == [L.ADMIN_CHANGE]
     for rid in ("a", "b"):
-        ledger, _ = L.release(ledger, rid, T0 + 2)
+        ledger, _ignored = L.release(ledger, rid, T0 + 2)
     final = L.render_hard(ledger, current)
     assert final[name] == admin_value
     for other in hard:
@@ -366,7 +366,7 @@ def test_admin_change_survives_and_becomes_the_restore_value(hard, d1, d2, name,
 def test_reserve_is_idempotent(hard, delta, rids):
     ledger = L.new_ledger("t", "q")
     for rid in rids:
-        once, _ = L.reserve(ledger, rid, delta, hard, T0, ttl_seconds=60)
+        once, _ignored = L.reserve(ledger, rid, delta, hard, T0, ttl_seconds=60)
         twice, outcome = L.reserve(once, rid, delta, hard, T0 + 5, ttl_seconds=60)
         assert twice == once
         assert outcome["outcome"] in (L.UNCHANGED, L.UNTRACKED)
@@ -376,5 +376,5 @@ def test_reserve_is_idempotent(hard, delta, rids):
 @settings(max_examples=200, deadline=None)
 @given(hards, ops)
 def test_dump_load_round_trip_property(hard, ops_list):
-    ledger, _ = _apply(ops_list, hard)
+    ledger, _ignored = _apply(ops_list, hard)
     assert L.load(L.dump(ledger)) == ledger

@@ -97,3 +97,8 @@ def test_ref_items_accept_strings_and_dicts():
 def test_changes_text():
     assert R._changes_text({"a": "1", "b": "2"}, {"a": "3", "b": "2"}) == "a 1 -> 3"
     assert R._changes_text({}, {}) == "no change"
+
+
+def test_ref_items_of_one_namespace_only():
+    refs = {"sourcePods": [{"namespace": "a", "name": "p1"}, {"namespace": "b", "name": "p2"}, {"name": "p3"}]}
+    assert [item["name"] for item in R._ref_items(refs, "sourcePods", "a", True)] == ["p1", "p3"]

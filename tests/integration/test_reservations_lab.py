@@ -1,0 +1,555 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Reservations against a real control plane (tests/lab): real quota admission, a real quota controller,
+real RBAC (everything runs as the lab's least-privilege user bound to rbac/clusterrole.yml), and the
+emulator's Rancher quota sync.
+
+Run: python3 -m pytest -q tests/integration/test_reservations_lab.py
+(uses $KVQ_LAB_RUN_DIR when set, else starts a lab of its own; skipped when the lab binaries are not
+built, unless KVQ_LAB_REQUIRED=1).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import multiprocessing
+import os
+import secrets
+import sys
+import threading
+import time
+
+import pytest
+
+_LAB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab")
+if _LAB_DIR not in sys.path:
+    sys.path.insert(0, _LAB_DIR)
+
+kvqlab = pytest.importorskip("kvqlab")
+from kubernetes import client  # noqa: E402
+from kubernetes.client import ApiException  # noqa: E402
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (  # noqa: E402
+    ForbiddenError,
+    InputError,
+    UnreachableError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION  # noqa: E402
+
+RANCHER_QUOTA = "field.cattle.io/resourceQuota"
+RANCHER_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
+SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"
+
+
+def _required():
+    return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    run_dir = os.environ.get("KVQ_LAB_RUN_DIR")
+    if run_dir:
+        yield kvqlab.attach(run_dir)
+        return
+    try:
+        kvqlab.find_bin_dir()
+    except kvqlab.LabError as exc:
+        if _required():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    rd = tmp_path_factory.mktemp("kvqlab-reservations")
+    started = kvqlab.up(run_dir=rd)
+    try:
+        yield started
+    finally:
+        kvqlab.down(rd)
+
+
+@pytest.fixture(scope="module")
+def admin(lab):
+    return client.CoreV1Api(lab.api_client(admin=True))
+
+
+@pytest.fixture
+def cl(lab):
+    """The collection's own client, as the least-privilege user."""
+    return C.connect({"kubeconfig": str(lab.user_kubeconfig)}, environ={})
+
+
+@pytest.fixture
+def ns(admin, request):
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = "%s-%s" % (base, secrets.token_hex(3))
+    admin.create_namespace({"metadata": {"name": name, "labels": {"kvqlab/test": "true"}}})
+    yield name
+    try:
+        admin.delete_namespace(name)
+    except ApiException:
+        pass
+
+
+def pod(name, cpu, memory="64Mi"):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": "registry.invalid/none:0",
+                                     "resources": {"requests": {"cpu": cpu, "memory": memory},
+                                                   "limits": {"cpu": cpu, "memory": memory}}}]}}
+
+
+def make_quota(lab, admin, namespace, hard, name="compute"):
+    admin.create_namespaced_resource_quota(namespace, {"apiVersion": "v1", "kind": "ResourceQuota",
+                                                       "metadata": {"name": name}, "spec": {"hard": hard}})
+    lab.wait_quota_ready(namespace, name)
+
+
+def raw_quota(admin, namespace, name="compute"):
+    resp = admin.read_namespaced_resource_quota(name, namespace, _preload_content=False)
+    return json.loads(resp.data)
+
+
+def raw_namespace(admin, name):
+    return json.loads(admin.read_namespace(name, _preload_content=False).data)
+
+
+def events(admin, namespace):
+    return json.loads(admin.list_namespaced_event(namespace, _preload_content=False).data)["items"]
+
+
+# ---------------------------------------------------------------------------
+# the main path
+
+def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(lab, admin, cl, ns):
+    base = {"limits.cpu": "2", "limits.memory": "2Gi", "pods": "4"}
+    make_quota(lab, admin, ns, base)
+    source = admin.create_namespaced_pod(ns, pod("source", "1200m", "1Gi"))
+    lab.wait_pod_phase(ns, "source", "Running")
+    with pytest.raises(ApiException) as err:
+        admin.create_namespaced_pod(ns, pod("target", "1200m", "1Gi"))
+    assert "exceeded quota" in err.value.body
+
+    result = R.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1200m", "limits.memory": "1Gi", "pods": "1"}},
+                       "lab-test", "migrate the VM of pod source", 600,
+                       refs={"sourcePods": [{"name": "source", "uid": source.metadata.uid}]})
+    assert result["changed"]
+    assert result["quotas"][0]["after"] == {"limits.cpu": "3200m", "limits.memory": "3Gi", "pods": "5"}
+    assert result["diff"]["before"]["%s/compute" % ns]["spec"]["hard"] == base
+    again = R.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1.2", "limits.memory": "1024Mi", "pods": "1"}},
+                      "lab-test", "migrate", 600)
+    assert not again["changed"]
+
+    admin.create_namespaced_pod(ns, pod("target", "1200m", "1Gi"))   # admitted now
+    lab.wait_pod_phase(ns, "target", "Running")
+
+    with pytest.raises(WaitTimeoutError) as err:
+        R.release(cl, "mig-1", timeout=1, poll_interval=0.2)
+    assert "source" in str(err.value) and "still counts" in str(err.value)
+    assert raw_quota(admin, ns)["spec"]["hard"]["limits.cpu"] == "3200m"
+
+    timer = threading.Timer(2.0, lambda: lab.set_pod_phase(ns, "source", "Succeeded"))
+    timer.start()
+    started = time.time()
+    try:
+        result = R.release(cl, "mig-1", timeout=60, poll_interval=0.3)
+    finally:
+        timer.join()
+    assert time.time() - started >= 1.5
+    assert result["changed"] and result["quotas"][0]["outcome"] == "released"
+    quota = raw_quota(admin, ns)
+    assert quota["spec"]["hard"] == base
+    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+
+    again = R.release(cl, "mig-1")
+    assert not again["changed"] and "nothing to release" in again["message"]
+
+    reasons = [e["reason"] for e in events(admin, ns) if e["involvedObject"]["kind"] == "ResourceQuota"]
+    assert "QuotaReserved" in reasons and "QuotaReleased" in reasons
+    assert "QuotaReserved" in [e["reason"] for e in events(admin, ns) if e["involvedObject"]["kind"] == "Namespace"]
+
+
+def test_check_mode_changes_nothing(lab, admin, cl, ns):
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    result = R.reserve(cl, "plan", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "plan", 600, check_mode=True)
+    assert result["changed"] and result["quotas"][0]["after"] == {"limits.cpu": "3"}
+    quota = raw_quota(admin, ns)
+    assert quota["spec"]["hard"] == {"limits.cpu": "2"}
+    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+
+
+def test_margin_and_top_up(lab, admin, cl, ns):
+    make_quota(lab, admin, ns, {"limits.memory": "5000Mi"})
+    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "1000Mi"}}, "t", "r", 600, margin="10%")
+    assert raw_quota(admin, ns)["spec"]["hard"]["limits.memory"] == "6100Mi"
+    with pytest.raises(InputError, match="top_up"):
+        R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "2000Mi"}}, "t", "r", 600)
+    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
+    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
+    assert raw_quota(admin, ns)["spec"]["hard"]["limits.memory"] == "6200Mi"
+    R.release(cl, "m", timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.memory": "5000Mi"}
+
+
+# ---------------------------------------------------------------------------
+# external changes
+
+def test_admin_change_is_kept_as_the_new_base(lab, admin, cl, ns):
+    make_quota(lab, admin, ns, {"limits.cpu": "2", "limits.memory": "2Gi"})
+    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
+    admin.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"limits.cpu": "10"}}})
+
+    result = R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
+    assert result["changed"]
+    assert any("new base" in w for w in result["warnings"])
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "11", "limits.memory": "2Gi"}
+    assert "QuotaBaseChanged" in [e["reason"] for e in events(admin, ns)]
+
+    R.release(cl, "a", timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "10", "limits.memory": "2Gi"}
+
+
+def test_revert_of_a_plain_quota_is_reapplied(lab, admin, cl, ns):
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 600)
+    admin.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"limits.cpu": "2"}}})
+    result = R.reconcile(cl, quotas=[(ns, "compute")])
+    assert result["changed"] and any("reverted" in w for w in result["warnings"])
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2500m"}
+    R.release(cl, "a", timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+
+
+# ---------------------------------------------------------------------------
+# Rancher (the emulator's cattle-cluster-agent quota sync)
+
+@pytest.fixture(scope="module")
+def rancher(lab):
+    from kvqlab import emulator
+    if emulator.attach(lab).running():      # a lab given by KVQ_LAB_RUN_DIR may run one already: share it
+        yield emulator
+        return
+    handle = emulator.start(lab, source_pod_delay_seconds=1)
+    try:
+        yield emulator
+    finally:
+        handle.stop()
+
+
+def _rancher_namespace(lab, admin, ns, raw, project=None):
+    annotations = {RANCHER_QUOTA: raw}
+    if project:
+        annotations["field.cattle.io/projectId"] = project
+    admin.patch_namespace(ns, {"metadata": {"annotations": annotations}})
+
+    def created():
+        items = raw_namespace_quotas(admin, ns)
+        return items[0] if items and (items[0].get("spec") or {}).get("hard") else None
+    quota = kvqlab.wait_for(created, 30, "Rancher emulation to create the namespace quota")
+    lab.wait_quota_ready(ns, quota["metadata"]["name"])
+    return quota["metadata"]["name"]
+
+
+def raw_namespace_quotas(admin, ns):
+    items = json.loads(admin.list_namespaced_resource_quota(ns, _preload_content=False).data)["items"]
+    return [q for q in items if (q["metadata"].get("labels") or {}).get(RANCHER_LABEL) == "true"]
+
+
+def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(lab, admin, cl, ns, rancher):
+    raw = '{"limit": {"limitsCpu": "2000m", "limitsMemory": "2Gi"}}'
+    name = _rancher_namespace(lab, admin, ns, raw)
+    result = R.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
+                       600, rancher_sync_timeout=30)
+    item = result["quotas"][0]
+    assert item["ledger_on"] == "namespace" and item["backend"] in ("rancher", "harvester")
+    if item["backend"] == "harvester":   # the lab serves settings.harvesterhci.io: opted out while reserved
+        assert raw_quota(admin, ns, name)["metadata"]["annotations"][SKIP] == "true"
+    assert not any("directly" in w for w in result["warnings"])   # Rancher applied it, not us
+    assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "3Gi"}
+    namespace = raw_namespace(admin, ns)
+    assert LEDGER_ANNOTATION in namespace["metadata"]["annotations"]
+    assert json.loads(namespace["metadata"]["annotations"][RANCHER_QUOTA])["limit"] == {
+        "limitsCpu": "3", "limitsMemory": "3Gi"}
+
+    # cattle-cluster-agent restarts and resyncs every quota from the namespaces: nothing is lost
+    rancher.rancher_agent_restart(lab)
+    time.sleep(2)
+    assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "3Gi"}
+
+    # the namespace quota is put back to the old values behind our back; Rancher reverts spec.hard
+    admin.patch_namespace(ns, {"metadata": {"annotations": {RANCHER_QUOTA: raw}}})
+    lab.wait_quota(ns, name, lambda q: q.spec.hard.get("limits.cpu") in ("2", "2000m"),
+                   what="Rancher emulation to revert the quota")
+    result = R.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
+                       600, rancher_sync_timeout=30)
+    assert result["changed"] and any("reverted" in w for w in result["warnings"])
+    assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "3Gi"}
+
+    R.release(cl, "r1", timeout=30, rancher_sync_timeout=30)
+    namespace = raw_namespace(admin, ns)
+    assert namespace["metadata"]["annotations"][RANCHER_QUOTA] == raw      # byte for byte
+    assert LEDGER_ANNOTATION not in namespace["metadata"]["annotations"]
+    quota = raw_quota(admin, ns, name)
+    assert quota["spec"]["hard"] in ({"limits.cpu": "2", "limits.memory": "2Gi"},
+                                     {"limits.cpu": "2000m", "limits.memory": "2Gi"})
+    assert SKIP not in (quota["metadata"].get("annotations") or {})
+
+
+def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, ns, rancher):
+    cluster_ns = "c-" + secrets.token_hex(3)
+    admin.create_namespace({"metadata": {"name": cluster_ns, "labels": {"kvqlab/test": "true"}}})
+    try:
+        custom = client.CustomObjectsApi(lab.api_client(admin=True))
+        custom.create_namespaced_custom_object("management.cattle.io", "v3", cluster_ns, "projects", {
+            "apiVersion": "management.cattle.io/v3", "kind": "Project",
+            "metadata": {"name": "p-team", "namespace": cluster_ns},
+            "spec": {"displayName": "team", "clusterName": cluster_ns,
+                     "resourceQuota": {"limit": {"limitsCpu": "4", "limitsMemory": "8Gi"}},
+                     "namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "2", "limitsMemory": "2Gi"}}}})
+        raw = '{"limit":{"limitsCpu":"3","limitsMemory":"2Gi"}}'
+        name = _rancher_namespace(lab, admin, ns, raw, project="%s:p-team" % cluster_ns)
+        before = raw_namespace(admin, ns)["metadata"]["annotations"]
+        with pytest.raises(InputError) as err:
+            R.reserve(cl, "big", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain", 600)
+        text = str(err.value)
+        assert "limitsCpu to 4" in text and "5" in text and "nothing was changed" in text
+        after = raw_namespace(admin, ns)["metadata"]["annotations"]
+        assert after.get(RANCHER_QUOTA) == before.get(RANCHER_QUOTA)
+        assert LEDGER_ANNOTATION not in after
+    finally:
+        admin.delete_namespace(cluster_ns)
+
+
+# ---------------------------------------------------------------------------
+# concurrency
+
+def _worker(kubeconfig, namespace, ids, barrier, release):
+    cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
+    barrier.wait(30)
+    for rid in ids:
+        if release:
+            R.release(cluster, rid, quotas=[(namespace, "compute")], timeout=30, poll_interval=0.2)
+        else:
+            R.reserve(cluster, rid, {(namespace, "compute"): {"limits.cpu": "100m", "pods": "1"}}, "worker",
+                      "concurrency", 600)
+
+
+def _run_workers(lab, ns, groups, release):
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(len(groups))
+    procs = [ctx.Process(target=_worker, args=(str(lab.user_kubeconfig), ns, ids, barrier, release))
+             for ids in groups]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0] * len(procs)
+
+
+def test_two_processes_reserving_at_once_lose_nothing(lab, admin, ns):
+    base = {"limits.cpu": "1", "pods": "100"}
+    make_quota(lab, admin, ns, base)
+    groups = [["a%d" % i for i in range(6)], ["b%d" % i for i in range(6)]]
+    _run_workers(lab, ns, groups, release=False)
+    quota = raw_quota(admin, ns)
+    assert quota["spec"]["hard"] == {"limits.cpu": "2200m", "pods": "112"}
+    ledger = json.loads(quota["metadata"]["annotations"][LEDGER_ANNOTATION])
+    assert sorted(ledger["reservations"]) == sorted(groups[0] + groups[1])
+    _run_workers(lab, ns, [list(reversed(groups[1])), groups[0]], release=True)
+    quota = raw_quota(admin, ns)
+    assert quota["spec"]["hard"] == base
+    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+
+
+# ---------------------------------------------------------------------------
+# expiry
+
+def test_expired_reservation_is_released_only_by_the_reaper(lab, admin, cl, ns):
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    R.reserve(cl, "short", {(ns, "compute"): {"limits.cpu": "1"}}, "crashed-job", "drain", 1)
+    R.reserve(cl, "long", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 3600)
+    time.sleep(1.5)
+    rows = [r for r in R.list_reservations(cl) if r["namespace"] == ns]
+    assert {r["id"]: r["expired"] for r in rows} == {"short": True, "long": False}
+
+    R.reserve(cl, "other", {(ns, "compute"): {"limits.cpu": "250m"}}, "lab-test", "drain", 3600)
+    R.release(cl, "long", timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3250m"}   # short is still held
+
+    plan = R.release_expired(cl, check_mode=True)
+    assert {"id": "short", "namespace": ns, "quota": "compute"} in plan["released"]
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3250m"}
+    result = R.release_expired(cl)
+    assert {"id": "short", "namespace": ns, "quota": "compute"} in result["released"]
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2250m"}
+    R.release(cl, "other", timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+
+
+# ---------------------------------------------------------------------------
+# one clear error
+
+def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    plan = {(ns, "compute"): {"limits.cpu": "1"}}
+    down = C.connect({"host": "https://127.0.0.1:1", "api_key": "x"}, environ={})
+    with pytest.raises(UnreachableError) as err:
+        R.reserve(down, "x", plan, "t", "r", 60)
+    assert "127.0.0.1:1" in str(err.value)
+
+    import yaml
+    token = yaml.safe_load(open(str(lab.user_kubeconfig)))["users"][0]["user"]["token"]
+    no_ca = C.connect({"host": lab.server, "api_key": token}, environ={})
+    with pytest.raises(UnreachableError) as err:
+        R.reserve(no_ca, "x", plan, "t", "r", 60)
+    assert "TLS" in str(err.value) and "ca_cert" in str(err.value)
+
+    nobody = C.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"}, environ={})
+    with pytest.raises(ForbiddenError) as err:
+        R.reserve(nobody, "x", plan, "t", "r", 60)
+    assert "kvquota-maintenance" in str(err.value) and "forbidden" in str(err.value)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+
+
+# ---------------------------------------------------------------------------
+# leases
+
+def test_lease_waits_then_names_the_holder_and_expires_for_a_crashed_holder(lab, cl, ns):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
+    first = LS.acquire(cl, ns, "kvquota-maintenance", "job-1", duration=3)
+    assert first["spec"]["holderIdentity"] == "job-1"
+    again = LS.acquire(cl, ns, "kvquota-maintenance", "job-1", duration=3)    # our own: renewed
+    assert again["spec"]["leaseTransitions"] == 0
+    started = time.time()
+    with pytest.raises(LeaseHeldError) as err:
+        LS.acquire(cl, ns, "kvquota-maintenance", "job-2", duration=3, wait_timeout=1, poll_interval=0.2)
+    assert time.time() - started >= 0.9
+    assert "job-1" in str(err.value) and "until" in str(err.value)
+    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is False   # not ours: left alone
+    # job-1 "crashes" (never renews): job-2 gets the lease once it expired
+    taken = LS.acquire(cl, ns, "kvquota-maintenance", "job-2", duration=3, wait_timeout=10, poll_interval=0.2)
+    assert taken["spec"]["holderIdentity"] == "job-2" and taken["spec"]["leaseTransitions"] == 1
+    with pytest.raises(LeaseHeldError):
+        LS.renew(cl, first, "job-1")
+    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is True
+    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is False
+
+
+def test_reserve_under_a_lock(lab, admin, cl, ns):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    LS.acquire(cl, ns, LS.DEFAULT_LEASE_NAME, "other-job", duration=60)
+    with pytest.raises(LeaseHeldError, match="other-job"):
+        R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60,
+                  lock={"holder": "me", "wait_timeout": 0})
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+    LS.release(cl, ns, LS.DEFAULT_LEASE_NAME, "other-job")
+    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60, lock={"holder": "me"})
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3"}
+    R.release(cl, "a", lock={"holder": "me"}, timeout=10)
+    assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+    with pytest.raises(ApiException) as err:     # the lease is gone again
+        client.CoordinationV1Api(lab.api_client()).read_namespaced_lease(LS.DEFAULT_LEASE_NAME, ns)
+    assert err.value.status == 404
+
+
+# ---------------------------------------------------------------------------
+# interrupted anywhere, re-run converges
+
+def _reserve_then_release_forever(kubeconfig, targets, mode):
+    cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
+    plan = dict((t, {"limits.cpu": "250m", "limits.memory": "100Mi"}) for t in targets)
+    if mode == "reserve":
+        R.reserve(cluster, "crash", plan, "crashy", "interrupted", 600)
+    else:
+        R.release(cluster, "crash", timeout=30, poll_interval=0.2)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
+def test_interrupted_runs_converge_when_run_again(lab, admin, cl, delay):
+    base = {"limits.cpu": "2", "limits.memory": "1Gi"}
+    namespaces = []
+    try:
+        for i in range(4):
+            name = "crash-%s-%d" % (secrets.token_hex(3), i)
+            admin.create_namespace({"metadata": {"name": name, "labels": {"kvqlab/test": "true"}}})
+            namespaces.append(name)
+            make_quota(lab, admin, name, base)
+        targets = [(name, "compute") for name in namespaces]
+        ctx = multiprocessing.get_context("fork")
+        for mode in ("reserve", "release"):
+            proc = ctx.Process(target=_reserve_then_release_forever, args=(str(lab.user_kubeconfig), targets, mode))
+            proc.start()
+            time.sleep(delay)
+            proc.kill()                      # interrupted wherever it was
+            proc.join(10)
+            _reserve_then_release_forever(str(lab.user_kubeconfig), targets, mode)   # the re-run
+            for name in namespaces:
+                quota = raw_quota(admin, name)
+                if mode == "reserve":
+                    assert quota["spec"]["hard"] == {"limits.cpu": "2250m", "limits.memory": "1124Mi"}
+                    ledger = json.loads(quota["metadata"]["annotations"][LEDGER_ANNOTATION])
+                    assert list(ledger["reservations"]) == ["crash"]
+                else:
+                    assert quota["spec"]["hard"] == base
+                    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+    finally:
+        for name in namespaces:
+            try:
+                admin.delete_namespace(name)
+            except ApiException:
+                pass
+
+
+# ---------------------------------------------------------------------------
+# Harvester (the emulator's quota scaling): the opt-out keeps its deltas off our reservation
+
+def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
+    from kvqlab import scenarios
+    custom = client.CustomObjectsApi(lab.api_client(admin=True))
+    rancher.set_knobs(lab, harvester="true")
+    try:
+        raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
+        name = _rancher_namespace(lab, admin, ns, raw)
+        vm = {"name": "vm-a", "namespace": ns, "cpu": 1, "memory": "1Gi", "node": "node-1"}
+        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachines", scenarios.vm_object(vm))
+
+        def running():
+            try:
+                vmi = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstances", "vm-a")
+            except ApiException:
+                return None
+            return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
+        kvqlab.wait_for(running, 60, "the emulator to run vm-a")
+
+        result = R.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2", "limits.memory": "3Gi"}}, "lab-test",
+                           "drain node-1", 600, refs={"migrations": [{"name": "mig-a"}]}, rancher_sync_timeout=30)
+        assert result["quotas"][0]["backend"] == "harvester"
+        quota = raw_quota(admin, ns, name)
+        assert quota["metadata"]["annotations"][SKIP] == "true"
+        assert quota["spec"]["hard"] == {"limits.cpu": "6", "limits.memory": "11Gi"}
+
+        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstancemigrations", {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "mig-a", "namespace": ns}, "spec": {"vmiName": "vm-a"}})
+
+        def succeeded():
+            m = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstancemigrations",
+                                                    "mig-a")
+            return m if (m.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+        migration = kvqlab.wait_for(succeeded, 60, "the migration of vm-a")
+        assert migration["status"]["phase"] == "Succeeded"
+        annotations = raw_quota(admin, ns, name)["metadata"]["annotations"]
+        assert not [k for k in annotations if k.startswith("harvesterhci.io/migratingUID-")]
+
+        result = R.release(cl, "node-1", timeout=60, poll_interval=0.3, rancher_sync_timeout=30)
+        assert result["quotas"][0]["outcome"] == "released"
+        quota = raw_quota(admin, ns, name)
+        assert quota["spec"]["hard"] == {"limits.cpu": "4", "limits.memory": "8Gi"}
+        assert SKIP not in (quota["metadata"].get("annotations") or {})
+        assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
+    finally:
+        rancher.set_knobs(lab, harvester=None)
