@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check a built collection artifact: installable, and free of build outputs.
 
 Usage: check_artifact.py dist/kvquota-maintenance-X.Y.Z.tar.gz

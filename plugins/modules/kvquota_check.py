@@ -11,7 +11,7 @@ module: kvquota_check
 short_description: Say before anything moves which namespaces will block live migrations on quota
 version_added: 0.1.0
 author:
-  - kvquota maintainers
+  - kvquota maintainers (@kvquota)
 description:
   - Read-only. For a scope (nodes, namespaces, or the whole cluster) computes, per namespace and per
     ResourceQuota that matches a virt-launcher pod, the target-pod size of every VM that would migrate

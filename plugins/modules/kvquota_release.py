@@ -11,7 +11,7 @@ module: kvquota_release
 short_description: Give a migration quota reservation back exactly
 version_added: 0.1.0
 author:
-  - kvquota maintainers
+  - kvquota maintainers (@kvquota)
 description:
   - Releases a reservation made by M(kvquota.maintenance.kvquota_reserve) on every ResourceQuota that holds it.
   - Each quota is written back to its recorded base plus the other active reservations, from the in-cluster

@@ -11,7 +11,7 @@ module: kvquota_reserve
 short_description: Expand tenant ResourceQuotas for the live migrations about to start
 version_added: 0.1.0
 author:
-  - kvquota maintainers
+  - kvquota maintainers (@kvquota)
 description:
   - Expands every ResourceQuota that will charge the migration target pods by exactly the headroom they need,
     recorded as reservation O(reservation_id) in a ledger on the quota itself (base + active deltas), with an

@@ -27,6 +27,7 @@ Two deliberate differences, both about input the apiserver mishandles:
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import math
 import re
 from fractions import Fraction
 
@@ -158,7 +159,7 @@ def _coerce(value, name):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if math.isnan(value) or math.isinf(value):
             raise _malformed(repr(value), name)
         return repr(value)
     if isinstance(value, str):

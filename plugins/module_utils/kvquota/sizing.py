@@ -37,7 +37,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
 Mi = 1024 ** 2
 
 OLDEST_VERSION = (0, 54, 0)
-NEWEST_KNOWN_VERSION = (1, 8, 4)
+NEWEST_KNOWN_VERSION = (1, 8, 99)
 
 KVM_DEVICE = "devices.kubevirt.io/kvm"
 TUN_DEVICE = "devices.kubevirt.io/tun"
@@ -265,7 +265,7 @@ def parse_overhead_ratio(text):
     if text in ("", "0"):
         return None
     ratio = go_parse_float(text)
-    if ratio is None or ratio < 1.0 or ratio != ratio or ratio == float("inf"):
+    if ratio is None or math.isnan(ratio) or ratio < 1.0 or math.isinf(ratio):
         raise InputError("invalid overhead ratio %r" % (text,),
                          "use a decimal number of at least 1.0 such as 1.5, or \"0\"/empty to disable it")
     return ratio
@@ -1121,8 +1121,8 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
     version = config.version
     notes = []
     if version > NEWEST_KNOWN_VERSION:
-        notes.append("KubeVirt %s is newer than the newest version kvquota knows (%d.%d.%d); sized with its rules"
-                     % ((config.kubevirt_version,) + NEWEST_KNOWN_VERSION))
+        notes.append("KubeVirt %s is newer than the newest version kvquota knows (%d.%d); sized with its rules"
+                     % ((config.kubevirt_version,) + NEWEST_KNOWN_VERSION[:2]))
     multus = [n["multus"].get("networkName") for n in v.spec.get("networks") or []
               if isinstance(n, dict) and isinstance(n.get("multus"), dict)]
     network_resources = dict(network_resources or {})

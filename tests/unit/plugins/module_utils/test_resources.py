@@ -64,7 +64,7 @@ def test_examples_like_kubernetes():
     assert r.subtract(a, b) == {"cpu": Fraction(1, 2), "memory": Gi, "pods": -1}
     assert r.maximum(a, b) == {"cpu": 1, "memory": Gi, "pods": 1}
     assert r.minimum(a, b) == {"cpu": Fraction(1, 2)}
-    assert r.less_or_equal(b, a) == (True, [])
+    assert r.less_or_equal(b, a) == (True, [])  # pylint: disable=arguments-out-of-order
     assert r.less_or_equal(a, b) == (False, ["cpu"])
     assert r.less_or_equal({"cpu": 5}, {"memory": 1}) == (True, [])  # untracked names never block
     assert r.mask(a, ["cpu", "nothing"]) == {"cpu": 1}
@@ -97,7 +97,7 @@ def _same(a, b):
 @settings(max_examples=200, deadline=None)
 @given(_lists, _lists)
 def test_add_is_commutative(a, b):
-    assert r.add(a, b) == r.add(b, a)
+    assert r.add(a, b) == r.add(b, a)  # pylint: disable=arguments-out-of-order
 
 
 @settings(max_examples=200, deadline=None)
@@ -117,7 +117,7 @@ def test_subtract_inverts_add(a, b):
 @given(_lists, _lists)
 def test_less_or_equal_agrees_with_subtract(a, b):
     fits, names = r.less_or_equal(a, b)
-    room = r.mask(r.subtract(b, a), [n for n in b if n in a])
+    room = r.mask(r.subtract(b, a), [n for n in b if n in a])  # pylint: disable=arguments-out-of-order
     assert fits == (not r.is_negative(room))
     assert names == r.is_negative(room)
 

@@ -490,8 +490,8 @@ def test_support_container_resources_and_serial_console_switches():
 def test_network_binding_plugin_memory_once_per_plugin_v1_4():
     # v1.4.0, 1Gi: 2 + 210 + 8 + 8 + 16 = 244Mi, + 500Mi plugin overhead (two interfaces, one plugin) = 744Mi
     vmi = plain_vmi("1Gi")
-    vmi["spec"]["domain"]["devices"]["interfaces"] = [{"name": "a", "binding": {"name": "slirp"}},
-                                                       {"name": "b", "binding": {"name": "slirp"}}]
+    vmi["spec"]["domain"]["devices"]["interfaces"] = [
+        {"name": "a", "binding": {"name": "slirp"}}, {"name": "b", "binding": {"name": "slirp"}}]
     bindings = {"slirp": {"computeResourceOverhead": {"requests": {"memory": "500Mi"}}}}
     assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.4.0", network_bindings=bindings)).memory_overhead == 744 * Mi
     assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.3.1", network_bindings=bindings)).memory_overhead == 244 * Mi
