@@ -39,6 +39,7 @@ demo: lab-up
 test: deps lab-build pytest-units sanity ansible-units ansible-test-bootstrap lint docs-lint build lab-tests
 	@echo "make test: all gates passed"
 
+# Quick unit run for development; `make test` runs them through ansible-test units.
 pytest-units: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
