@@ -118,8 +118,10 @@ blockers:
   returned: always
   type: list
   elements: dict
-warnings:
-  description: Findings that do not block (Harvester or AAQ present, migrations in progress, ...).
+findings:
+  description:
+    - Findings that do not block (Harvester or AAQ present, migrations in progress, ...), each with kind,
+      namespace and message (the C(warnings) of the core report; the first ones are also shown as Ansible warnings).
   returned: always
   type: list
   elements: dict
@@ -154,6 +156,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 
 PLAN_OPTIONS = ('kubevirt_version', 'overhead_ratio', 'parallel_migrations_per_cluster',
                 'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable')
+MAX_WARNINGS = 10
 
 
 def check(module):
@@ -164,6 +167,12 @@ def check(module):
     cluster = cluster_mod.connect(auth_params(params))
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
     report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)
+    # exit_json reserves 'warnings' for strings; the report's warnings are structured findings.
+    report['findings'] = report.pop('warnings', [])
+    for finding in report['findings'][:MAX_WARNINGS]:
+        module.warn(str(finding.get('message') or finding.get('kind')))
+    if len(report['findings']) > MAX_WARNINGS:
+        module.warn('%d more findings; see findings in the result' % (len(report['findings']) - MAX_WARNINGS))
     report['changed'] = False
     return report
 

@@ -232,7 +232,8 @@ def _exceeding(headroom, cap):
         over = sorted(set(names) | (set(amount) - set(limit)))
         if over:
             problems.append('%s/%s needs %s' % (namespace, quota, ', '.join(
-                '%s=%s' % (n, wanted[n]) for n in over)))
+                '%s=%s (top_up_cap %s)' % (n, wanted[n], cap[n] if n in limit else 'does not name it')
+                for n in over)))
     return problems
 
 

@@ -16,16 +16,19 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import datetime
+import json
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
+    default_format,
     equals,
-    format_resource_list,
-    maximum,
+    less_or_equal,
+    parse_resource_list,
 )
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as _backends
@@ -40,6 +43,24 @@ DEFAULT_PARALLEL_OUTBOUND_PER_NODE = 2
 NON_MIGRATABLE_POLICIES = ("fail", "shutdown", "skip")
 VERDICTS = ("ok", "needs_reservation", "blocked")
 FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
+
+
+_FORMATTED = {}
+
+
+def format_resource_list(rl, formats=None):
+    """resources.format_resource_list, remembering each (value, format) it printed (reports repeat them)."""
+    formats = formats or {}
+    result = {}
+    for name in sorted(rl):
+        key = (rl[name], formats.get(name) or default_format(name))
+        text = _FORMATTED.get(key)
+        if text is None:
+            text = format_quantity(key[0], key[1])
+            if len(_FORMATTED) < 100000:
+                _FORMATTED[key] = text
+        result[name] = text
+    return result
 
 
 def _sizing():
@@ -65,43 +86,72 @@ def _positive_int(value, what):
     return number
 
 
+def _cap(per_namespace_cap):
+    """(count cap or None, resource-list cap or None) from an int or a resource list."""
+    if per_namespace_cap is None:
+        return None, None
+    if isinstance(per_namespace_cap, dict):
+        if not per_namespace_cap:
+            return None, None
+        budget = parse_resource_list(per_namespace_cap, "per_namespace_cap")
+        bad = sorted(name for name, value in budget.items() if value <= 0)
+        if bad:
+            raise InputError("per_namespace_cap must be positive, got %s for %s"
+                             % (", ".join(str(per_namespace_cap[n]) for n in bad), ", ".join(bad)),
+                             "give e.g. per_namespace_cap: {limits.memory: 8Gi}")
+        return None, budget
+    return _positive_int(per_namespace_cap, "per_namespace_cap"), None
+
+
 def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
                  parallel_outbound_per_node=DEFAULT_PARALLEL_OUTBOUND_PER_NODE, per_namespace_cap=None):
     """Split VMs into migration batches KubeVirt would run at once.
 
     vms: dicts with at least namespace, name and node (the source node), in the order
-    they should migrate. A batch holds at most parallel_per_cluster VMs, at most
-    parallel_outbound_per_node from any one node and, when per_namespace_cap is given, at
-    most that many from one namespace (bounding each namespace's reservation). Each VM
-    goes into the first batch with room (first fit), so the order is kept within and
-    across batches as far as the limits allow. Returns a list of lists of the same dicts.
+    they should migrate. A batch holds at most parallel_per_cluster VMs and at most
+    parallel_outbound_per_node from any one node. per_namespace_cap bounds what one
+    namespace migrates together (and so its reservation): a number caps its VMs per batch;
+    a resource list such as {"limits.memory": "8Gi"} caps the sum of their charges (each VM
+    dict then needs "charge", a ResourceList), except that a VM larger than the cap on its
+    own still migrates, alone for its namespace. Each VM goes into the first batch with
+    room (first fit), so the order is kept as far as the limits allow. Returns a list of
+    lists of the same dicts.
     """
     per_cluster = _positive_int(parallel_per_cluster, "parallel_per_cluster")
     per_node = _positive_int(parallel_outbound_per_node, "parallel_outbound_per_node")
-    per_ns = None if per_namespace_cap is None else _positive_int(per_namespace_cap, "per_namespace_cap")
+    per_ns, budget = _cap(per_namespace_cap)
     batches = []
-    counts = []  # per batch: (node counts, namespace counts)
+    counts = []  # per batch: (node counts, namespace counts, namespace charges)
     first_open = 0
     for vm in vms:
         node = vm.get("node")
         ns = vm.get("namespace")
+        charge = None
+        if budget is not None:
+            charge = dict((n, v) for n, v in (vm.get("charge") or {}).items() if n in budget)
         placed = False
         for index in range(first_open, len(batches)):
-            nodes, namespaces = counts[index]
+            nodes, namespaces, charges = counts[index]
             if len(batches[index]) >= per_cluster:
                 continue
             if nodes.get(node, 0) >= per_node:
                 continue
             if per_ns is not None and namespaces.get(ns, 0) >= per_ns:
                 continue
+            if budget is not None and ns in charges:
+                fits, _names = less_or_equal(add(charges[ns], charge), budget)
+                if not fits:
+                    continue
             batches[index].append(vm)
             nodes[node] = nodes.get(node, 0) + 1
             namespaces[ns] = namespaces.get(ns, 0) + 1
+            if budget is not None:
+                charges[ns] = add(charges.get(ns, {}), charge)
             placed = True
             break
         if not placed:
             batches.append([vm])
-            counts.append(({node: 1}, {ns: 1}))
+            counts.append(({node: 1}, {ns: 1}, {ns: charge} if budget is not None else {}))
         while first_open < len(batches) and len(batches[first_open]) >= per_cluster:
             first_open += 1
     return batches
@@ -195,7 +245,7 @@ def _ref_names(refs, key):
         if isinstance(item, dict):
             item = item.get("name")
         if item:
-            result.append(str(item).split("/")[-1])
+            result.append(str(item).rsplit("/", maxsplit=1)[-1])
     return result
 
 
@@ -322,10 +372,13 @@ def _replace_config(config, **changes):
 def migration_limits(kubevirt_cr, options):
     """(parallel per cluster, parallel outbound per node) from options, else the KubeVirt CR, else defaults."""
     migrations = ((((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {})
-    per_cluster = options.get("parallel_migrations_per_cluster") or migrations.get(
-        "parallelMigrationsPerCluster") or DEFAULT_PARALLEL_PER_CLUSTER
-    per_node = options.get("parallel_outbound_migrations_per_node") or migrations.get(
-        "parallelOutboundMigrationsPerNode") or DEFAULT_PARALLEL_OUTBOUND_PER_NODE
+    # an override given (even 0, which is then refused) wins over the CR
+    per_cluster = options.get("parallel_migrations_per_cluster")
+    if per_cluster is None:
+        per_cluster = migrations.get("parallelMigrationsPerCluster") or DEFAULT_PARALLEL_PER_CLUSTER
+    per_node = options.get("parallel_outbound_migrations_per_node")
+    if per_node is None:
+        per_node = migrations.get("parallelOutboundMigrationsPerNode") or DEFAULT_PARALLEL_OUTBOUND_PER_NODE
     return (_positive_int(per_cluster, "parallel_migrations_per_cluster"),
             _positive_int(per_node, "parallel_outbound_migrations_per_node"))
 
@@ -366,25 +419,39 @@ def default_priority_class(snapshot):
 # VMs
 # ---------------------------------------------------------------------------
 
-def _source_pod(vmi, pods):
-    """The live virt-launcher pod of a VMI on its current node (None if not seen)."""
-    uid = _meta(vmi).get("uid")
-    node = (vmi.get("status") or {}).get("nodeName")
-    best = None
+def _pods_by_owner(pods):
+    """{VMI uid: [live virt-launcher pods]} from the label kubevirt.io/created-by (or ownerReferences)."""
+    index = {}
     for pod in pods:
         if q.pod_is_terminal(pod) or _meta(pod).get("deletionTimestamp"):
             continue
-        labels = _labels(pod)
-        owned = uid and labels.get("kubevirt.io/created-by") == uid
-        if not owned:
-            owners = _meta(pod).get("ownerReferences") or ()
-            owned = uid and any(o.get("uid") == uid for o in owners)
-        if not owned:
-            continue
+        uids = set()
+        created_by = _labels(pod).get("kubevirt.io/created-by")
+        if created_by:
+            uids.add(created_by)
+        for owner in _meta(pod).get("ownerReferences") or ():
+            if owner.get("uid"):
+                uids.add(owner["uid"])
+        for uid in uids:
+            index.setdefault(uid, []).append(pod)
+    return index
+
+
+def _source_pod(vmi, pods_by_owner):
+    """The live virt-launcher pod of a VMI on its current node (None if not seen)."""
+    candidates = pods_by_owner.get(_meta(vmi).get("uid")) or []
+    node = (vmi.get("status") or {}).get("nodeName")
+    for pod in candidates:
         if (pod.get("spec") or {}).get("nodeName") == node:
             return pod
-        best = best or pod
-    return best
+    return candidates[0] if candidates else None
+
+
+def _sizing_key(vmi, ns_labels, tracks):
+    """What a launcher pod's size depends on besides the cluster config (for the sizing cache)."""
+    meta = _meta(vmi)
+    return json.dumps([vmi.get("kind"), vmi.get("spec"), meta.get("annotations"), ns_labels, sorted(tracks)],
+                      sort_keys=True, default=str)
 
 
 def _live_migratable(vmi):
@@ -398,14 +465,17 @@ def _live_migratable(vmi):
     return True, ""
 
 
-def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc):
+def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None):
     """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
 
-    Only Running VMIs would migrate; others are returned in a separate list.
+    Only Running VMIs would migrate; others are returned in a separate list. cache (a
+    dict) remembers launcher pods of identical VMIs across calls.
     """
     sizing = _sizing()
+    cache = {} if cache is None else cache
     tracks = q.namespace_tracked_names(ns_quotas)
     ns_labels = _labels(ns_obj) if ns_obj else {}
+    by_owner = _pods_by_owner(pods)
     entries = []
     idle = []
     for vmi in sorted(vmis, key=lambda v: _meta(v).get("name", "")):
@@ -415,11 +485,15 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc):
             idle.append({"namespace": namespace, "name": name, "phase": status.get("phase")})
             continue
         migratable, reason = _live_migratable(vmi)
-        pod = sizing.launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
-        pod_charge = dict(pod.charge)
-        charge = dict(pod.total_charge()) if hasattr(pod, "total_charge") else add(pod_charge,
-                                                                                   dict(pod.extra_charge or {}))
-        source_pod = _source_pod(vmi, pods)
+        key = _sizing_key(vmi, ns_labels, tracks)
+        if key not in cache:
+            pod = sizing.launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
+            pod_charge = dict(pod.charge)
+            charge = dict(pod.total_charge()) if hasattr(pod, "total_charge") else add(
+                pod_charge, dict(pod.extra_charge or {}))
+            cache[key] = (charge, pod_charge, list(getattr(pod, "notes", ()) or ()))
+        charge, pod_charge, notes = cache[key]
+        source_pod = _source_pod(vmi, by_owner)
         facts = q.launcher_pod_facts(vmi, default_pc)
         if source_pod is not None and (source_pod.get("spec") or {}).get("priorityClassName"):
             facts = dict(facts, priority_class_name=source_pod["spec"]["priorityClassName"])
@@ -435,7 +509,7 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc):
             "source": q.pod_usage(source_pod) if source_pod is not None else None,
             "source_pod": _meta(source_pod).get("name") if source_pod is not None else None,
             "migration_state": status.get("migrationState"),
-            "sizing_notes": list(getattr(pod, "notes", ()) or ()),
+            "sizing_notes": notes,
         })
     return entries, idle
 
@@ -444,22 +518,32 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc):
 # Evaluation
 # ---------------------------------------------------------------------------
 
-def _vm_report(vm, batch_of):
+BASIC_NAMES = frozenset(["requests.cpu", "limits.cpu", "requests.memory", "limits.memory"])
+
+
+def _vm_report(vm, batch_of, names=None):
+    """One VM of the report; names: the resource names to show (None: all)."""
+    def shown(rl):
+        if names is not None:
+            rl = dict((n, v) for n, v in rl.items() if n in names)
+        return format_resource_list(rl)
+    target = q.expand_aliases(vm["pod_charge"])
     out = {
         "name": vm["name"],
         "node": vm["node"],
         "migratable": vm["migratable"],
         "priority_class": vm["facts"].get("priority_class_name"),
         "batch": batch_of.get(q.vm_key(vm)),
-        "charge": format_resource_list(vm["charge"]),
-        "target_pod": format_resource_list(q.expand_aliases(vm["pod_charge"])),
+        "charge": shown(vm["charge"]),
         "source_pod": vm["source_pod"],
-        "source": None if vm["source"] is None else format_resource_list(vm["source"]),
+        "source": None if vm["source"] is None else shown(vm["source"]),
     }
+    if target != vm["charge"]:
+        out["target_pod"] = shown(target)
     if vm["source"] is not None:
-        growth = q.growth_of(q.expand_aliases(vm["pod_charge"]), vm["source"])
+        growth = q.growth_of(target, vm["source"])
         out["growth"] = dict((n, ("-" if v < 0 else "") + q.show(abs(v), n)) for n, v in sorted(growth.items())
-                             if n != q.POD_COUNT)
+                             if n != q.POD_COUNT and (names is None or n in names))
     if not vm["migratable"]:
         out["not_migratable_reason"] = vm["migratable_reason"]
     if vm.get("sizing_notes"):
@@ -467,9 +551,24 @@ def _vm_report(vm, batch_of):
     return out
 
 
+def _report_names(ns_quotas, detail):
+    """The resource names VM entries show: 'full' = all; default = the basics plus what the quotas limit."""
+    if detail == "full":
+        return None
+    names = set(BASIC_NAMES)
+    for name in q.namespace_tracked_names(ns_quotas):
+        names.add(name)
+        alias = q._alias_of(name)
+        if alias:
+            names.add(alias)
+    return frozenset(names)
+
+
 def _quota_report(namespace, quota, plan, owner, formats):
     name = _meta(quota).get("name")
-    show = lambda rl: format_resource_list(rl, formats)  # noqa: E731
+
+    def show(rl):
+        return format_resource_list(rl, formats)
     enforced = q.quota_enforced_hard(quota)
     return {
         "name": name,
@@ -601,17 +700,25 @@ def evaluate(snapshot, options=None):
     # 1. Size every VM, namespace by namespace.
     vms_by_ns = {}
     idle_by_ns = {}
+    sizing_cache = {}
     for namespace in sorted(namespaces):
         ns_quotas = (snapshot.get("quotas") or {}).get(namespace) or []
         vmis = (snapshot.get("vmis") or {}).get(namespace) or []
         pods = (snapshot.get("pods") or {}).get(namespace) or []
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
-            namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc)
+            namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache)
 
     # 2. One cluster-wide schedule, in the order nodes drain (node, then namespace, name).
     movers = [vm for ns in sorted(vms_by_ns) for vm in vms_by_ns[ns] if vm["migratable"]]
     movers.sort(key=lambda vm: (vm["node"] or "", vm["namespace"], vm["name"]))
     batches = plan_batches(movers, per_cluster, per_node, per_ns_cap)
+    _count_cap, budget = _cap(per_ns_cap)
+    oversized = []
+    if budget is not None:
+        for vm in movers:
+            fits, names = less_or_equal(dict((n, v) for n, v in vm["charge"].items() if n in budget), budget)
+            if not fits:
+                oversized.append((vm, names))
     keys = batch_keys(batches)
     batch_of = {}
     for index, batch in enumerate(keys):
@@ -639,6 +746,11 @@ def evaluate(snapshot, options=None):
             "its growth and need no expansion; native ResourceQuotas still charge the whole target pod",
             None))
 
+    for vm, names in oversized:
+        cluster_warnings.append(_finding(
+            "larger_than_cap", vm["namespace"],
+            "VM %s/%s alone charges more %s than per_namespace_cap allows: it migrates without other VMs of "
+            "its namespace" % (vm["namespace"], vm["name"], ", ".join(names)), None, vm=vm["name"]))
     facts = cluster_facts(snapshot)
     ns_reports = {}
     plans_by_ns = {}
@@ -647,11 +759,12 @@ def evaluate(snapshot, options=None):
         ns_obj = namespaces.get(namespace) or {}
         ns_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: _meta(o).get("name"))
         vms = vms_by_ns[namespace]
+        names = _report_names(ns_quotas, options.get("vm_details"))
         movers_here = [vm for vm in vms if vm["migratable"]]
         blockers = []
         warnings = []
 
-        matching, not_matching = q.plan_namespace(namespace, ns_quotas, movers_here, keys)
+        matching, not_matching = q.plan_namespace(namespace, ns_quotas, movers_here, keys, batch_of)
         quota_reports = []
         fixes = []
         plans_by_ns[namespace] = []
@@ -669,10 +782,9 @@ def evaluate(snapshot, options=None):
             qname = _meta(quota).get("name")
             for fix in quota_fixes:
                 if fix["permanent"]:
-                    blockers.append(_finding("usage_above_hard", namespace,
-                                             "quota %s/%s %s: %s" % (namespace, qname, fix["resource"],
-                                                                      fix["reason"]),
-                                             fix["text"], quota=qname, resource=fix["resource"]))
+                    message = "quota %s/%s %s: %s" % (namespace, qname, fix["resource"], fix["reason"])
+                    blockers.append(_finding("usage_above_hard", namespace, message, fix["text"],
+                                             quota=qname, resource=fix["resource"]))
             if plan["over_hard_untouched"]:
                 warnings.append(_finding(
                     "usage_above_hard_untouched", namespace,
@@ -761,7 +873,7 @@ def evaluate(snapshot, options=None):
         verdict = "blocked" if blockers else ("needs_reservation" if needs else "ok")
         ns_reports[namespace] = {
             "verdict": verdict,
-            "vms": [_vm_report(vm, batch_of) for vm in vms],
+            "vms": [_vm_report(vm, batch_of, names) for vm in vms],
             "not_running": idle_by_ns[namespace],
             "quotas": quota_reports,
             "quotas_not_matching": [{"name": _meta(quo).get("name"), "reason": reason} for quo, reason in not_matching],

@@ -10,10 +10,12 @@ KubeVirt configuration of that moment, not of the plan made at the start of the 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import hashlib
+
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import migration_events, read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list
 
 KUBEVIRT = ("kubevirt.io", "v1")
@@ -73,18 +75,34 @@ def refused_headroom(cluster, migrations):
 
     The shortfall is exactly what admission refused (requested + used - limited). key identifies the
     refusals (migration and condition time) so the same refusal is never topped up twice.
+
+    virt-controller usually leaves the condition without a message and records the apiserver's refusal in a
+    FailedCreate Event on the migration: then the newest such Event is read (one list per namespace) and the
+    key also names that message, so a later, different refusal can be topped up again.
     """
     keys = _vm_keys(migrations, "migrations")
-    headroom, seen = {}, []
+    headroom, seen, events = {}, [], {}
     for namespace, name in keys:
         vmim = cluster.call(cluster.custom.get_namespaced_custom_object, KUBEVIRT[0], KUBEVIRT[1], namespace,
                             "virtualmachineinstancemigrations", name,
                             what="get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
         rejection = admission.migration_rejection(vmim)
-        if rejection is None or not rejection["refusals"]:
+        if rejection is None:
             continue
-        seen.append("%s/%s@%s" % (namespace, name, rejection.get("since") or ""))
-        for refusal in rejection["refusals"]:
+        refusals, key = rejection["refusals"], "%s/%s@%s" % (namespace, name, rejection.get("since") or "")
+        if not refusals and not rejection["message"]:
+            if namespace not in events:
+                events[namespace] = migration_events(cluster, [namespace]).get(namespace) or {}
+            message = events[namespace].get(name) or ""
+            try:
+                refusals = admission.parse_exceeded_quota(message)
+            except InputError:
+                refusals = []
+            key += "#" + hashlib.sha256(message.encode("utf-8")).hexdigest()[:12]
+        if not refusals:
+            continue
+        seen.append(key)
+        for refusal in refusals:
             target = (namespace, refusal["quota"])
             merged = dict(headroom.get(target, {}))
             for resource, value in refusal["shortfall"].items():

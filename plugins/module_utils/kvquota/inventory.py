@@ -195,7 +195,7 @@ def _not_found(kind, missing, known, command):
     return NotFoundError(
         "%s %s not found" % (kind if len(missing) == 1 else kind + "s", ", ".join(repr(m) for m in missing)),
         "check the name%s with `%s`%s" % ("" if len(missing) == 1 else "s", command,
-                                           ("; known: " + shown) if known else ""))
+                                          ("; known: " + shown) if known else ""))
 
 
 def read_inventory(cluster, scope=None, options=None):
@@ -219,8 +219,8 @@ def read_inventory(cluster, scope=None, options=None):
 
     # Nodes: a single node by field selector, else the whole (small) list.
     node_params = {"field_selector": "metadata.name=%s" % one_node} if one_node else {}
-    nodes = dict((_name(n), n) for n in list_all(cluster, core.list_node, what="list nodes",
-                                                   page_size=page, **node_params))
+    node_list = list_all(cluster, core.list_node, what="list nodes", page_size=page, **node_params)
+    nodes = dict((_name(n), n) for n in node_list)
     missing = [n for n in scope["nodes"] if n not in nodes]
     if missing:
         known = nodes if not one_node else dict((_name(n), n) for n in list_all(
@@ -289,9 +289,9 @@ def read_inventory(cluster, scope=None, options=None):
     # Quota refusals of pending migrations: virt-controller records the apiserver's message in a
     # FailedCreate Event on the migration (the condition itself usually has no message). Read only
     # when such a migration exists.
-    migration_events = {}
+    refusals = {}
     if any(_rejected(m) for items in vmims.values() for m in items):
-        migration_events = _migration_events(cluster, one_ns, page, notes, covered)
+        refusals = migration_events(cluster, covered, page, notes)
 
     # The KubeVirt CR (one per cluster).
     kubevirts = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "kubevirts", "list KubeVirt", page)
@@ -342,7 +342,7 @@ def read_inventory(cluster, scope=None, options=None):
         "pods": pods,
         "vmis": vmis,
         "vmims": vmims,
-        "migration_events": migration_events,
+        "migration_events": refusals,
         "kubevirt": kubevirts[0] if kubevirts else None,
         "harvester_settings": harvester_settings,
         "aaq_quotas": aaq_quotas,
@@ -362,16 +362,25 @@ def _rejected(vmim):
                for c in status.get("conditions") or ())
 
 
-def _migration_events(cluster, one_ns, page, notes, covered):
-    """{namespace: {migration name: newest FailedCreate message}} from core/v1 Events."""
+def migration_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, notes=None):
+    """{namespace: {migration name: newest FailedCreate message}} from core/v1 Events.
+
+    virt-controller records the apiserver's refusal ("exceeded quota: ...") as a FailedCreate
+    Event on the VirtualMachineInstanceMigration; the migrationRejectedByResourceQuota
+    condition usually carries no message. One list call (namespaced when exactly one
+    namespace is given); Forbidden gives {} and a note.
+    """
+    notes = [] if notes is None else notes
+    covered = set(namespaces) if namespaces else None
+    one_ns = sorted(covered)[0] if covered and len(covered) == 1 else None
     params = {"field_selector": "involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate"}
     try:
         if one_ns:
             events = list_all(cluster, cluster.core.list_namespaced_event, (one_ns,),
-                              what="list migration events in %s" % one_ns, page_size=page, **params)
+                              what="list migration events in %s" % one_ns, page_size=page_size, **params)
         else:
             events = list_all(cluster, cluster.core.list_event_for_all_namespaces,
-                              what="list migration events", page_size=page, **params)
+                              what="list migration events", page_size=page_size, **params)
     except ForbiddenError as err:
         notes.append("migration events not readable (%s): refusal amounts not shown" % err.message)
         return {}
@@ -380,7 +389,7 @@ def _migration_events(cluster, one_ns, page, notes, covered):
     for event in events:
         involved = event.get("involvedObject") or {}
         ns = involved.get("namespace") or (event.get("metadata") or {}).get("namespace")
-        if ns not in covered:
+        if covered is not None and ns not in covered:
             continue
         name = involved.get("name")
         stamp = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(

@@ -157,8 +157,12 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
             current = None
         try:
             if current is None:
-                return cluster.create(_path(namespace), new_lease(namespace, name, holder, duration, now),
-                                      "create lease %s in namespace %s" % (name, namespace))
+                try:
+                    return cluster.create(_path(namespace), new_lease(namespace, name, holder, duration, now),
+                                          "create lease %s in namespace %s" % (name, namespace))
+                except NotFoundError:   # creating in a namespace that does not exist
+                    raise NotFoundError("namespace %s does not exist" % namespace,
+                                        "check the namespace name with `kubectl get namespaces`")
             if can_take(current, holder, now):
                 return cluster.replace(acquire_body(current, holder, duration, now),
                                        "update lease %s in namespace %s" % (name, namespace))

@@ -485,8 +485,9 @@ def reserve(ledger, rid, delta, current, now, owner="", reason="", ttl_seconds=N
         raise InputError(
             "reservation '%s' already holds %s on %s/%s; this call asks for %s"
             % (rid, _describe(old_values), ledger.namespace, ledger.quota, _describe(values)),
-            "re-run with the same headroom, or pass top_up to add an amount (e.g. when admission refused a short "
-            "estimate), or replace to set the new amount")
+            "re-run with the same headroom; for a different amount use a new reservation id or release '%s' "
+            "first; to add what quota admission refused, top up from the rejected migrations (kvquota_reserve "
+            "migrations:, or top_up/replace in the Python API)" % rid)
     merged = _merge_refs(entry.refs, refs)
     if merged != entry.refs:
         entry.refs = merged

@@ -360,16 +360,33 @@ def expand_aliases(charge):
     return result
 
 
+_PARSED = {}
+
+
+def _amount(value, label):
+    """parse_quantity, remembered for quantity strings (pods repeat the same few strings)."""
+    if isinstance(value, Fraction):
+        return value
+    if not isinstance(value, str):
+        return parse_quantity(value, label)
+    found = _PARSED.get(value)
+    if found is None:
+        found = parse_quantity(value, label)
+        if len(_PARSED) < 100000:
+            _PARSED[value] = found
+    return found
+
+
 def _sum_into(acc, mapping, where):
     """acc += mapping (quantity strings or Fractions), in place on a private accumulator."""
     for name, value in (mapping or {}).items():
-        acc[name] = acc.get(name, Fraction(0)) + parse_quantity(value, "%s %s" % (where, name))
+        acc[name] = acc.get(name, Fraction(0)) + _amount(value, "%s %s" % (where, name))
 
 
 def _max_into(acc, mapping, where):
     """acc = max(acc, mapping) per name, in place on a private accumulator."""
     for name, value in (mapping or {}).items():
-        amount = parse_quantity(value, "%s %s" % (where, name))
+        amount = _amount(value, "%s %s" % (where, name))
         if amount > acc.get(name, Fraction(0)):
             acc[name] = amount
 
@@ -396,15 +413,15 @@ def _pod_side(spec, part):
             step = dict(sidecars)
             _sum_into(step, res, where)
             _max_into(init_peak, step, where)
-    total = dict(containers)
-    _sum_into(total, sidecars, where)
-    _max_into(total, init_peak, where)
+    result = dict(containers)
+    _sum_into(result, sidecars, where)
+    _max_into(result, init_peak, where)
     pod_level = (spec.get("resources") or {}).get(part) or {}
     for name, value in pod_level.items():
         if name in ("cpu", "memory"):
-            total[name] = parse_quantity(value, "%s %s" % (where, name))
-    _sum_into(total, spec.get("overhead") or {}, "pod overhead")
-    return total
+            result[name] = _amount(value, "%s %s" % (where, name))
+    _sum_into(result, spec.get("overhead") or {}, "pod overhead")
+    return result
 
 
 def usage_from_requests_limits(requests, limits):
@@ -452,25 +469,70 @@ def split_charge(charge):
     return pods, pvcs
 
 
+class QuotaMatcher(object):
+    """What one quota charges of migration charges, with its scopes and names read once.
+
+    matcher.part(charge, facts) == charged_part(quota, charge, facts); matching results are
+    remembered per set of pod facts, so planning thousands of VMs stays cheap.
+    """
+
+    def __init__(self, quota, volume_attributes_class=None):
+        self.quota = quota
+        self.pod_names = tracked_names(quota, "pod")
+        self.pvc_names = tracked_names(quota, "pvc")
+        self.pvc_match = bool(self.pvc_names) and quota_matches_pvc(quota, volume_attributes_class)
+        self._pod_match = {}
+
+    def matches_pod(self, facts):
+        """Whether the quota charges a pod with these facts."""
+        key = (facts.get("priority_class_name"), facts.get("terminating"), facts.get("best_effort"),
+               facts.get("cross_namespace_pod_affinity"))
+        if key not in self._pod_match:
+            self._pod_match[key] = bool(self.pod_names) and quota_scope_mismatch(self.quota, facts) is None
+        return self._pod_match[key]
+
+    def part(self, charge, facts):
+        """The part of charge admission charges against the quota (see charged_part)."""
+        result = {}
+        pod_match = None
+        for name, value in charge.items():
+            if is_pvc_charge_name(name):
+                if self.pvc_match and name in self.pvc_names:
+                    result[name] = value
+                continue
+            if pod_match is None:
+                pod_match = self.matches_pod(facts)
+            if not pod_match:
+                continue
+            if name in self.pod_names:
+                result[name] = value
+            alias = _alias_of(name)
+            if alias and alias in self.pod_names and alias not in charge:
+                result[alias] = value
+        return result
+
+
+def _alias_of(name):
+    """The other spelling of a request name: requests.cpu <-> cpu, hugepages-X <-> requests.hugepages-X."""
+    if name in REQUEST_ALIASES:
+        return REQUEST_ALIASES[name]
+    for bare, full in REQUEST_ALIASES.items():
+        if name == full:
+            return bare
+    if name.startswith("requests.hugepages-"):
+        return name[len("requests."):]
+    if name.startswith("hugepages-"):
+        return "requests." + name
+    return None
+
+
 def charged_part(quota, charge, facts, volume_attributes_class=None):
     """The part of a migration charge that admission charges against quota.
 
     The pod part (aliases expanded) when the quota's scopes match the pod, the PVC part
     when they match a PVC, each masked by the names the quota limits.
     """
-    pods, pvcs = split_charge(charge)
-    result = {}
-    if pods and quota_matches_pod(quota, facts):
-        names = tracked_names(quota, "pod")
-        for name, value in expand_aliases(pods).items():
-            if name in names:
-                result[name] = value
-    if pvcs and quota_matches_pvc(quota, volume_attributes_class):
-        names = tracked_names(quota, "pvc")
-        for name, value in pvcs.items():
-            if name in names:
-                result[name] = value
-    return result
+    return QuotaMatcher(quota, volume_attributes_class).part(charge, facts)
 
 
 # ---------------------------------------------------------------------------
@@ -535,40 +597,58 @@ def vm_key(vm):
     return "%s/%s" % (vm["namespace"], vm["name"])
 
 
-def plan_quota(quota, vms, batches):
+def batch_index(batches):
+    """{VM key: index of its batch}."""
+    result = {}
+    for index, batch in enumerate(batches):
+        for key in batch:
+            result[key] = index
+    return result
+
+
+def plan_quota(quota, vms, batches, batch_of=None):
     """The headroom plan of one quota for a batch schedule.
 
     vms: list of dicts with namespace, name, charge (migration charge: target pod + extra
     pods + PVCs), facts (pod_facts of the launcher), and optionally pod_charge (target
     pod alone) and source (usage of the source pod, None when unknown).
-    batches: list of lists of VM keys ('namespace/name') in migration order.
+    batches: list of lists of VM keys ('namespace/name') in migration order; batch_of:
+    batch_index(batches), when the caller already has it.
 
-    Returns a dict of ResourceLists (Fractions): hard, used, charges per VM, per batch
-    (used_before, charge, needed), needed (max over batches), needed_all_at_once,
+    Returns a dict of ResourceLists (Fractions): hard, used, charges per VM, per batch that
+    holds a VM this quota charges (index, vms, used_before, charge, needed), needed (max over
+    batches), needed_all_at_once,
     over_hard (now), growth and used_after (after every migration), over_after.
     """
     hard = quota_hard(quota)
     used = quota_used(quota)
-    by_key = {}
-    for vm in vms:
-        by_key[vm_key(vm)] = vm
+    matcher = QuotaMatcher(quota)
     charges = {}
     growths = {}
-    for key, vm in by_key.items():
-        part = charged_part(quota, vm["charge"], vm["facts"])
-        if part:
-            charges[key] = part
-            target = charged_part(quota, vm.get("pod_charge", vm["charge"]), vm["facts"])
-            source = vm.get("source")
-            source_part = None
-            if source is not None:
-                source_part = dict((n, v) for n, v in expand_aliases(source).items() if n in target or n in part)
-            growths[key] = growth_of(target, source_part)
+    for vm in vms:
+        key = vm_key(vm)
+        part = matcher.part(vm["charge"], vm["facts"])
+        if not part:
+            continue
+        charges[key] = part
+        target = matcher.part(vm["pod_charge"], vm["facts"]) if "pod_charge" in vm else part
+        source = vm.get("source")
+        source_part = None
+        if source is not None:
+            source_part = dict((n, v) for n, v in expand_aliases(source).items() if n in target or n in part)
+        growths[key] = growth_of(target, source_part)
     plans = []
     grown = {}
     needed = {}
-    for index, batch in enumerate(batches):
-        keys = [key for key in batch if key in charges]
+    if batch_of is None:
+        batch_of = batch_index(batches)
+    # only the batches holding a VM this quota charges: in the others its usage does not change
+    keys_by_batch = {}
+    for key in charges:
+        if key in batch_of:
+            keys_by_batch.setdefault(batch_of[key], []).append(key)
+    for index in sorted(keys_by_batch):
+        keys = [key for key in batches[index] if key in charges]
         charge = total(charges[key] for key in keys)
         before = add(used, grown)
         need = headroom_needed(before, hard, charge)
@@ -603,7 +683,7 @@ def plan_with_base(plan, base):
     return needed
 
 
-def plan_namespace(namespace, quotas, vms, batches):
+def plan_namespace(namespace, quotas, vms, batches, batch_of=None):
     """plan_quota for every quota of a namespace that a migrating VM is charged against.
 
     Returns (matching, not_matching): matching is a list of (quota, plan); not_matching a
@@ -612,8 +692,10 @@ def plan_namespace(namespace, quotas, vms, batches):
     matching = []
     not_matching = []
     own = [vm for vm in vms if vm["namespace"] == namespace]
+    if batch_of is None:
+        batch_of = batch_index(batches)
     for quota in quotas:
-        plan = plan_quota(quota, own, batches)
+        plan = plan_quota(quota, own, batches, batch_of)
         if plan["charges"]:
             matching.append((quota, plan))
         else:
@@ -659,6 +741,17 @@ def suggested_value(name, value, fmt=None):
 def show(value, name, fmt=None):
     """A canonical quantity string for value of resource name."""
     return format_quantity(value, fmt or default_format(name))
+
+
+def approx(value, name, fmt=None):
+    """show(value) plus, for byte values without a binary suffix, a readable size: '4278651810 (about 3.98Gi)'."""
+    text = show(value, name, fmt)
+    value = Fraction(value)
+    if not _is_byte_name(name) or not text.lstrip("-").isdigit() or abs(value) < 2 ** 20:
+        return text
+    if abs(value) >= 2 ** 30:
+        return "%s (about %.2fGi)" % (text, float(value) / 2 ** 30)
+    return "%s (about %.1fMi)" % (text, float(value) / 2 ** 20)
 
 
 def show_list(rl, formats=None):
@@ -716,11 +809,11 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
         required = max(_get(plan["used"], name), _get(plan["used_after"], name))
         why = []
         if name in plan["over_hard"]:
-            why.append("usage %s is above hard %s" % (show(plan["used"][name], name, formats.get(name)),
+            why.append("usage %s is above hard %s" % (approx(plan["used"][name], name, formats.get(name)),
                                                       show(hard[name], name, formats.get(name))))
         if name in plan["over_after"]:
             why.append("after the migrations usage will be %s (target pods larger than their source pods)"
-                       % show(plan["used_after"][name], name, formats.get(name)))
+                       % approx(plan["used_after"][name], name, formats.get(name)))
         fix = make_fix(namespace, name_of_quota, name, hard[name], required, formats.get(name),
                        "; ".join(why), owner, permanent=True)
         fixes.append(fix)
@@ -730,8 +823,8 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
         required = base[name] + window[name]
         batches = [str(b["index"] + 1) for b in plan["batches"]
                    if headroom_needed(b["used_before"], base, b["charge"]).get(name, 0) == window[name]]
-        reason = "batch %s needs %s more" % (", ".join(batches[:3]) + ("..." if len(batches) > 3 else ""),
-                                              show(window[name], name, formats.get(name)))
+        which = ", ".join(batches[:3]) + ("..." if len(batches) > 3 else "")
+        reason = "batch %s needs %s more" % (which, approx(window[name], name, formats.get(name)))
         fixes.append(make_fix(namespace, name_of_quota, name, base[name], required, formats.get(name),
                               reason, owner, permanent=False))
     return fixes

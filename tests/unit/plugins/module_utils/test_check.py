@@ -87,7 +87,8 @@ def test_batches_property(spec, per_cluster, per_node, cap):
                 assert sum(1 for vm in batch if vm["namespace"] == ns) <= cap
     # VMs of one node (and namespace, when capped) keep their order across batches
     for node, ns in set((vm["node"], vm["namespace"]) for vm in vms):
-        same = lambda vm: vm["node"] == node and (cap is None or vm["namespace"] == ns)  # noqa: E731
+        def same(vm, node=node, ns=ns):
+            return vm["node"] == node and (cap is None or vm["namespace"] == ns)
         assert [vm["name"] for vm in flat if same(vm)] == [vm["name"] for vm in vms if same(vm)]
 
 
@@ -102,8 +103,8 @@ def _quota_with_reservations(*reservations, **kw):
     book = lg.new_ledger("tenant-a", "compute")
     current = {"limits.memory": "5000Mi", "limits.cpu": "8"}
     for rid, created, ttl, refs in reservations:
-        book, _ = lg.reserve(book, rid, {"limits.memory": "1Gi"}, current, _seconds(created), owner="job-1",
-                             reason="drain", ttl_seconds=ttl, refs=refs)
+        book, _outcome = lg.reserve(book, rid, {"limits.memory": "1Gi"}, current, _seconds(created),
+                                    owner="job-1", reason="drain", ttl_seconds=ttl, refs=refs)
     quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
                           "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}},
              "spec": {"hard": {"limits.memory": "6024Mi", "limits.cpu": "8"}}, "status": {}}
@@ -140,20 +141,20 @@ def test_finished_but_recent_reservation_is_not_orphaned():
 def test_unreadable_ledger_and_namespace_ledger_for_missing_quota():
     quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
                           "annotations": {lg.LEDGER_ANNOTATION: "{not json"}}, "spec": {"hard": {}}}
-    blockers, _ = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    blockers, _warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
     assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
-    book, _ = lg.reserve(lg.new_ledger("tenant-a", "gone-quota"), "r1", {"limits.cpu": "1"}, {"limits.cpu": "4"},
-                         _seconds(NOW), ttl_seconds=60)
+    book, _outcome = lg.reserve(lg.new_ledger("tenant-a", "gone-quota"), "r1", {"limits.cpu": "1"},
+                                {"limits.cpu": "4"}, _seconds(NOW), ttl_seconds=60)
     ns = {"metadata": {"name": "tenant-a", "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}}}
-    blockers, _ = c.ledger_findings("tenant-a", ns, [], c.parse_time(NOW))
+    blockers, _warnings = c.ledger_findings("tenant-a", ns, [], c.parse_time(NOW))
     assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
     assert "gone-quota, which does not exist" in blockers[0]["message"]
 
 
 def test_parse_time():
     assert c.parse_time("2025-01-31T12:00:00Z") == datetime.datetime(2025, 1, 31, 12, tzinfo=c._UTC)
-    assert c.parse_time("2025-01-31T14:00:00.5+02:00") == datetime.datetime(2025, 1, 31, 12, 0, 0, 500000,
-                                                                             tzinfo=c._UTC)
+    expected = datetime.datetime(2025, 1, 31, 12, 0, 0, 500000, tzinfo=c._UTC)
+    assert c.parse_time("2025-01-31T14:00:00.5+02:00") == expected
     with pytest.raises(InputError):
         c.parse_time("yesterday")
 
@@ -200,6 +201,7 @@ class _Api(object):
                     items = [i for i in items if i["metadata"].get("namespace") == args[2]]
             else:
                 kind = {"list_node": "nodes", "list_namespace": "namespaces",
+                        "list_event_for_all_namespaces": "events", "list_namespaced_event": "events",
                         "list_resource_quota_for_all_namespaces": "resourcequotas",
                         "list_namespaced_resource_quota": "resourcequotas",
                         "list_pod_for_all_namespaces": "pods", "list_namespaced_pod": "pods"}[name]
@@ -228,12 +230,12 @@ def _select(items, labels, fields):
     result = []
     for item in items:
         ok = True
-        if fields:
-            key, value = fields.split("=")
-            if key == "metadata.name":
-                ok = item["metadata"]["name"] == value
-            elif key == "spec.nodeName":
-                ok = item.get("spec", {}).get("nodeName") == value
+        for term in (fields.split(",") if fields else ()):
+            key, value = term.split("=")
+            found = item
+            for part in key.split("."):
+                found = (found or {}).get(part)
+            ok = ok and found == value
         if labels and ok:
             if " in (" in labels:
                 key, values = labels.split(" in (")
@@ -250,8 +252,8 @@ def _objects(namespaces=4, vms_per_ns=3, nodes=3):
     objs = {"nodes": [{"metadata": {"name": "n%d" % i}} for i in range(nodes)],
             "namespaces": [{"metadata": {"name": "t%d" % i}} for i in range(namespaces)],
             "resourcequotas": [], "pods": [], "virtualmachineinstances": [],
-            "virtualmachineinstancemigrations": [], "kubevirts": [{"metadata": {"name": "kubevirt",
-                                                                               "namespace": "kubevirt"}}]}
+            "virtualmachineinstancemigrations": [],
+            "kubevirts": [{"metadata": {"name": "kubevirt", "namespace": "kubevirt"}}]}
     k = 0
     for i in range(namespaces):
         ns = "t%d" % i
@@ -594,9 +596,8 @@ def test_batches_split_headroom_per_batch():
 
 def test_harvester_and_aaq_are_reported_and_ratio_comes_from_harvester():
     kv = kubevirt_cr(ratio=None)
-    settings_ = {"additional-guest-memory-overhead-ratio": {"metadata": {"name": "additional-guest-memory-overhead-"
-                                                                                 "ratio"},
-                                                          "default": "1.5", "value": ""},
+    ratio_name = "additional-guest-memory-overhead-ratio"
+    settings_ = {ratio_name: {"metadata": {"name": ratio_name}, "default": "1.5", "value": ""},
                  "server-version": {"metadata": {"name": "server-version"}, "value": "v1.4.2"}}
     quota = make_quota("default-abcde", "t", {"limits.memory": "100Gi", "limits.cpu": "100"},
                        labels={"resourcequota.management.cattle.io/default-resource-quota": "true"})
@@ -669,3 +670,65 @@ def test_node_scope_report_and_check_entry_point():
     assert all(vm["node"] == "n0" for ns in report["namespaces"].values() for vm in ns["vms"])
     assert report["summary"]["vms"] == 3
     assert report["verdict"] == "ok"
+
+
+def test_per_namespace_resource_budget():
+    def vm(name, ns, node, mem):
+        return {"namespace": ns, "name": name, "node": node, "charge": {"limits.memory": Fraction(mem * Gi),
+                                                                        "limits.cpu": Fraction(1)}}
+    vms = [vm("a1", "a", "n1", 3), vm("a2", "a", "n2", 3), vm("a3", "a", "n3", 3), vm("b1", "b", "n4", 9),
+           vm("a4", "a", "n5", 10)]
+    batches = c.plan_batches(vms, 10, 2, {"limits.memory": "6Gi"})
+    assert [[x["name"] for x in b] for b in batches] == [["a1", "a2", "b1"], ["a3"], ["a4"]]
+    with pytest.raises(InputError):
+        c.plan_batches(vms, 10, 2, {"limits.memory": "0"})
+    with pytest.raises(InputError):
+        c.plan_batches(vms, 10, 2, {"limits.memory": "lots"})
+
+
+@settings(max_examples=100, deadline=None)
+@given(mems=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 8)), max_size=25),
+       cap=st.integers(1, 10))
+def test_budget_property(mems, cap):
+    vms = [{"namespace": ns, "name": "vm%d" % i, "node": "n%d" % i, "charge": {"limits.memory": Fraction(m)}}
+           for i, (ns, m) in enumerate(mems)]
+    batches = c.plan_batches(vms, 50, 5, {"limits.memory": str(cap)})
+    assert sorted(v["name"] for b in batches for v in b) == sorted(v["name"] for v in vms)
+    for batch in batches:
+        for ns in ("a", "b"):
+            mine = [v["charge"]["limits.memory"] for v in batch if v["namespace"] == ns]
+            assert len(mine) <= 1 or sum(mine) <= cap
+
+
+def test_budget_cap_in_evaluate():
+    vmis = [make_vmi("vm%d" % i, "t", node="worker-%d" % i, cpu=1, memory="1Gi") for i in range(4)]
+    quota = make_quota("compute", "t", {"limits.memory": "100Gi"})
+    report = c.evaluate(snapshot({"t": ([quota], vmis)}), {"now": NOW, "per_namespace_cap": {"limits.memory": "3Gi"}})
+    assert [len(b["vms"]) for b in report["batches"]] == [2, 2]
+    report = c.evaluate(snapshot({"t": ([copy.deepcopy(quota)], vmis)}),
+                        {"now": NOW, "per_namespace_cap": {"limits.memory": "1Gi"}})
+    assert [len(b["vms"]) for b in report["batches"]] == [1, 1, 1, 1]
+    assert [w["kind"] for w in report["warnings"]] == ["larger_than_cap"] * 4
+
+
+def test_inventory_reads_refusal_events_only_when_needed():
+    objs = _objects(2, 1)
+    objs["events"] = [
+        {"metadata": {"name": "e1", "namespace": "t0"}, "reason": "FailedCreate", "lastTimestamp": "2025-01-31T11:00:00Z",
+         "involvedObject": {"kind": "VirtualMachineInstanceMigration", "name": "m1", "namespace": "t0"},
+         "message": "Error creating pod: old"},
+        {"metadata": {"name": "e2", "namespace": "t0"}, "reason": "FailedCreate", "lastTimestamp": "2025-01-31T11:05:00Z",
+         "involvedObject": {"kind": "VirtualMachineInstanceMigration", "name": "m1", "namespace": "t0"},
+         "message": "Error creating pod: pods \"x\" is forbidden: exceeded quota: q, requested: limits.cpu=2, "
+                    "used: limits.cpu=9, limited: limits.cpu=10"}]
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster)
+    assert snap["migration_events"] == {} and cluster.request_count == 9
+    objs["virtualmachineinstancemigrations"] = [
+        {"metadata": {"name": "m1", "namespace": "t0"}, "spec": {"vmiName": "vm0"},
+         "status": {"phase": "Pending", "conditions": [{"type": "migrationRejectedByResourceQuota",
+                                                        "status": "True"}]}}]
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster)
+    assert cluster.request_count == 10
+    assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}

@@ -33,8 +33,8 @@ def quota(name="compute-quota", hard=None, used=None, scopes=None, selector=None
     return obj
 
 
-def vm(name, charge, facts=LAUNCHER, source=None, pod_charge=None, namespace="tenant-a"):
-    entry = {"namespace": namespace, "name": name, "charge": charge, "facts": facts}
+def vm(name, charge, facts=None, source=None, pod_charge=None, namespace="tenant-a"):
+    entry = {"namespace": namespace, "name": name, "charge": charge, "facts": facts or LAUNCHER}
     if source is not None:
         entry["source"] = source
     if pod_charge is not None:
@@ -165,8 +165,8 @@ def test_launcher_facts_from_vmi_and_vm():
     assert q.launcher_pod_facts(VMI, default_priority_class="default")["priority_class_name"] == "default"
     with_pc = dict(VMI, spec=dict(VMI["spec"], priorityClassName="vm-high"))
     assert q.launcher_pod_facts(with_pc, "default")["priority_class_name"] == "vm-high"
-    vm_obj = {"kind": "VirtualMachine", "spec": {"template": {"spec": {"priorityClassName": "gold",
-                                                                      "domain": {}}}}}
+    vm_obj = {"kind": "VirtualMachine",
+              "spec": {"template": {"spec": {"priorityClassName": "gold", "domain": {}}}}}
     assert q.launcher_pod_facts(vm_obj)["priority_class_name"] == "gold"
 
 

@@ -1,0 +1,122 @@
+"""Fault-injection and timing knobs, read live from the ConfigMap kvqlab-system/emulator-knobs.
+
+Every value in the ConfigMap is a string (ConfigMap data); see docs/emulator.md for the list.
+Unknown keys are ignored with a warning; a malformed value keeps the default and is logged.
+"""
+import dataclasses
+import json
+import logging
+from fractions import Fraction
+
+log = logging.getLogger("kvqlab.emulator.knobs")
+
+KNOBS_CONFIGMAP = "emulator-knobs"
+
+_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def parse_bytes(text):
+    """'10Mi' -> 10485760, '1000' -> 1000 (simple quantities; knobs only)."""
+    text = str(text).strip()
+    for suf in sorted(_SUFFIX, key=len, reverse=True):
+        if suf and text.endswith(suf):
+            return int(Fraction(text[: -len(suf)]) * _SUFFIX[suf])
+    return int(Fraction(text))
+
+
+def parse_names(text):
+    """'all' | 'vm-a, ns/vm-b' | '["vm-a"]' -> frozenset of names ('all' kept as is)."""
+    if text is None:
+        return frozenset()
+    if isinstance(text, (list, tuple, set, frozenset)):
+        return frozenset(str(x).strip() for x in text if str(x).strip())
+    text = str(text).strip()
+    if text.startswith("["):
+        return frozenset(str(x).strip() for x in json.loads(text))
+    return frozenset(x.strip() for x in text.replace("\n", ",").split(",") if x.strip())
+
+
+def parse_bool(text):
+    return str(text).strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    oversize_percent: Fraction = Fraction(0)      # compute container memory request/limit +N %
+    oversize_bytes: int = 0                        # ... and +N bytes (after the percentage)
+    fail_migrations: frozenset = frozenset()       # VMI names, "ns/name", or "all": fail at the end of transfer
+    stall_migrations: frozenset = frozenset()      # VMI names, "ns/name", or "all": stay Running, never finish
+    source_pod_delay_seconds: float = 3.0          # source pod completes this long after VMIM Succeeded
+    source_pod_action: str = "succeed"             # succeed (pods/status phase Succeeded) | delete
+    migration_seconds: float | None = None         # fixed transfer time; overrides time_scale
+    time_scale: float = 0.02                       # transfer time = guest memory / bandwidthPerMigration * time_scale
+    backoff_base_seconds: float = 0.5              # target-pod rejection retry backoff: base * 2^n ...
+    backoff_max_seconds: float = 16.0              # ... capped
+    pending_timeout_seconds: float = 300.0         # unschedulable target pod -> migration Failed
+    rejection_condition_message: bool = False      # also put the apiserver message on the VMIM condition
+    rancher: bool = True                           # Rancher quota emulation on
+    rancher_agent_restart: str = ""                # change to any new value = "cattle-cluster-agent restarted"
+    harvester: bool = False                        # Harvester emulation (ratio setting + quota scaling)
+    eviction_pdb: bool = True                      # PDB per live-migratable VMI: evictions answered 429
+
+    def matches(self, names, namespace, vmi_name):
+        return "all" in names or vmi_name in names or "%s/%s" % (namespace, vmi_name) in names
+
+    def fails(self, namespace, vmi_name):
+        return self.matches(self.fail_migrations, namespace, vmi_name)
+
+    def stalls(self, namespace, vmi_name):
+        return self.matches(self.stall_migrations, namespace, vmi_name)
+
+
+_PARSERS = {
+    "oversize_percent": Fraction,
+    "oversize_bytes": parse_bytes,
+    "fail_migrations": parse_names,
+    "stall_migrations": parse_names,
+    "source_pod_delay_seconds": float,
+    "source_pod_action": lambda v: {"succeed": "succeed", "succeeded": "succeed", "delete": "delete"}[str(v).strip().lower()],
+    "migration_seconds": lambda v: None if str(v).strip() in ("", "none", "null") else float(v),
+    "time_scale": float,
+    "backoff_base_seconds": float,
+    "backoff_max_seconds": float,
+    "pending_timeout_seconds": float,
+    "rejection_condition_message": parse_bool,
+    "rancher": parse_bool,
+    "rancher_agent_restart": str,
+    "harvester": parse_bool,
+    "eviction_pdb": parse_bool,
+}
+
+
+def parse_knobs(data, defaults=None):
+    """Knobs from ConfigMap data (str -> str) layered over defaults (a Knobs or None)."""
+    base = defaults or Knobs()
+    changes = {}
+    for key, value in (data or {}).items():
+        parser = _PARSERS.get(key)
+        if parser is None:
+            log.warning("unknown knob %r ignored", key)
+            continue
+        try:
+            changes[key] = parser(value)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError, json.JSONDecodeError) as exc:
+            log.warning("knob %s=%r is malformed (%s); keeping %r", key, value, exc, getattr(base, key))
+    return dataclasses.replace(base, **changes)
+
+
+def knobs_to_data(values):
+    """The ConfigMap data for a mapping of knob values (lists joined, bools lower-case)."""
+    out = {}
+    for key, value in values.items():
+        if key not in _PARSERS:
+            raise ValueError("unknown knob %r (known: %s)" % (key, ", ".join(sorted(_PARSERS))))
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            value = ",".join(str(v) for v in value)
+        elif value is None:
+            value = ""
+        out[key] = str(value)
+    return out

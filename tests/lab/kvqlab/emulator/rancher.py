@@ -1,0 +1,160 @@
+"""Rancher and Harvester quota behaviour, as pure functions over API objects.
+
+Rancher (cattle-cluster-agent's resource quota sync), as seen from the cluster:
+- a namespace annotation field.cattle.io/resourceQuota = {"limit": {"limitsCpu": "3000m", ...}}
+  is the namespace's quota; merged over the project's namespace default
+  (Project spec.namespaceDefaultResourceQuota.limit) it gives spec.hard of the
+  namespace's ResourceQuota labelled resourcequota.management.cattle.io/default-resource-quota=true;
+- on every namespace change and on agent restart that quota's whole spec.hard is
+  replaced when it differs (this is what reverts a direct edit: field report 2);
+- a project limit (Project spec.resourceQuota.limit) caps the sum over the project's
+  namespaces; a namespace whose limit would exceed it is not applied and gets the
+  condition ResourceQuotaValidated=False in its cattle.io/status annotation.
+
+Harvester (>= v1.4.2) quota scaling: spec.hard[limits.cpu|limits.memory] = namespace
+annotation base + sum of the JSON ResourceLists in annotations
+harvesterhci.io/migratingUID-<vmi uid> on that quota, unless the quota carries
+harvesterhci.io/skipResourceQuotaAutoScaling: "true".
+"""
+import json
+
+from . import collection
+
+RANCHER_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
+QUOTA_ANNOTATION = "field.cattle.io/resourceQuota"
+PROJECT_ANNOTATION = "field.cattle.io/projectId"
+STATUS_ANNOTATION = "cattle.io/status"
+HARVESTER_SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"
+HARVESTER_MIGRATING_PREFIX = "harvesterhci.io/migratingUID-"
+
+# Rancher's camelCase keys -> ResourceQuota resource names
+RANCHER_KEYS = {
+    "pods": "pods",
+    "services": "services",
+    "replicationControllers": "replicationcontrollers",
+    "secrets": "secrets",
+    "configMaps": "configmaps",
+    "persistentVolumeClaims": "persistentvolumeclaims",
+    "servicesNodePorts": "services.nodeports",
+    "servicesLoadBalancers": "services.loadbalancers",
+    "requestsCpu": "requests.cpu",
+    "requestsMemory": "requests.memory",
+    "requestsStorage": "requests.storage",
+    "limitsCpu": "limits.cpu",
+    "limitsMemory": "limits.memory",
+}
+RESOURCE_TO_RANCHER = {v: k for k, v in RANCHER_KEYS.items()}
+
+
+def is_rancher_quota(rq):
+    return ((rq.get("metadata") or {}).get("labels") or {}).get(RANCHER_LABEL) == "true"
+
+
+def rancher_limit_to_hard(limit):
+    """{'limitsCpu': '3000m'} -> {'limits.cpu': '3000m'}; unknown keys are ignored (as Rancher does)."""
+    return {RANCHER_KEYS[k]: str(v) for k, v in (limit or {}).items() if k in RANCHER_KEYS and v not in (None, "")}
+
+
+def namespace_limit(ns):
+    """The namespace's own Rancher limit (camelCase dict) or None when it has no annotation."""
+    text = ((ns.get("metadata") or {}).get("annotations") or {}).get(QUOTA_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return dict((json.loads(text) or {}).get("limit") or {})
+    except (ValueError, AttributeError):
+        return None
+
+
+def project_ref(ns):
+    """('local', 'p-abcde') from field.cattle.io/projectId 'local:p-abcde', or None."""
+    text = ((ns.get("metadata") or {}).get("annotations") or {}).get(PROJECT_ANNOTATION)
+    if not text or ":" not in text:
+        return None
+    cluster, project = text.split(":", 1)
+    return cluster, project
+
+
+def effective_limit(ns, project=None):
+    """Namespace limit merged over the project's namespace default (namespace wins)."""
+    own = namespace_limit(ns)
+    default = (((project or {}).get("spec") or {}).get("namespaceDefaultResourceQuota") or {}).get("limit") or {}
+    if own is None and not default:
+        return None
+    merged = dict(default)
+    merged.update(own or {})
+    return merged
+
+
+def parse(rl):
+    _, resources = collection.core()
+    return resources.parse_resource_list(rl or {})
+
+
+def same_hard(a, b):
+    """Semantic equality of two spec.hard maps ('1Gi' == '1024Mi')."""
+    _, resources = collection.core()
+    return resources.equals(parse(a), parse(b))
+
+
+def project_violation(ns, project, namespaces):
+    """None if this namespace's limit fits the project's limit together with the other
+    namespaces of the project, else a message naming the resources that do not fit."""
+    plimit = (((project or {}).get("spec") or {}).get("resourceQuota") or {}).get("limit") or {}
+    if not plimit:
+        return None
+    _, resources = collection.core()
+    total = {}
+    for other in namespaces:
+        lim = effective_limit(other, project)
+        if lim:
+            total = resources.add(total, parse(rancher_limit_to_hard(lim)))
+    cap = parse(rancher_limit_to_hard(plimit))
+    fits, bad = resources.less_or_equal(resources.mask(total, list(cap)), cap)
+    if fits:
+        return None
+    return "Resource quota [%s] exceeds project limit" % ", ".join(
+        "%s=%s" % (RESOURCE_TO_RANCHER.get(n, n), resources.format_resource_list({n: total[n]})[n]) for n in sorted(bad))
+
+
+def used_limit(project, namespaces):
+    """Rancher's Project spec.resourceQuota.usedLimit: the sum of the namespaces' limits (camelCase)."""
+    _, resources = collection.core()
+    total = {}
+    for ns in namespaces:
+        lim = effective_limit(ns, project)
+        if lim:
+            total = resources.add(total, parse(rancher_limit_to_hard(lim)))
+    plimit = (((project or {}).get("spec") or {}).get("resourceQuota") or {}).get("limit") or {}
+    keep = [RANCHER_KEYS[k] for k in plimit if k in RANCHER_KEYS]
+    formatted = resources.format_resource_list(resources.mask(total, keep))
+    return {RESOURCE_TO_RANCHER[n]: v for n, v in formatted.items()}
+
+
+def harvester_deltas(rq):
+    """Sum of the JSON ResourceLists in harvesterhci.io/migratingUID-* annotations (limits.cpu/memory only)."""
+    _, resources = collection.core()
+    total = {}
+    for key, value in ((rq.get("metadata") or {}).get("annotations") or {}).items():
+        if key.startswith(HARVESTER_MIGRATING_PREFIX):
+            try:
+                rl = json.loads(value)
+            except ValueError:
+                continue
+            total = resources.add(total, resources.mask(parse(rl), ["limits.cpu", "limits.memory"]))
+    return total
+
+
+def harvester_desired_hard(rq, ns_limit_hard):
+    """spec.hard Harvester's quota controller would write, or None when it leaves the quota alone."""
+    md = rq.get("metadata") or {}
+    if (md.get("annotations") or {}).get(HARVESTER_SKIP) == "true":
+        return None
+    _, resources = collection.core()
+    base = resources.mask(parse(ns_limit_hard or {}), ["limits.cpu", "limits.memory"])
+    if not base:
+        return None
+    want = resources.add(base, resources.mask(harvester_deltas(rq), list(base)))
+    hard = dict((rq.get("spec") or {}).get("hard") or {})
+    hard.update(resources.format_resource_list(want))
+    return hard
