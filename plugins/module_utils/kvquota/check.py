@@ -521,8 +521,9 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
 BASIC_NAMES = frozenset(["requests.cpu", "limits.cpu", "requests.memory", "limits.memory"])
 
 
-def _vm_report(vm, batch_of, names=None):
-    """One VM of the report; names: the resource names to show (None: all)."""
+def _vm_report(vm, batch_of, names=None, deleted=False):
+    """One VM of the report; names: the resource names to show (None: all); deleted: completed source
+    pods are deleted (see plan_quota)."""
     def shown(rl):
         if names is not None:
             rl = dict((n, v) for n, v in rl.items() if n in names)
@@ -541,7 +542,7 @@ def _vm_report(vm, batch_of, names=None):
     if target != vm["charge"]:
         out["target_pod"] = shown(target)
     if vm["source"] is not None:
-        growth = q.growth_of(target, vm["source"])
+        growth = q.growth_of(target, vm["source"], deleted)
         out["growth"] = dict((n, ("-" if v < 0 else "") + q.show(abs(v), n)) for n, v in sorted(growth.items())
                              if n != q.POD_COUNT and (names is None or n in names))
     if not vm["migratable"]:
@@ -764,7 +765,8 @@ def evaluate(snapshot, options=None):
         blockers = []
         warnings = []
 
-        matching, not_matching = q.plan_namespace(namespace, ns_quotas, movers_here, keys, batch_of)
+        matching, not_matching = q.plan_namespace(namespace, ns_quotas, movers_here, keys, batch_of,
+                                                  bool(options.get("source_pods_deleted")))
         quota_reports = []
         fixes = []
         plans_by_ns[namespace] = []
@@ -873,7 +875,7 @@ def evaluate(snapshot, options=None):
         verdict = "blocked" if blockers else ("needs_reservation" if needs else "ok")
         ns_reports[namespace] = {
             "verdict": verdict,
-            "vms": [_vm_report(vm, batch_of, names) for vm in vms],
+            "vms": [_vm_report(vm, batch_of, names, bool(options.get("source_pods_deleted"))) for vm in vms],
             "not_running": idle_by_ns[namespace],
             "quotas": quota_reports,
             "quotas_not_matching": [{"name": _meta(quo).get("name"), "reason": reason} for quo, reason in not_matching],

@@ -573,18 +573,23 @@ def headroom_needed(used, hard, charge):
     return result
 
 
-def growth_of(target_charge, source_usage):
+def growth_of(target_charge, source_usage, source_deleted=False):
     """How a namespace's usage changes once a migration is done and its source pod completed.
 
-    The target pod stays (its whole charge), the source pod stops counting except
-    count/pods (a completed pod object still exists). source_usage None means the source
-    pod is not known: only count/pods is assumed to grow.
+    The target pod stays (its whole charge); the source pod stops counting, except in
+    count/pods while the completed pod object still exists (source_deleted=False: nothing
+    deletes it, as KubeVirt leaves it Completed). source_usage None means the source pod is
+    not known: it is taken to be as large as the target.
     """
     if source_usage is None:
-        return {POD_COUNT: _get(target_charge, POD_COUNT)} if POD_COUNT in target_charge else {}
+        if source_deleted or POD_COUNT not in target_charge:
+            return {}
+        return {POD_COUNT: _get(target_charge, POD_COUNT)}
+    released = source_usage if source_deleted else released_by_completion(source_usage)
     result = dict(target_charge)
-    for name, value in released_by_completion(source_usage).items():
-        result[name] = result.get(name, Fraction(0)) - value
+    for name, value in released.items():
+        if name in result or name != POD_COUNT:
+            result[name] = result.get(name, Fraction(0)) - value
     return dict((name, value) for name, value in result.items() if value != 0)
 
 
@@ -606,14 +611,16 @@ def batch_index(batches):
     return result
 
 
-def plan_quota(quota, vms, batches, batch_of=None):
+def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
     """The headroom plan of one quota for a batch schedule.
 
     vms: list of dicts with namespace, name, charge (migration charge: target pod + extra
     pods + PVCs), facts (pod_facts of the launcher), and optionally pod_charge (target
     pod alone) and source (usage of the source pod, None when unknown).
     batches: list of lists of VM keys ('namespace/name') in migration order; batch_of:
-    batch_index(batches), when the caller already has it.
+    batch_index(batches), when the caller already has it. source_pods_deleted: the
+    completed source pods are deleted after each batch (else they keep counting in
+    count/pods).
 
     Returns a dict of ResourceLists (Fractions): hard, used, charges per VM, per batch that
     holds a VM this quota charges (index, vms, used_before, charge, needed), needed (max over
@@ -636,7 +643,7 @@ def plan_quota(quota, vms, batches, batch_of=None):
         source_part = None
         if source is not None:
             source_part = dict((n, v) for n, v in expand_aliases(source).items() if n in target or n in part)
-        growths[key] = growth_of(target, source_part)
+        growths[key] = growth_of(target, source_part, source_pods_deleted)
     plans = []
     grown = {}
     needed = {}
@@ -683,7 +690,7 @@ def plan_with_base(plan, base):
     return needed
 
 
-def plan_namespace(namespace, quotas, vms, batches, batch_of=None):
+def plan_namespace(namespace, quotas, vms, batches, batch_of=None, source_pods_deleted=False):
     """plan_quota for every quota of a namespace that a migrating VM is charged against.
 
     Returns (matching, not_matching): matching is a list of (quota, plan); not_matching a
@@ -695,7 +702,7 @@ def plan_namespace(namespace, quotas, vms, batches, batch_of=None):
     if batch_of is None:
         batch_of = batch_index(batches)
     for quota in quotas:
-        plan = plan_quota(quota, own, batches, batch_of)
+        plan = plan_quota(quota, own, batches, batch_of, source_pods_deleted)
         if plan["charges"]:
             matching.append((quota, plan))
         else:
@@ -812,8 +819,10 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
             why.append("usage %s is above hard %s" % (approx(plan["used"][name], name, formats.get(name)),
                                                       show(hard[name], name, formats.get(name))))
         if name in plan["over_after"]:
-            why.append("after the migrations usage will be %s (target pods larger than their source pods)"
-                       % approx(plan["used_after"][name], name, formats.get(name)))
+            cause = ("completed source pods keep counting until deleted; deleting them after each batch "
+                     "avoids this" if name == POD_COUNT else "target pods larger than their source pods")
+            why.append("after the migrations usage will be %s (%s)"
+                       % (approx(plan["used_after"][name], name, formats.get(name)), cause))
         fix = make_fix(namespace, name_of_quota, name, hard[name], required, formats.get(name),
                        "; ".join(why), owner, permanent=True)
         fixes.append(fix)

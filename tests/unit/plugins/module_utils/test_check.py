@@ -732,3 +732,21 @@ def test_inventory_reads_refusal_events_only_when_needed():
     snap = inv.read_inventory(cluster)
     assert cluster.request_count == 10
     assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}
+
+
+def test_completed_source_pods_keep_counting_in_count_pods():
+    vmis = [make_vmi("vm%d" % i, "t", node="worker-%d" % (i % 3), cpu=1, memory="1Gi") for i in range(6)]
+    quota = make_quota("count", "t", {"count/pods": "8", "pods": "8"})
+    report = c.evaluate(snapshot({"t": ([quota], vmis)}), {"now": NOW})
+    ns = report["namespaces"]["t"]
+    (plan,) = ns["quotas"]
+    assert plan["used_after"] == {"count/pods": "12", "pods": "6"}
+    assert plan["over_after"] == {"count/pods": "4"}
+    (blocker,) = ns["blockers"]
+    assert "completed source pods keep counting until deleted" in blocker["message"]
+    # with the source pods deleted after each batch, only the batches' own target pods need room
+    report = c.evaluate(snapshot({"t": ([copy.deepcopy(quota)], vmis)}), {"now": NOW, "source_pods_deleted": True})
+    ns = report["namespaces"]["t"]
+    assert ns["blockers"] == [] and ns["verdict"] == "needs_reservation"
+    (plan,) = ns["quotas"]
+    assert plan["over_after"] == {} and plan["needed"] == {"count/pods": "3", "pods": "3"}
