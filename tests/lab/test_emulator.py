@@ -7,7 +7,6 @@ The scale scenario (e) runs only with KVQ_LAB_SCALE=1.
 import json
 import os
 import secrets
-import threading
 import time
 from fractions import Fraction
 
@@ -113,6 +112,41 @@ def test_rancher_pure_functions():
     assert want == {"limits.cpu": "5015m", "limits.memory": "6024Mi", "pods": "10"}
     rq["metadata"]["annotations"][rancher_mod.HARVESTER_SKIP] = "true"
     assert rancher_mod.harvester_desired_hard(rq, {"limits.cpu": "3"}) is None
+
+
+def test_render_launcher_and_target_pod():
+    from kvqlab.emulator import render
+    vmi = scenarios.vmi_object({"name": "v", "namespace": "n", "cpu": 2, "memory": "4Gi",
+                                "limits": {"cpu": "2", "memory": "4Gi"}, "labels": {"app": "x"}})
+    vmi["metadata"]["uid"] = "uid-1"
+    vmi["metadata"]["labels"]["kubevirt.io/nodeName"] = "node-1"
+    kv = scenarios.kubevirt_cr({"kubevirt": {"version": "1.3.1",
+                                             "configuration": {"additionalGuestMemoryOverheadRatio": "1.5"}}})
+    config = render.cluster_config(kv)
+    tracks = frozenset(["limits.cpu", "limits.memory"])
+    plain = render.launcher_pod(vmi, config, knobs_mod.Knobs(), tracks=tracks, initial_node="node-2")
+    md = plain["metadata"]
+    assert md["generateName"] == "virt-launcher-v-"
+    assert md["labels"]["kubevirt.io"] == "virt-launcher" and md["labels"]["kubevirt.io/created-by"] == "uid-1"
+    assert md["labels"]["app"] == "x" and "kubevirt.io/nodeName" not in md["labels"]
+    assert md["ownerReferences"][0]["kind"] == "VirtualMachineInstance"
+    assert [c["name"] for c in plain["spec"]["containers"]][0] == "compute"
+    assert plain["spec"]["nodeSelector"]["kubevirt.io/schedulable"] == "true"
+    term = plain["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}]
+    mig = {"metadata": {"uid": "mig-uid", "name": "m"}}
+    target = render.launcher_pod(vmi, config, knobs_mod.Knobs(oversize_percent=10), tracks=tracks, migration=mig)
+    assert target["metadata"]["labels"]["kubevirt.io/migrationJobUID"] == "mig-uid"
+    anti = target["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["labelSelector"]["matchExpressions"][0]["values"] == ["uid-1"]
+    assert "nodeAffinity" not in target["spec"]["affinity"]
+    base = parse_rl(plain["spec"]["containers"][0]["resources"]["limits"])["memory"]
+    grown = parse_rl(target["spec"]["containers"][0]["resources"]["limits"])["memory"]
+    assert grown == -(-(base * Fraction(11, 10)) // 1)
+    # the console-log container is never grown
+    assert plain["spec"]["containers"][1]["resources"] == target["spec"]["containers"][1]["resources"]
+    bulk = render.launcher_pod(vmi, config, knobs_mod.Knobs(), tracks=tracks, bulk_node="node-9")
+    assert bulk["spec"]["nodeName"] == "node-9"
 
 
 # ====================================================================== lab fixtures
@@ -503,9 +537,9 @@ def test_rancher_project_limit_blocks_namespace_over_it(lab, rest, emu):
         for n in names:
             wait(lambda n=n: [q for q in rest.get("/api/v1/namespaces/%s/resourcequotas" % n)["items"]
                               if rancher_mod.is_rancher_quota(q)], 10, "default quota in " + n)
-        used = wait(lambda: rest.get("/apis/management.cattle.io/v3/namespaces/local/projects/" + pname)
-                    ["spec"]["resourceQuota"].get("usedLimit"), 10, "project usedLimit")
-        assert used == {"limit": {"limitsMemory": "4Gi"}}
+        wait(lambda: rest.get("/apis/management.cattle.io/v3/namespaces/local/projects/" + pname)
+             ["spec"]["resourceQuota"].get("usedLimit") == {"limit": {"limitsMemory": "4Gi"}}, 10,
+             "project usedLimit = both namespace defaults")
         # raising one namespace over the project limit is not applied
         ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsMemory": "9Gi"}})}
         rest.patch("/api/v1/namespaces/" + names[0], {"metadata": {"annotations": ann}})
@@ -646,12 +680,28 @@ def test_scenarios_b_c_d(lab, rest, emu, name):
                              for c in (vmim(rest, "b-tenant", m).get("status") or {}).get("conditions") or []),
                  15, "rejected")
         if name == "c":
-            pr = wait(lambda: rest.get("/apis/management.cattle.io/v3/namespaces/local/projects/p-kvq")
-                      ["spec"]["resourceQuota"].get("usedLimit"), 10, "usedLimit")
-            assert parse_rl(pr["limit"]) == parse_rl({"limitsCpu": "5100m", "limitsMemory": "10524Mi"})
+            want = parse_rl({"limitsCpu": "5100m", "limitsMemory": "10524Mi"})
+            wait(lambda: parse_rl((rest.get("/apis/management.cattle.io/v3/namespaces/local/projects/p-kvq")
+                                   ["spec"]["resourceQuota"].get("usedLimit") or {}).get("limit")) == want,
+                 10, "project usedLimit")
         if name == "d":
             pods = [p for p in rest.get("/api/v1/pods", labelSelector="kubevirt.io=virt-launcher")["items"]
                     if p["metadata"]["namespace"].startswith("d-tenant-")]
             assert len(pods) == 20 and {p["spec"]["nodeName"] for p in pods} == {"node-1"}
     finally:
         scenarios.delete(lab, sc)
+
+
+def test_back_to_back_migrations_complete_every_source_pod(lab, rest, emu, ns, knobs):
+    knobs(source_pod_delay_seconds=3, migration_seconds=0.2)
+    make_vm(rest, ns, "vm1")
+    wait_running(rest, ns, "vm1")
+    first = migrate(rest, ns, "vm1")
+    wait(lambda: phase_of(rest, ns, first) == "Succeeded", 15, "first Succeeded")
+    second = migrate(rest, ns, "vm1")
+    wait(lambda: phase_of(rest, ns, second) == "Succeeded", 15, "second Succeeded")
+    # two vacated source pods, each completing on its own clock; one pod left running
+    wait(lambda: sorted((p.get("status") or {}).get("phase") for p in launcher_pods(rest, ns, "vm1"))
+         == ["Running", "Succeeded", "Succeeded"], 15, "both source pods Succeeded")
+    (live,) = [p for p in launcher_pods(rest, ns, "vm1") if p["status"]["phase"] == "Running"]
+    assert live["spec"]["nodeName"] == vmi(rest, ns, "vm1")["status"]["nodeName"]

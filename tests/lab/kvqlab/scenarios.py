@@ -522,6 +522,11 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     mark("vms_created", t0)
 
     if wait and data.get("waitRunning", True):
+        if plain:
+            from . import emulator as emulator_mod
+            if not emulator_mod.attach(lab).running():
+                log("no emulator runs for this lab: starting one (VMs need it)")
+                emulator_mod.start(lab, install=False)
         t0 = time.monotonic()
         _wait_running(rest, ex["vms"], timeout)
         mark("vms_running", t0)

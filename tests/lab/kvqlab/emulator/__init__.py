@@ -15,7 +15,10 @@ import subprocess
 import sys
 import time
 
-from .knobs import KNOBS_CONFIGMAP, Knobs, knobs_to_data, parse_knobs  # noqa: F401
+from .knobs import KNOBS_CONFIGMAP, Knobs, knobs_to_data, parse_knobs
+
+__all__ = ["start", "attach", "install_crds", "ensure_knobs", "set_knobs", "get_knobs", "rancher_agent_restart",
+           "EmulatorHandle", "Knobs", "KNOBS_CONFIGMAP", "KNOBS_NAMESPACE", "parse_knobs", "knobs_to_data"]
 
 KNOBS_NAMESPACE = "kvqlab-system"
 CRD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "crds")
@@ -49,7 +52,8 @@ def install_crds(target, timeout=60):
             if exc.status != 409:
                 raise
             cur = rest.get(base + "/" + crd["metadata"]["name"])
-            if cur["spec"].get("versions") != crd["spec"]["versions"] or cur["spec"].get("names", {}).get("shortNames") != crd["spec"]["names"].get("shortNames"):
+            if (cur["spec"].get("versions") != crd["spec"]["versions"]
+                    or cur["spec"].get("names", {}).get("shortNames") != crd["spec"]["names"].get("shortNames")):
                 crd["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
                 rest.replace(base + "/" + crd["metadata"]["name"], crd)
     deadline = time.monotonic() + timeout
@@ -161,8 +165,6 @@ class EmulatorHandle:
         self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         out.close()
-        if hasattr(self.lab, "register_process"):
-            self.lab.register_process("emulator", self.proc.pid, cmd)   # lab down stops it too
         deadline = time.monotonic() + self.ready_timeout
         while not os.path.exists(self.ready_file):
             if self.proc.poll() is not None:
@@ -185,8 +187,6 @@ class EmulatorHandle:
             self.proc = None
         else:
             stop_pid_file(self.pid_file, timeout)
-        if hasattr(self.lab, "stop_process"):
-            self.lab.stop_process("emulator")   # clears the lab's record (the process is gone)
         for f in (self.ready_file, self.pid_file):
             if os.path.exists(f):
                 os.unlink(f)

@@ -3,6 +3,7 @@
 Reuses the repository root's conftest.py (which creates the ~/.cache symlink and puts it
 on sys.path) instead of duplicating its logic.
 """
+import importlib
 import os
 import runpy
 import sys
@@ -12,17 +13,14 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", 
 
 def ensure_importable():
     try:
-        import ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota  # noqa: F401
+        importlib.import_module("ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota")
         return
     except ImportError:
         pass
-    for name in list(sys.modules):
-        if name == "ansible_collections" or name.startswith("ansible_collections."):
-            # a half-imported namespace package (e.g. from the installed ansible) hides ours
-            if name.startswith("ansible_collections.kvquota"):
-                del sys.modules[name]
+    for name in [n for n in sys.modules if n.startswith("ansible_collections.kvquota")]:
+        del sys.modules[name]   # a failed partial import would hide ours
     runpy.run_path(os.path.join(REPO_ROOT, "conftest.py"))
-    import ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota  # noqa: F401
+    importlib.import_module("ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota")
 
 
 def core():

@@ -36,6 +36,7 @@ BULK_ANNOTATION = "kvqlab.io/bulk"
 END_ANNOTATION = "kvqlab.io/migration-end"         # precise end time (epoch s) of the last migration
 START_ANNOTATION = "kvqlab.io/transfer-start"      # precise start of the transfer (epoch s), on the VMIM
 SCHED_ANNOTATION = "kvqlab.io/scheduling-since"    # when the target pod was created (epoch s), on the VMIM
+VACATED_ANNOTATION = "kvqlab.io/vacated-at"        # on a source pod: when its migration Succeeded (epoch s)
 DEFAULT_KV_VERSION = "1.5.0"
 # what virt-handler's device plugins (and a kubelet, for ephemeral-storage) put on a node
 NODE_DEVICES = {
@@ -286,9 +287,15 @@ class Emulator:
                 else:
                     log.warning("sync %s: %s %s", key, exc.status, api_message(exc))
                     self.queue.add(key, 1.0)
-            except Exception:  # noqa: BLE001 - keep the worker alive, retry later
-                log.exception("sync %s failed", key)
-                self.queue.add(key, 2.0)
+            except Exception as exc:  # noqa: BLE001 - keep the worker alive, retry later
+                if any(c.__name__ == "KvquotaError" for c in type(exc).__mro__):
+                    # the sizing core refuses this object (e.g. a malformed quantity): what
+                    # virt-controller's validation would; say so once in a while, do not spin
+                    log.warning("sync %s: %s", key, exc)
+                    self.queue.add(key, 30.0)
+                else:
+                    log.exception("sync %s failed", key)
+                    self.queue.add(key, 2.0)
             finally:
                 self.queue.done(key)
 
@@ -536,7 +543,6 @@ class Emulator:
         md = vmi["metadata"]
         st = vmi.get("status") or {}
         phase = st.get("phase") or ""
-        key = ("vmi", ns, name)
         if md.get("deletionTimestamp"):
             for pod in self.vmi_pods(vmi):
                 if not pod_terminal(pod):
@@ -652,17 +658,19 @@ class Emulator:
             self.patch_status("vmi", ns, name, {"phase": "Failed", "reason": "PodTerminated"}, self.vmis)
             return None
         self.ensure_disruption_budget(vmi)
-        # the source pod of a finished migration completes some time after the VMIM is Succeeded
-        if ms.get("completed") and not ms.get("failed") and ms.get("sourcePod"):
-            src = [p for p in pods if p["metadata"]["name"] == ms["sourcePod"] and not pod_terminal(p)]
-            if src:
-                end = float((md.get("annotations") or {}).get(END_ANNOTATION) or time.time())
-                due = end + self.knobs.source_pod_delay_seconds
-                wait = due - time.time()
-                if wait > 0:
-                    return wait
-                self.finish_source_pod(src[0])
-        return None
+        # a source pod vacated by a successful migration completes some time after the VMIM
+        # is Succeeded (the delay knob is read now, so changing it affects waiting pods)
+        soonest = None
+        for p in pods:
+            vacated = (p["metadata"].get("annotations") or {}).get(VACATED_ANNOTATION)
+            if not vacated or pod_terminal(p):
+                continue
+            left = float(vacated) + self.knobs.source_pod_delay_seconds - time.time()
+            if left > 0:
+                soonest = left if soonest is None else min(soonest, left)
+            else:
+                self.finish_source_pod(p)
+        return soonest
 
     def eviction_strategy(self, vmi):
         cr = self.kubevirt_cr() or {}
@@ -934,6 +942,15 @@ class Emulator:
         ms = dict(vst.get("migrationState") or {})
         ms.update({"completed": True, "failed": False, "endTimestamp": now_iso(end), "targetNode": tnode,
                    "targetPod": target["metadata"]["name"], "targetNodeDomainDetected": True})
+        src = ms.get("sourcePod")
+        if src:
+            try:
+                obj = self.rest.patch(path("pod", ns, src), {"metadata": {"annotations": {
+                    VACATED_ANNOTATION: "%.3f" % end}}})
+                self.pods._apply("MODIFIED", obj)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
         self.patch_meta("vmi", ns, vmi_name, {"annotations": {END_ANNOTATION: "%.3f" % end},
                                                "labels": {NODE_LABEL: tnode}}, self.vmis)
         self.patch_status("vmi", ns, vmi_name, {"nodeName": tnode, "migrationState": ms,
@@ -1121,10 +1138,8 @@ class Emulator:
 
     def harvester_vm_delta(self, vmi):
         """What Harvester reserves per migrating VM: the compute container's limits only."""
-        _, resources = render.collection.core()
-        sizing, _ = render.collection.core()
+        sizing, resources = render.collection.core()
         cfg = self.sizing_config()
-        ns = vmi["metadata"]["namespace"]
         lp = sizing.launcher_pod(vmi, cfg, namespace_labels={},
                                  quota_tracks=frozenset(["limits.cpu", "limits.memory"]))
         compute = lp.containers[0]
