@@ -98,12 +98,15 @@ def launcher_pod(vmi, config, knobs, namespace_labels=None, tracks=frozenset(),
             "command": ["/usr/bin/virt-launcher-monitor"] if i == 0 else ["/usr/bin/virt-tail"],
             "resources": _container_resources(cr, knobs, i == 0),
         })
-    init_containers = [{
-        "name": cr.name,
-        "image": LAUNCHER_IMAGE,
-        "command": ["/usr/bin/container-disk", "--no-op"],
-        "resources": _container_resources(cr, knobs, False),
-    } for cr in lp.init_containers]
+    init_containers = []
+    for cr in lp.init_containers:
+        init = {"name": cr.name, "image": LAUNCHER_IMAGE, "command": ["/usr/bin/container-disk", "--no-op"],
+                "resources": _container_resources(cr, knobs, False)}
+        if getattr(cr, "restartable", False):
+            # v1.6+ renders guest-console-log as a native sidecar; quota charges it in full.
+            init["command"] = ["/usr/bin/virt-tail"]
+            init["restartPolicy"] = "Always"
+        init_containers.append(init)
     node_selector = dict(spec.get("nodeSelector") or {})
     node_selector.setdefault(SCHEDULABLE_LABEL, "true")
     affinity = _deep_copy(spec.get("affinity")) or {}
