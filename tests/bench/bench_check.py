@@ -1,0 +1,284 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Benchmark of kvquota_check over a whole cluster, against the lab, side by side with its floor.
+
+For each scale (default 0.1 and 1 of tests/lab/scenarios/e.yaml: 5,000 VMIs with their virt-launcher pods,
+500 namespaces, 1,000 quotas, 20 nodes) a FRESH lab is started, the scenario is loaded, and then measured in
+the same run, interleaved, --repeat times each:
+
+- floor: what any client must do to see the same objects, kubectl listing them as JSON
+  (`kubectl get nodes,namespaces,resourcequotas,vmi,vmim -A -o json` and
+  `kubectl get pods -A -l kubevirt.io=virt-launcher -o json`), timed; its requests counted from the -v=6
+  "Response" log lines (discovery is cached beforehand, as it would be for kubectl on a workstation);
+- core: check(cluster, {}) called directly (read + plan + report), wall time and cluster.request_count;
+- module: the kvquota_check module through ansible-playbook (wall time of the whole process, and the same
+  minus the time of an identical playbook running ansible.builtin.ping, i.e. the module without Ansible's
+  fixed start-up cost), its `requests` result.
+
+All reads use the lab's least-privilege user. Only one lab runs at a time (it is stopped before the next
+scale starts). Not a test: it prints a table (and --json writes the figures). Targets: core time <= 1.5x the
+floor; the number of list calls does not grow with the number of VMs (only continue pages of 500 objects do,
+exactly as kubectl's).
+
+    python3 tests/bench/bench_check.py [--scales 0.1,1] [--repeat 3] [--json out.json] [--profile]
+    python3 tests/bench/bench_check.py --attach RUN_DIR --scales 1   # a lab with the objects already loaded
+"""
+
+from __future__ import (absolute_import, division, print_function)
+
+import argparse
+import copy
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+sys.path.insert(0, ROOT)
+
+__import__("conftest")   # makes the work tree importable as ansible_collections.kvquota.maintenance
+import kvqlab  # noqa: E402
+from kvqlab import scenarios  # noqa: E402
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inventory_mod  # noqa: E402
+
+COLLECTIONS = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kvquota", "collections")
+FLOOR_COMMANDS = (
+    ["get", "nodes,namespaces,resourcequotas,vmi,vmim", "-A", "-o", "json"],
+    ["get", "pods", "-A", "-l", "kubevirt.io=virt-launcher", "-o", "json"],
+)
+
+
+def log(msg):
+    print("[bench] %s" % msg, file=sys.stderr, flush=True)
+
+
+def scaled(scale):
+    """Scenario e with its nodes, namespaces (and so quotas) and VMs scaled by `scale`."""
+    data = copy.deepcopy(scenarios.load("e").data)
+    data["name"] = "e-x%s" % scale
+    for node in data["nodes"]:
+        node["count"] = max(2, int(round(node["count"] * scale)))
+    for ns in data["namespaces"]:
+        ns["count"] = max(1, int(round(ns["count"] * scale)))
+    nodes = data["nodes"][0]["count"]
+    namespaces = data["namespaces"][0]["count"]
+    for vm in data["vms"]:
+        vm["count"] = max(1, int(round(vm["count"] * scale)))
+        vm["spreadNamespaces"] = namespaces
+        vm["spreadNodes"] = nodes
+    return scenarios.from_dict(data)
+
+
+def kubectl_floor(kubeconfig, cache_dir):
+    """(seconds, (requests, of which continue pages), items) of listing the objects the check reads, with
+    kubectl."""
+    requests, pages, items = 0, 0, 0
+    started = time.monotonic()
+    for args in FLOOR_COMMANDS:
+        proc = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", cache_dir, "-v=6"] + args,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        if proc.returncode:
+            raise RuntimeError("kubectl %s failed: %s" % (" ".join(args), proc.stderr.decode()[-500:]))
+        urls = [line for line in proc.stderr.decode().splitlines() if '"Response" verb=' in line]
+        requests += len(urls)
+        pages += sum(1 for line in urls if "continue=" in line)
+        items += len(json.loads(proc.stdout).get("items") or [])
+    return time.monotonic() - started, (requests, pages), items
+
+
+def core_check(kubeconfig, profile=None):
+    """(seconds, (requests, of which continue pages), report) of check() over the whole cluster, on a fresh
+    connection."""
+    cluster = cluster_mod.connect({"kubeconfig": kubeconfig}, environ={})
+    urls = []
+    rest = cluster.api_client.rest_client
+    counted = rest.request
+
+    def recorded(method, url, *args, **kwargs):
+        urls.append(url)
+        return counted(method, url, *args, **kwargs)
+    rest.request = recorded
+    read = []
+    reader = inventory_mod.read_inventory
+
+    def timed_read(*args, **kwargs):   # check() imports read_inventory when called: this wrapper is what it gets
+        begun = time.monotonic()
+        try:
+            return reader(*args, **kwargs)
+        finally:
+            read.append(time.monotonic() - begun)
+    inventory_mod.read_inventory = timed_read
+    started = time.monotonic()
+    try:
+        if profile is not None:
+            profile.enable()
+        report = check_mod.check(cluster, {})
+        if profile is not None:
+            profile.disable()
+    finally:
+        inventory_mod.read_inventory = reader
+    seconds = time.monotonic() - started
+    assert len(urls) == cluster.request_count == report["requests"], (len(urls), cluster.request_count)
+    report["_read_seconds"] = read[0]
+    return seconds, (cluster.request_count, sum(1 for url in urls if "continue=" in url)), report
+
+
+def _playbook(task, out):
+    return [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        dict(task, name="measured", register="kvq"),
+        {"name": "save", "ansible.builtin.copy": {
+            "dest": out, "content": "{{ {'requests': kvq.requests | default(None), 'summary': kvq.summary "
+                                    "| default(None), 'verdict': kvq.verdict | default(None)} | to_json }}"}}]}]
+
+
+def ansible_run(task, kubeconfig, tmp):
+    """(seconds, result) of an ansible-playbook run of one task, authenticated by K8S_AUTH_KUBECONFIG."""
+    out = os.path.join(tmp, "result.json")
+    book = os.path.join(tmp, "play.yml")
+    with open(book, "w") as fh:
+        json.dump(_playbook(task, out), fh)
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith("K8S_AUTH_"))
+    env.update({"ANSIBLE_COLLECTIONS_PATH": COLLECTIONS, "K8S_AUTH_KUBECONFIG": kubeconfig,
+                "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_LOCALHOST_WARNING": "0",
+                "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_DEPRECATION_WARNINGS": "0"})
+    started = time.monotonic()
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", book], env=env, cwd=tmp,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    seconds = time.monotonic() - started
+    if proc.returncode:
+        raise RuntimeError("ansible-playbook failed:\n%s\n%s" % (proc.stdout.decode()[-2000:],
+                                                                 proc.stderr.decode()[-2000:]))
+    with open(out) as fh:
+        return seconds, json.load(fh)
+
+
+def measure(lab, repeat, profile=False):
+    """The figures of one loaded lab."""
+    kubeconfig = str(lab.user_kubeconfig)
+    tmp = tempfile.mkdtemp(prefix="kvq-bench-check-")
+    cache_dir = os.path.join(tmp, "kube-cache")
+    try:
+        kubectl_floor(kubeconfig, cache_dir)                                   # fills kubectl's discovery cache
+        _s, floor_requests, items = kubectl_floor(kubeconfig, cache_dir)
+        _s, _r, report = core_check(kubeconfig)                                # warm-up (imports, TLS)
+        floor, core, module, ping, read = [], [], [], [], []
+        core_requests, module_result = None, None
+        prof = cProfile.Profile() if profile else None
+        for i in range(repeat):
+            seconds, requests, listed = kubectl_floor(kubeconfig, cache_dir)
+            floor.append(seconds)
+            assert requests == floor_requests and listed == items, (requests, listed)
+            seconds, core_requests, report = core_check(kubeconfig, prof if i == 0 else None)
+            core.append(seconds)
+            read.append(report["_read_seconds"])
+            seconds, module_result = ansible_run({"kvquota.maintenance.kvquota_check": {}}, kubeconfig, tmp)
+            module.append(seconds)
+            seconds, _ping = ansible_run({"ansible.builtin.ping": {}}, kubeconfig, tmp)
+            ping.append(seconds)
+            log("round %d: floor %.2fs, core %.2fs, module %.2fs (ping playbook %.2fs)"
+                % (i + 1, floor[-1], core[-1], module[-1], ping[-1]))
+        figures = {
+            "vmis": sum(len(ns["vms"]) for ns in report["namespaces"].values()),
+            "namespaces": report["summary"]["namespaces"],
+            "quotas": sum(len(ns["quotas"]) for ns in report["namespaces"].values()),
+            "listed_objects": items,
+            "floor_seconds": statistics.median(floor),
+            "floor_requests": floor_requests,
+            "core_seconds": statistics.median(core),
+            "core_read_seconds": statistics.median(read),
+            "core_requests": core_requests,
+            "module_seconds": statistics.median(module),
+            "module_minus_ansible_seconds": statistics.median(m - p for m, p in zip(module, ping)),
+            "module_requests": module_result["requests"],
+            "verdict": report["verdict"],
+            "runs": {"floor": floor, "core": core, "core_read": read, "module": module, "ping": ping},
+        }
+        figures["ratio"] = figures["core_seconds"] / figures["floor_seconds"]
+        assert module_result["summary"] == report["summary"], (module_result["summary"], report["summary"])
+        if prof is not None:
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+            figures["profile"] = text.getvalue()
+        return figures
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_scale(scale, args):
+    sc = scaled(scale)
+    if args.attach:
+        lab = kvqlab.attach(args.attach)
+        return measure(lab, args.repeat, args.profile)
+    run_dir = os.path.join(args.run_dir, "x%s" % scale)
+    log("scale %s: starting a fresh lab in %s" % (scale, run_dir))
+    lab = kvqlab.up(run_dir=run_dir)
+    try:
+        started = time.monotonic()
+        result = scenarios.apply(lab, sc, timeout=3600, log=lambda m: log("  apply " + m))
+        log("scale %s: loaded in %.0fs (%s)" % (scale, time.monotonic() - started, result.timings))
+        figures = measure(lab, args.repeat, args.profile)
+        figures["load_seconds"] = round(time.monotonic() - started, 1)
+        return figures
+    finally:
+        kvqlab.down(run_dir)
+
+
+def table(rows):
+    head = ("scale", "VMIs", "ns", "quotas", "floor s (kubectl)", "floor req (lists+pages)", "check s (read + plan)",
+            "check/floor", "check req (lists+pages)", "module s", "module - ansible s", "module req")
+    lines = [" | ".join(head), " | ".join("---" for _column in head)]
+
+    def req(pair):
+        return "%d (%d+%d)" % (pair[0], pair[0] - pair[1], pair[1])
+    for scale, f in rows:
+        lines.append(" | ".join(str(x) for x in (
+            scale, f["vmis"], f["namespaces"], f["quotas"], "%.2f" % f["floor_seconds"], req(f["floor_requests"]),
+            "%.2f (%.2f + %.2f)" % (f["core_seconds"], f["core_read_seconds"],
+                                    f["core_seconds"] - f["core_read_seconds"]), "%.2fx" % f["ratio"], req(f["core_requests"]), "%.2f" % f["module_seconds"],
+            "%.2f" % f["module_minus_ansible_seconds"], f["module_requests"])))
+    return "\n".join("| %s |" % line for line in lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    ap.add_argument("--scales", default="0.1,1", help="comma-separated fractions of scenario e (default 0.1,1)")
+    ap.add_argument("--repeat", type=int, default=3, help="measured rounds per scale (median shown)")
+    ap.add_argument("--run-dir", default=os.path.join(tempfile.gettempdir(), "kvq-bench-check"),
+                    help="where the labs are started (one at a time)")
+    ap.add_argument("--attach", help="measure the lab already running in this run dir (objects loaded)")
+    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--profile", action="store_true", help="cProfile the first core check of each scale")
+    args = ap.parse_args(argv)
+    rows = []
+    for text in args.scales.split(","):
+        scale = float(text) if "." in text else int(text)
+        rows.append((scale, run_scale(scale, args)))
+        if args.profile:
+            print(rows[-1][1]["profile"])
+    print(table(rows))
+    target_time = all(f["ratio"] <= 1.5 for _s, f in rows)
+    lists = sorted(set(f["core_requests"][0] - f["core_requests"][1] for _s, f in rows))
+    pages = all(f["core_requests"][1] == f["floor_requests"][1] for _s, f in rows)
+    print("\ncheck <= 1.5x floor: %s; list calls at every scale: %s (%s); continue pages the same as "
+          "kubectl's: %s" % ("yes" if target_time else "NO", ", ".join(map(str, lists)),
+                             "equal" if len(lists) == 1 else "NOT equal", "yes" if pages else "NO"))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([{"scale": s, **f} for s, f in rows], fh, indent=1)
+    return 0 if target_time else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
