@@ -53,7 +53,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inventory_mod  # noqa: E402
 
-COLLECTIONS = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kvquota", "collections")
+COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 FLOOR_COMMANDS = (
     ["get", "nodes,namespaces,resourcequotas,vmi,vmim", "-A", "-o", "json"],
     ["get", "pods", "-A", "-l", "kubevirt.io=virt-launcher", "-o", "json"],

@@ -30,7 +30,7 @@ import kvqlab  # noqa: E402
 from kvqlab import emulator, scenarios  # noqa: E402
 from kvqlab.emulator import _rest_for  # noqa: E402
 
-COLLECTIONS = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kvquota", "collections")
+COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"
 LEDGER = "kvquota.maintenance/ledger"
 LEASE_NAME = "kvquota-maintenance"
