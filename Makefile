@@ -32,8 +32,9 @@ lab-down:
 lab-status:
 	$(LABPY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
 
-demo: lab-up
-	$(LABPY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
+# The main job end to end: lab + scenario (a) + node_maintenance on the VM's node.
+demo: deps lab-build
+	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
 test: deps lab-build pytest-units sanity ansible-units ansible-test-bootstrap lint docs-lint build lab-tests
