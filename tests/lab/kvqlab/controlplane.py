@@ -27,7 +27,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -649,8 +648,8 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
     }
     users = {"admin": ADMIN_USER, "user": USER_NAME}
     for key, path in kc_paths.items():
-        _write_private(path, yaml.safe_dump(_kubeconfig(server, ca, users.get(key, f"kvqlab-{key}"), tokens[key]),
-                                             sort_keys=False))
+        config = _kubeconfig(server, ca, users.get(key, f"kvqlab-{key}"), tokens[key])
+        _write_private(path, yaml.safe_dump(config, sort_keys=False))
 
     state = {
         "version": 1,
@@ -705,7 +704,7 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
         f"--token-auth-file={run_dir / 'tokens.csv'}",
         "--authorization-mode=RBAC",
         "--anonymous-auth=false",
-        f"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={files['sa_pub']}",
         f"--service-account-signing-key-file={files['sa_key']}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",

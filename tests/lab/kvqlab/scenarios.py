@@ -269,6 +269,7 @@ def computed_hard(quota, ns, vms, config):
     used = resources.mask(used, names)
     for n in names:
         used.setdefault(n, Fraction(0))
+
     def up(name, value):
         """Round up to a whole unit (bytes, pods) or to a milli-unit (cpu)."""
         step = Fraction(1, 1000) if name.endswith("cpu") else Fraction(1)

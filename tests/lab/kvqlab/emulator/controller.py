@@ -951,10 +951,10 @@ class Emulator:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-        self.patch_meta("vmi", ns, vmi_name, {"annotations": {END_ANNOTATION: "%.3f" % end},
-                                               "labels": {NODE_LABEL: tnode}}, self.vmis)
-        self.patch_status("vmi", ns, vmi_name, {"nodeName": tnode, "migrationState": ms,
-                                                 "activePods": {target["metadata"]["uid"]: tnode}}, self.vmis)
+        meta = {"annotations": {END_ANNOTATION: "%.3f" % end}, "labels": {NODE_LABEL: tnode}}
+        self.patch_meta("vmi", ns, vmi_name, meta, self.vmis)
+        status = {"nodeName": tnode, "migrationState": ms, "activePods": {target["metadata"]["uid"]: tnode}}
+        self.patch_status("vmi", ns, vmi_name, status, self.vmis)
         mst = dict((m.get("status") or {}).get("migrationState") or {})
         mst.update({"completed": True, "endTimestamp": now_iso(end), "targetNode": tnode})
         self.set_phase(m, "Succeeded", {"migrationState": mst})
