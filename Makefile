@@ -47,11 +47,12 @@ pytest-units: deps
 lab-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider tests/lab tests/integration
 
-# ansible-test needs the collection at ansible_collections/kvquota/maintenance.
+# ansible-test needs the collection at ansible_collections/kvquota/maintenance: copy what git
+# tracks or would track (no caches, no build outputs).
 collection-copy:
 	@rm -rf $(COLL_COPY) && mkdir -p $(COLL_COPY)
-	@tar --exclude=./.git --exclude=./tests/output --exclude=.pytest_cache --exclude=__pycache__ \
-	  --exclude=.hypothesis --exclude='*.tar.gz' -cf - . | tar -xf - -C $(COLL_COPY)
+	@git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
+	  | tar -xf - -C $(COLL_COPY)
 
 # ansible-test --venv downloads a get-pip script from a host we cannot reach;
 # provide a stand-in under the name it looks for.

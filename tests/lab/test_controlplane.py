@@ -237,7 +237,7 @@ def _cli(*args, env_extra=None):
     env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "kvqlab", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=120, check=False)
 
 
 def test_cli_status_and_env(lab):

@@ -242,8 +242,10 @@ def vmi(rest, ns, name):
 
 
 def wait_running(rest, ns, name, timeout=30):
-    return wait(lambda: (lambda v: v if (v.get("status") or {}).get("phase") == "Running" else None)(vmi(rest, ns, name)),
-                timeout, "VMI %s/%s Running" % (ns, name))
+    def running():
+        v = vmi(rest, ns, name)
+        return v if (v.get("status") or {}).get("phase") == "Running" else None
+    return wait(running, timeout, "VMI %s/%s Running" % (ns, name))
 
 
 def migrate(rest, ns, vmi_name, name=None):
@@ -273,7 +275,7 @@ def quota(rest, ns, name="q"):
 
 def parse_rl(rl):
     from kvqlab.emulator import collection
-    _, resources = collection.core()
+    resources = collection.core()[1]
     return resources.parse_resource_list(rl or {})
 
 
@@ -563,7 +565,7 @@ def test_rancher_project_limit_blocks_namespace_over_it(lab, rest, emu):
 def test_harvester_ratio_setting_and_quota_scaling(lab, rest, emu, ns, knobs):
     from kubernetes.client.exceptions import ApiException
     from kvqlab.emulator import collection
-    sizing, _ = collection.core()
+    sizing = collection.core()[0]
     setting = "/apis/harvesterhci.io/v1beta1/settings/additional-guest-memory-overhead-ratio"
     body = {"apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting",
             "metadata": {"name": "additional-guest-memory-overhead-ratio"}, "default": "1.5", "value": "2.0"}
@@ -614,8 +616,12 @@ def test_scenario_a_loads_near_full(lab, rest, emu):
     try:
         result = scenarios.apply(lab, sc, timeout=60)
         assert result.vms == [("a-tenant", "a-vm-1")]
-        q = wait(lambda: (lambda q: q if (q.get("status") or {}).get("used", {}).get("limits.memory") not in (None, "0")
-                          else None)(quota(rest, "a-tenant", "a-tenant-quota")), 15, "usage")
+
+        def charged():
+            current = quota(rest, "a-tenant", "a-tenant-quota")
+            used_now = (current.get("status") or {}).get("used", {}).get("limits.memory")
+            return current if used_now not in (None, "0") else None
+        q = wait(charged, 15, "usage")
         used = parse_rl(q["status"]["used"])["limits.memory"]
         hard = parse_rl(q["status"]["hard"])["limits.memory"]
         ratio = float(used / hard)

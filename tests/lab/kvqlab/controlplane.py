@@ -105,7 +105,7 @@ def find_bin_dir(bin_dir: str | os.PathLike | None = None) -> Path:
 def _free_ports(n: int) -> list[int]:
     socks = []
     try:
-        for _ in range(n):
+        for _i in range(n):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((LOOPBACK, 0))
             socks.append(s)
@@ -203,7 +203,7 @@ class Lab:
         """Run /usr/bin/kubectl against the lab; returns stdout, LabError on failure if check."""
         kc = self.admin_kubeconfig if admin else self.user_kubeconfig
         argv = [KUBECTL, "--kubeconfig", str(kc), "--cache-dir", str(self.run_dir / "kubectl-cache"), *args]
-        res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout,
+        res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False,
                              env={**os.environ, "KUBECONFIG": str(kc)})
         if check and res.returncode != 0:
             raise LabError(f"kubectl {' '.join(args)} failed ({res.returncode}): {res.stderr.strip()}")
@@ -240,7 +240,7 @@ class Lab:
 
     def readyz(self) -> bool:
         try:
-            code, _ = self._get(self.server + "/readyz", self._token())
+            code = self._get(self.server + "/readyz", self._token())[0]
             return code == 200
         except (OSError, ssl.SSLError):
             return False
@@ -250,7 +250,7 @@ class Lab:
         if not port:
             return procs.alive(self.run_dir, name)
         try:
-            code, _ = self._get(f"https://{LOOPBACK}:{port}/healthz")
+            code = self._get(f"https://{LOOPBACK}:{port}/healthz")[0]
             return code == 200
         except (OSError, ssl.SSLError):
             return False

@@ -241,7 +241,7 @@ _CHARGE_CACHE = {}
 
 def launcher_charge(vm, config, ns_labels, tracks):
     """The quota charge (dict name -> Fraction) of one VM's launcher pod under config (memoised by shape)."""
-    sizing, _ = render.collection.core()
+    sizing = render.collection.core()[0]
     vmi = vmi_object(vm)
     key = (json.dumps(vmi["spec"], sort_keys=True), repr(config), json.dumps(ns_labels or {}, sort_keys=True),
            tuple(sorted(tracks)))
@@ -260,7 +260,7 @@ def computed_hard(quota, ns, vms, config):
     vms: the scenario's VMs of this namespace (or all of them; others are skipped).
     """
     from fractions import Fraction
-    _, resources = render.collection.core()
+    resources = render.collection.core()[1]
     spec = quota["hardFromUsage"]
     names = list(spec.get("resources") or ["limits.cpu", "limits.memory"])
     tracks = set(names) | set((quota.get("hard") or {}).keys())
@@ -483,7 +483,7 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     from .emulator.knobs import parse_knobs
     knob_values = parse_knobs({k: str(v) for k, v in (data.get("emulator") or {}).items()
                                if k in ("oversize_percent", "oversize_bytes")})
-    node_names = [n["name"] for n in ex["nodes"]] or [n for n in existing]
+    node_names = [n["name"] for n in ex["nodes"]] or list(existing)
 
     def make_bulk(arg):
         i, vm = arg
@@ -583,7 +583,7 @@ def _wait_quota_usage(rest, quota_names, timeout):
     """Wait until the quota controller has charged every running launcher pod (used stable)."""
     if not quota_names:
         return
-    namespaces = {ns for ns, _ in quota_names}
+    namespaces = {ns for ns, _quota in quota_names}
     deadline = time.monotonic() + timeout
     while True:
         pods = rest.get("/api/v1/pods", labelSelector="kubevirt.io=virt-launcher")["items"]

@@ -53,7 +53,7 @@ def now_iso(ts=None):
 
 
 def rand5():
-    return "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+    return "".join(random.choice(string.ascii_lowercase + string.digits) for _i in range(5))
 
 
 def path(kind, ns=None, name=None, sub=None):
@@ -253,7 +253,7 @@ class Emulator:
         self.queue.add(("rancher", name))
         if self.knobs.harvester:
             self.queue.add(("harvester", name))
-        for ref in {rancher.project_ref(obj), rancher.project_ref(old or {"metadata": {}})}:
+        for ref in sorted({rancher.project_ref(obj), rancher.project_ref(old or {"metadata": {}})}, key=str):
             if ref:
                 self.queue.add(("project", ref[0], ref[1]))
 
@@ -1016,7 +1016,7 @@ class Emulator:
         if limit is None:
             return None
         if project is not None:
-            peers = [n for n in self.namespaces.by_index("project", rancher.project_ref(ns))]
+            peers = list(self.namespaces.by_index("project", rancher.project_ref(ns)))
             problem = rancher.project_violation(ns, project, peers)
             self.set_ns_validated(ns, problem)
             if problem:

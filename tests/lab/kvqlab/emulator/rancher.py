@@ -87,13 +87,13 @@ def effective_limit(ns, project=None):
 
 
 def parse(rl):
-    _, resources = collection.core()
+    resources = collection.core()[1]
     return resources.parse_resource_list(rl or {})
 
 
 def same_hard(a, b):
     """Semantic equality of two spec.hard maps ('1Gi' == '1024Mi')."""
-    _, resources = collection.core()
+    resources = collection.core()[1]
     return resources.equals(parse(a), parse(b))
 
 
@@ -103,7 +103,7 @@ def project_violation(ns, project, namespaces):
     plimit = (((project or {}).get("spec") or {}).get("resourceQuota") or {}).get("limit") or {}
     if not plimit:
         return None
-    _, resources = collection.core()
+    resources = collection.core()[1]
     total = {}
     for other in namespaces:
         lim = effective_limit(other, project)
@@ -119,7 +119,7 @@ def project_violation(ns, project, namespaces):
 
 def used_limit(project, namespaces):
     """Rancher's Project spec.resourceQuota.usedLimit: the sum of the namespaces' limits (camelCase)."""
-    _, resources = collection.core()
+    resources = collection.core()[1]
     total = {}
     for ns in namespaces:
         lim = effective_limit(ns, project)
@@ -133,7 +133,7 @@ def used_limit(project, namespaces):
 
 def harvester_deltas(rq):
     """Sum of the JSON ResourceLists in harvesterhci.io/migratingUID-* annotations (limits.cpu/memory only)."""
-    _, resources = collection.core()
+    resources = collection.core()[1]
     total = {}
     for key, value in ((rq.get("metadata") or {}).get("annotations") or {}).items():
         if key.startswith(HARVESTER_MIGRATING_PREFIX):
@@ -150,7 +150,7 @@ def harvester_desired_hard(rq, ns_limit_hard):
     md = rq.get("metadata") or {}
     if (md.get("annotations") or {}).get(HARVESTER_SKIP) == "true":
         return None
-    _, resources = collection.core()
+    resources = collection.core()[1]
     base = resources.mask(parse(ns_limit_hard or {}), ["limits.cpu", "limits.memory"])
     if not base:
         return None

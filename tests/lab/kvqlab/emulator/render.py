@@ -29,7 +29,7 @@ def cluster_config(kubevirt_cr, harvester_settings=None, default_version=None):
     The KubeVirt version is the CR's status.observedKubeVirtVersion (what a real cluster
     reports), else default_version.
     """
-    sizing, _ = collection.core()
+    sizing = collection.core()[0]
     version = None
     if kubevirt_cr:
         version = (kubevirt_cr.get("status") or {}).get("observedKubeVirtVersion")
@@ -47,7 +47,7 @@ def grow_memory(value, knobs):
 
 def _container_resources(cr, knobs, is_compute):
     """requests/limits strings of one container: the core's canonical strings, memory grown by the knobs."""
-    _, resources = collection.core()
+    resources = collection.core()[1]
     fmt = cr.formatted() if hasattr(cr, "formatted") else {
         "requests": resources.format_resource_list(cr.requests), "limits": resources.format_resource_list(cr.limits)}
     out = {}
@@ -79,7 +79,7 @@ def launcher_pod(vmi, config, knobs, namespace_labels=None, tracks=frozenset(),
     initial_node: required node affinity to that node (first start only, for scenarios).
     bulk_node: bind directly with spec.nodeName (bulk scenario creation, no scheduler).
     """
-    sizing, _ = collection.core()
+    sizing = collection.core()[0]
     lp = sizing.launcher_pod(vmi, config, namespace_labels=namespace_labels or {}, quota_tracks=tracks)
     md = vmi["metadata"]
     spec = vmi.get("spec") or {}
@@ -165,7 +165,7 @@ def launcher_pod(vmi, config, knobs, namespace_labels=None, tracks=frozenset(),
 
 def guest_memory_bytes(vmi):
     """Bytes a live migration copies: spec.domain.memory.guest, else requests/limits.memory."""
-    _, resources = collection.core()
+    resources = collection.core()[1]
     dom = (vmi.get("spec") or {}).get("domain") or {}
     guest = (dom.get("memory") or {}).get("guest")
     res = dom.get("resources") or {}

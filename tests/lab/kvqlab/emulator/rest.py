@@ -152,7 +152,7 @@ class Informer:
         with self.lock:
             if namespace is None:
                 return list(self.items.values())
-            return [o for (ns, _), o in self.items.items() if ns == namespace]
+            return [o for (ns, _name), o in self.items.items() if ns == namespace]
 
     def by_index(self, index, value):
         with self.lock:
@@ -326,7 +326,7 @@ class WorkQueue:
                     return None
                 now = time.monotonic()
                 while self.delayed and self.delayed[0][0] <= now:
-                    _, _, key = heapq.heappop(self.delayed)
+                    key = heapq.heappop(self.delayed)[2]
                     self._add_now(key)
                 if self.ready:
                     key = self.ready.popleft()
