@@ -1,0 +1,249 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared helpers for the role tests (test_roles_*.py, test_preflight_html.py): no tests here.
+
+Each role test module starts its own lab (a real kube-apiserver, quota controller, scheduler and the
+KubeVirt emulator; tests/lab), applies a scenario, runs a playbook of the collection with
+ansible-playbook as the least-privilege user of rbac/clusterrole.yml, and asserts on the cluster state
+afterwards.
+
+Environment:
+  KVQ_LAB_REQUIRED=1         a missing lab build fails instead of skipping
+  KVQ_ROLES_COLLECTIONS_PATH where ansible finds kvquota.maintenance (default: the symlink that the
+                             repository's conftest.py creates under ~/.cache/kvquota/collections)
+  KVQ_ROLES_KEEP_LAB=1       leave the labs running (their run dirs are printed)
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DIR = REPO / "tests" / "lab"
+if str(LAB_DIR) not in sys.path:
+    sys.path.insert(0, str(LAB_DIR))
+
+KV = "/apis/kubevirt.io/v1"
+LEDGER_ANNOTATION_PREFIX = "kvquota"
+FINAL = ("Succeeded", "Failed")
+
+
+def required():
+    return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
+
+
+def collections_path():
+    return os.environ.get("KVQ_ROLES_COLLECTIONS_PATH", os.environ["KVQ_COLLECTIONS_PATH"])
+
+
+def ledger_annotation():
+    """The ledger annotation key, from the collection itself."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION
+    return LEDGER_ANNOTATION
+
+
+class RoleLab(object):
+    """One lab with one scenario applied, the emulator running, and helpers to look at it."""
+
+    def __init__(self, run_dir, scenario, emulator_defaults=None, knobs=None):
+        import kvqlab
+        from kvqlab import emulator, scenarios
+        from kvqlab.emulator import _rest_for
+        self.run_dir = Path(run_dir)
+        self.kvqlab = kvqlab
+        self.emulator_mod = emulator
+        self.scenarios = scenarios
+        self.lab = kvqlab.up(run_dir=str(run_dir))
+        self.emu = emulator.start(self.lab, knobs=knobs, **(emulator_defaults or {}))
+        self.scenario = scenarios.load(scenario)
+        scenarios.apply(self.lab, self.scenario, timeout=180)
+        self.rest = _rest_for(self.lab)
+        self.log_offset = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def stop(self):
+        if os.environ.get("KVQ_ROLES_KEEP_LAB"):
+            print("lab left running in %s" % self.run_dir)
+            return
+        try:
+            self.emu.stop()
+        finally:
+            self.kvqlab.down(str(self.run_dir))
+
+    def set_knobs(self, **values):
+        self.emulator_mod.set_knobs(self.lab, **values)
+
+    def rancher_agent_restart(self):
+        self.emulator_mod.rancher_agent_restart(self.lab)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def get(self, path, **params):
+        return self.rest.get(path, **params)
+
+    def quotas(self, namespace):
+        return dict((q["metadata"]["name"], q) for q in
+                    self.get("/api/v1/namespaces/%s/resourcequotas" % namespace)["items"])
+
+    def hard(self, namespace):
+        """{quota: spec.hard} of a namespace, strings as stored (byte-for-byte comparison)."""
+        return dict((name, dict(q["spec"]["hard"])) for name, q in self.quotas(namespace).items())
+
+    def namespace(self, name):
+        return self.get("/api/v1/namespaces/%s" % name)
+
+    def vmis(self, namespace=None):
+        path = KV + ("/namespaces/%s/virtualmachineinstances" % namespace if namespace else
+                     "/virtualmachineinstances")
+        return self.get(path)["items"]
+
+    def vmims(self, namespace=None):
+        path = KV + ("/namespaces/%s/virtualmachineinstancemigrations" % namespace if namespace else
+                     "/virtualmachineinstancemigrations")
+        return self.get(path)["items"]
+
+    def node(self, name):
+        return self.get("/api/v1/nodes/%s" % name)
+
+    def busiest_node(self, namespaces=None):
+        """The node running most VMIs (of the given namespaces)."""
+        counts = {}
+        for vmi in self.vmis():
+            if namespaces and vmi["metadata"]["namespace"] not in namespaces:
+                continue
+            node = (vmi.get("status") or {}).get("nodeName")
+            if node:
+                counts[node] = counts.get(node, 0) + 1
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+    def emulator_log(self):
+        """The emulator's log written since the last mark()."""
+        path = self.run_dir / "emulator" / "emulator.log"
+        with open(path, "rb") as fh:
+            fh.seek(self.log_offset)
+            return fh.read().decode("utf-8", "replace")
+
+    def mark(self):
+        path = self.run_dir / "emulator" / "emulator.log"
+        self.log_offset = path.stat().st_size if path.exists() else 0
+
+    def wait(self, pred, timeout=60, what="condition", interval=0.5):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = pred()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+    # -- the state every run must leave --------------------------------------------------------------
+    def assert_restored(self, base, namespaces):
+        """spec.hard byte-for-byte equal to base, no ledger annotation anywhere, no migration unfinished."""
+        key = ledger_annotation()
+        for ns in namespaces:
+            assert self.hard(ns) == base[ns], "quota of %s not back to its base" % ns
+            for name, quota in self.quotas(ns).items():
+                annotations = quota["metadata"].get("annotations") or {}
+                assert key not in annotations, "ledger left on quota %s/%s: %s" % (ns, name, annotations[key])
+            ns_annotations = self.namespace(ns)["metadata"].get("annotations") or {}
+            assert key not in ns_annotations, "ledger left on namespace %s" % ns
+        unfinished = [m["metadata"]["name"] for m in self.vmims() if (m.get("status") or {}).get("phase") not in FINAL]
+        assert not unfinished, "migrations not finished: %s" % unfinished
+
+    def assert_vms_running_off(self, node, namespaces):
+        for ns in namespaces:
+            for vmi in self.vmis(ns):
+                status = vmi.get("status") or {}
+                assert status.get("phase") == "Running", "%s/%s is %s" % (ns, vmi["metadata"]["name"],
+                                                                           status.get("phase"))
+                assert status.get("nodeName") and status["nodeName"] != node, \
+                    "%s/%s still on %s" % (ns, vmi["metadata"]["name"], node)
+
+
+def start_lab(tmp_path_factory, scenario, **kwargs):
+    """A RoleLab for a module fixture, or a skip (a failure with KVQ_LAB_REQUIRED=1) without the lab build."""
+    pytest.importorskip("kvqlab")
+    import kvqlab
+    try:
+        kvqlab.find_bin_dir()
+    except kvqlab.LabError as exc:
+        if required():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    run_dir = tmp_path_factory.mktemp("kvq-roles-%s" % scenario)
+    return RoleLab(run_dir, scenario, **kwargs)
+
+
+class Run(object):
+    """The outcome of one ansible-playbook run."""
+
+    def __init__(self, proc, stdout, stats):
+        self.rc = proc.returncode
+        self.stdout = stdout
+        self.stats = stats
+
+    def __repr__(self):
+        return "<Run rc=%s>\n%s" % (self.rc, self.stdout[-6000:])
+
+    def msgs(self):
+        """The msg of every debug line (progress lines, summaries)."""
+        out = []
+        for line in self.stdout.splitlines():
+            line = line.strip()
+            if line.startswith('"msg": "'):
+                out.append(json.loads(line[len('"msg": '):].rstrip(',')))
+        return out
+
+    def changed(self):
+        for line in self.stdout.splitlines():
+            if line.startswith("localhost") and "changed=" in line:
+                return int(line.split("changed=")[1].split()[0])
+        return None
+
+
+def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=False, env=None):
+    """Run playbooks/<name>.yml of the collection against the lab; a Run, or the Popen when background."""
+    kubeconfig = lab.lab.admin_kubeconfig if admin else lab.lab.user_kubeconfig
+    handle, vars_file = tempfile.mkstemp(prefix="kvq-vars-", suffix=".json")
+    with os.fdopen(handle, "w") as fh:
+        json.dump(extra_vars or {}, fh)
+    stats = vars_file + ".stats"
+    full_env = dict(os.environ)
+    full_env.update({
+        "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+        "K8S_AUTH_KUBECONFIG": str(kubeconfig),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+    })
+    full_env.update(env or {})
+    cmd = ["ansible-playbook", str(REPO / "playbooks" / ("%s.yml" % name)), "-e", "@" + vars_file]
+    if background:
+        out = open(vars_file + ".out", "w")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir))
+        proc.output_file = vars_file + ".out"
+        return proc
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir),
+                          timeout=timeout, universal_newlines=True)
+    return Run(proc, proc.stdout, stats)
+
+
+def finish(proc, timeout=900):
+    """Wait for a background playbook; its Run."""
+    proc.wait(timeout=timeout)
+    with open(proc.output_file) as fh:
+        return Run(proc, fh.read(), None)

@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/node_maintenance.yml against the lab, scenario (a): a ratio-1.5 tenant near the top of its
+quota. The maintenance succeeds, the quota goes back to its base byte for byte, no ledger is left, every
+VM runs on another node; a second run changes nothing; a failed migration is reported with how to
+resume and a re-run converges; an interrupted run (killed mid-batch) is resumed; the policies for VMs
+that cannot live-migrate (fail, shutdown, skip) do what they say.
+
+Runs as the least-privilege user of rbac/clusterrole.yml.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+import signal
+import time
+
+import pytest
+
+from test_roles_lab import KV, finish, playbook, start_lab
+
+NS = "a-tenant"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    started = start_lab(tmp_path_factory, "a")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def base(lab):
+    return {NS: lab.hard(NS)}
+
+
+def vm_node(lab, name="a-vm-1", ns=NS):
+    return lab.get(KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name))["status"]["nodeName"]
+
+
+def uncordon(lab, node):
+    lab.rest.patch("/api/v1/nodes/%s" % node, {"spec": {"unschedulable": False}})
+
+
+def test_maintenance_succeeds_and_restores_the_base(lab, base):
+    node = vm_node(lab)
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+    print(run.stdout[-4000:])
+    assert run.rc == 0, run
+    progress = [m for m in run.msgs() if m.startswith("batch 1/1 done")]
+    assert progress and "a-tenant/a-vm-1" in progress[0] and "headroom a-tenant/a-tenant-quota +" in progress[0]
+    assert "node_maintenance %s: succeeded" % node in run.stdout
+    lab.assert_restored(base, [NS])
+    lab.assert_vms_running_off(node, [NS])
+    assert not lab.node(node)["spec"].get("unschedulable")
+
+
+def test_second_run_changes_nothing(lab, base):
+    node = vm_node(lab)
+    first = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_uncordon": False})
+    assert first.rc == 0, first
+    second = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_uncordon": False})
+    assert second.rc == 0, second
+    assert second.changed() == 0, second
+    assert "0 VM(s) to migrate" in second.stdout
+    lab.assert_restored(base, [NS])
+    lab.assert_vms_running_off(node, [NS])
+    uncordon(lab, node)
+
+
+def test_failed_migration_is_reported_and_a_rerun_converges(lab, base):
+    node = vm_node(lab)
+    lab.set_knobs(fail_migrations="all")
+    try:
+        run = playbook(lab, "node_maintenance", {"node_maintenance_node": node,
+                                                 "node_maintenance_rescue_release_timeout": 30})
+    finally:
+        lab.set_knobs(fail_migrations=None)
+    assert run.rc != 0, run
+    assert "migration(s) failed" in run.stdout and "To resume" in run.stdout, run
+    rerun = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_release_timeout": 120})
+    assert rerun.rc == 0, rerun
+    lab.assert_restored(base, [NS])
+    lab.assert_vms_running_off(node, [NS])
+
+
+def test_a_killed_run_is_resumed(lab, base):
+    node = vm_node(lab)
+    lab.set_knobs(stall_migrations="all")
+    proc = playbook(lab, "node_maintenance", {"node_maintenance_node": node}, background=True)
+    try:
+        lab.wait(lambda: [m for m in lab.vmims(NS) if (m.get("status") or {}).get("phase") == "Running"],
+                 120, "a running migration")
+        os.kill(proc.pid, signal.SIGKILL)   # no rescue, no always: as if the controller host died
+        proc.wait(30)
+    finally:
+        lab.set_knobs(stall_migrations=None)
+    rerun = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+    print(rerun.stdout[-3000:])
+    assert rerun.rc == 0, rerun
+    assert "resuming: reservations %s-b0" % node in rerun.stdout
+    lab.assert_restored(base, [NS])
+    lab.assert_vms_running_off(node, [NS])
+
+
+@pytest.fixture(scope="module")
+def rwo_vm(lab):
+    """A VM with a ReadWriteOnce volume (LiveMigratable False) on a-vm-1's node, in its own namespace."""
+    node = vm_node(lab)
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": "a-rwo"}})
+    lab.rest.create("/api/v1/namespaces/a-rwo/persistentvolumeclaims", {
+        "metadata": {"name": "rwo-disk"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": "none"}})
+    vm = lab.scenarios.vm_object({"name": "rwo-vm", "namespace": "a-rwo", "cpu": 1, "memory": "256Mi",
+                                  "node": node, "volumes": [{"name": "data", "pvc": "rwo-disk"}]})
+    lab.rest.create(KV + "/namespaces/a-rwo/virtualmachines", vm)
+    lab.wait(lambda: (lab.get(KV + "/namespaces/a-rwo/virtualmachineinstances/rwo-vm").get("status") or {})
+             .get("phase") == "Running" if [v for v in lab.vmis("a-rwo")] else False, 60, "rwo-vm running")
+    return node
+
+
+def test_policy_fail_stops_before_anything_moves(lab, base, rwo_vm):
+    node = rwo_vm
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+    assert run.rc != 0, run
+    assert "is blocked, nothing was migrated" in run.stdout and "cannot live-migrate" in run.stdout, run
+    assert vm_node(lab) == node and vm_node(lab, "rwo-vm", "a-rwo") == node
+    assert not lab.node(node)["spec"].get("unschedulable"), "the node must be uncordoned when nothing moved"
+    lab.assert_restored(base, [NS])
+
+
+def test_policy_skip_leaves_the_vm(lab, base, rwo_vm):
+    node = rwo_vm
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_non_migratable": "skip"})
+    assert run.rc == 0, run
+    assert "policy skip: 1 VM(s)" in run.stdout
+    assert vm_node(lab, "rwo-vm", "a-rwo") == node
+    lab.assert_restored(base, [NS])
+    lab.assert_vms_running_off(node, [NS])
+
+
+def test_policy_shutdown_stops_and_restarts(lab, base, rwo_vm, tmp_path):
+    node = rwo_vm
+    # a-vm-1 back onto the node first, so that both kinds of VM are there
+    lab.rest.patch("/api/v1/nodes/%s" % node, {"spec": {"unschedulable": False}})
+    hook = tmp_path / "hook.yml"
+    seen = tmp_path / "seen.txt"
+    hook.write_text(
+        "- name: Record which VMIs exist while the node is maintained\n"
+        "  kubernetes.core.k8s_info:\n"
+        "    api_version: kubevirt.io/v1\n"
+        "    kind: VirtualMachineInstance\n"
+        "    namespace: a-rwo\n"
+        "  register: hook_vmis\n"
+        "- name: Write them down\n"
+        "  ansible.builtin.copy:\n"
+        "    content: \"{{ hook_vmis.resources | length }}\"\n"
+        "    dest: %s\n"
+        "    mode: '0644'\n" % seen)
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_non_migratable":
+                                             "shutdown", "node_maintenance_hook_tasks": str(hook)})
+    print(run.stdout[-3000:])
+    assert run.rc == 0, run
+    assert seen.read_text() == "0", "the VM that cannot migrate must be stopped during the hook"
+    vm = lab.get(KV + "/namespaces/a-rwo/virtualmachines/rwo-vm")
+    assert vm["spec"].get("running") is True and "runStrategy" not in vm["spec"]
+    assert "kvquota.io/stopped-for-maintenance" not in (vm["metadata"].get("labels") or {})
+    assert (lab.get(KV + "/namespaces/a-rwo/virtualmachineinstances/rwo-vm").get("status") or {}).get("phase") \
+        == "Running"
+    lab.assert_restored(base, [NS])

@@ -1,0 +1,165 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""rolling_upgrade, kubevirt_update and reaper against the lab (scenario b: three VMs under a quota just
+above their use, so every migration needs a reservation).
+
+- upgrade.yml upgrades every node in turn (the per-node tasks run while the node is empty) and leaves every
+  quota at its base;
+- kubevirt_update.yml in drive mode migrates the outdated VMIs batch by batch; in follow mode it carries a
+  workload updater (emulated here by a thread creating the migrations as KubeVirt's would) that would
+  otherwise loop on "exceeded quota";
+- reaper.yml releases an expired reservation exactly.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from test_roles_lab import KV, FINAL, collections_path, playbook, start_lab
+
+NS = "b-tenant"
+OUTDATED = "kubevirt.io/outdatedLauncherImage"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    started = start_lab(tmp_path_factory, "b")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def base(lab):
+    return {NS: lab.hard(NS)}
+
+
+def succeeded_since(lab, stamp):
+    """namespace/vmi of migrations that succeeded after stamp (RFC 3339)."""
+    out = set()
+    for m in lab.vmims(NS):
+        st = m.get("status") or {}
+        if st.get("phase") == "Succeeded" and (st.get("migrationState") or {}).get("endTimestamp", "") >= stamp:
+            out.add("%s/%s" % (NS, m["spec"]["vmiName"]))
+    return out
+
+
+def now_rfc3339():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def label_outdated(lab):
+    for vmi in lab.vmis(NS):
+        lab.rest.patch(KV + "/namespaces/%s/virtualmachineinstances/%s" % (NS, vmi["metadata"]["name"]),
+                       {"metadata": {"labels": {OUTDATED: ""}}})
+
+
+def clear_outdated(lab):
+    for vmi in lab.vmis(NS):
+        lab.rest.patch(KV + "/namespaces/%s/virtualmachineinstances/%s" % (NS, vmi["metadata"]["name"]),
+                       {"metadata": {"labels": {OUTDATED: None}}})
+
+
+def test_rolling_upgrade_all_nodes(lab, base, tmp_path):
+    marks = tmp_path / "upgraded"
+    marks.mkdir()
+    hook = tmp_path / "upgrade-node.yml"
+    hook.write_text(
+        "- name: Count the VMIs on the node being upgraded\n"
+        "  kubernetes.core.k8s_info:\n"
+        "    api_version: kubevirt.io/v1\n"
+        "    kind: VirtualMachineInstance\n"
+        "    label_selectors: ['kubevirt.io/nodeName={{ node_maintenance_node }}']\n"
+        "  register: on_node\n"
+        "- name: Pretend to upgrade it\n"
+        "  ansible.builtin.copy:\n"
+        "    content: \"{{ on_node.resources | length }}\"\n"
+        "    dest: \"%s/{{ node_maintenance_node }}\"\n"
+        "    mode: '0644'\n" % marks)
+    run = playbook(lab, "upgrade", {"rolling_upgrade_tasks": str(hook)}, timeout=1500)
+    print(run.stdout[-3000:])
+    assert run.rc == 0, run
+    nodes = sorted(n["metadata"]["name"] for n in lab.get("/api/v1/nodes")["items"])
+    assert sorted(p.name for p in marks.iterdir()) == nodes
+    assert all(p.read_text() == "0" for p in marks.iterdir()), "a node was upgraded with VMs on it"
+    assert "rolling upgrade: %d of %d node(s) upgraded" % (len(nodes), len(nodes)) in run.stdout
+    lab.assert_restored(base, [NS])
+    for vmi in lab.vmis(NS):
+        assert vmi["status"]["phase"] == "Running"
+    for node in nodes:
+        assert not lab.node(node)["spec"].get("unschedulable")
+
+
+def test_kubevirt_update_drive(lab, base):
+    label_outdated(lab)
+    start = now_rfc3339()
+    try:
+        run = playbook(lab, "kubevirt_update", {"kubevirt_update_mode": "drive", "kubevirt_update_namespaces": [NS]})
+    finally:
+        clear_outdated(lab)
+    print(run.stdout[-3000:])
+    assert run.rc == 0, run
+    vms = set("%s/%s" % (NS, v["metadata"]["name"]) for v in lab.vmis(NS))
+    assert succeeded_since(lab, start) >= vms
+    assert [m for m in run.msgs() if m.startswith("batch 1/")]
+    lab.assert_restored(base, [NS])
+
+
+def test_kubevirt_update_follows_the_workload_updater(lab, base):
+    """The updater migrates all outdated VMIs at once; without reservations each one would be refused."""
+    label_outdated(lab)
+    start = now_rfc3339()
+    created = []
+
+    def workload_updater():
+        time.sleep(8)     # KubeVirt notices the outdated launchers a little after the update
+        for vmi in lab.vmis(NS):
+            name = "kubevirt-workload-update-%s" % vmi["metadata"]["name"]
+            lab.rest.create(KV + "/namespaces/%s/virtualmachineinstancemigrations" % NS, {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": name, "labels": {"kubevirt.io/vmi-name": vmi["metadata"]["name"]}},
+                "spec": {"vmiName": vmi["metadata"]["name"]}})
+            created.append(name)
+
+    updater = threading.Thread(target=workload_updater, daemon=True)
+    updater.start()
+    try:
+        run = playbook(lab, "kubevirt_update", {"kubevirt_update_namespaces": [NS], "kubevirt_update_batch_timeout": 300})
+    finally:
+        updater.join(60)
+        clear_outdated(lab)
+    print(run.stdout[-3000:])
+    assert run.rc == 0, run
+    assert len(created) == 3
+    vms = set("%s/%s" % (NS, v["metadata"]["name"]) for v in lab.vmis(NS))
+    assert succeeded_since(lab, start) >= vms
+    lab.wait(lambda: all((m.get("status") or {}).get("phase") in FINAL for m in lab.vmims(NS)), 60, "migrations final")
+    lab.assert_restored(base, [NS])
+
+
+def test_reaper_releases_an_expired_reservation(lab, base):
+    quota = sorted(base[NS])[0]
+    args = json.dumps({"reservation_id": "forgotten-job", "ttl": "1",
+                       "headroom": [{"namespace": NS, "quota": quota, "resources": {"limits.cpu": "1"}}]})
+    env = {"ANSIBLE_COLLECTIONS_PATH": collections_path(), "K8S_AUTH_KUBECONFIG": str(lab.lab.user_kubeconfig),
+           "PATH": __import__("os").environ["PATH"], "HOME": __import__("os").environ["HOME"]}
+    reserved = subprocess.run(["ansible", "localhost", "-m", "kvquota.maintenance.kvquota_reserve", "-a", args],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert reserved.returncode == 0, reserved.stdout
+    assert lab.hard(NS) != base[NS]
+    time.sleep(2)
+    run = playbook(lab, "reaper")
+    print(run.stdout[-2000:])
+    assert run.rc == 0, run
+    assert "released   | forgotten-job" in run.stdout
+    lab.assert_restored(base, [NS])
+    again = playbook(lab, "reaper")
+    assert again.rc == 0 and again.changed() == 0, again
