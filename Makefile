@@ -11,7 +11,7 @@ LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
-        sanity ansible-units ansible-test-bootstrap lint docs-lint build collection-copy bench bench-check clean
+        sanity ansible-units ansible-test-bootstrap lint docs-lint build collection-copy bench bench-check bench-maintenance clean
 
 $(STAMP): tests/requirements.txt
 	@mkdir -p $(CACHE)
@@ -79,10 +79,13 @@ build: deps
 	$(PY) tests/check_artifact.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # Benchmarks (not tests): figures side by side with their baselines.
-bench: bench-check
+bench: bench-check bench-maintenance
 
 bench-check: deps lab-build
 	$(PY) tests/bench/bench_check.py --scales 0.1,1 --repeat 3 --json $(CACHE)/bench-check.json
+
+bench-maintenance: deps lab-build
+	$(PY) tests/bench/bench_maintenance.py --repeat 2 --approaches role,naive,serial,role-tuned --json $(CACHE)/bench-maintenance.json
 
 clean:
 	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output
