@@ -269,7 +269,9 @@ def reserve(module):
                 raise InputError('the shortfall quota admission reported exceeds top_up_cap: %s' % '; '.join(problems),
                                  'nothing was changed; raise top_up_cap if that much is expected, or check why the '
                                  'target pods are larger than planned (overhead ratio, sidecars)')
-    lock = {'wait_timeout': params['lock_timeout'], 'holder': _owner(params)}
+    # The lock holder is this very run (user@host:pid), so two jobs with the same owner still exclude each other.
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+    lock = {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
     result = reservations.reserve(cluster, params['reservation_id'], headroom, _owner(params), params['reason'], ttl,
                                   margin=params['safety_margin'], top_up=top_up, check_mode=module.check_mode,
                                   refs=refs, lock=lock)

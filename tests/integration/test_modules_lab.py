@@ -341,3 +341,22 @@ def test_expired_reservations_are_released_only_by_the_reaper(lab, emu, r, user,
 
     M.assert_ok(M.run_module("kvquota_release", {"reservation_id": live}, user))
     assert_base_restored(r, ns, original)
+
+
+def test_release_does_not_wait_for_a_vm_that_never_left_its_pod(lab, emu, r, user, tenant):
+    """A run killed between reserve and creating the migration (or a failed migration) leaves a reservation
+    whose recorded source pod is still the VM's active pod. Release must not wait for that pod to end (it
+    never will): the reservation is given back at once and the quota is exactly its base again."""
+    ns, rid = tenant, "killed-%s" % secrets.token_hex(2)
+    original = M.quota(r, ns, "compute")
+    source = running_launcher(r, ns)
+    res = M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": rid, "ttl": "1h",
+                                                       "vms": [{"namespace": ns, "name": "vm-1"}]}, user))
+    assert res["changed"] is True
+    assert res["refs"]["sourcePods"] == [{"namespace": ns, "name": source["metadata"]["name"]}]
+    assert M.quota(r, ns, "compute")["spec"]["hard"] != original["spec"]["hard"]
+    # no migration is created: the VM stays on its pod
+    res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid, "wait": False}, user))
+    assert res["changed"] is True, res
+    assert M.phase(running_launcher(r, ns)) == "Running"
+    assert_base_restored(r, ns, original)

@@ -609,6 +609,25 @@ def _ref_items(refs, key, namespace, only_namespace=False):
     return items
 
 
+def _is_active_launcher(run, pod):
+    """True while pod is still its VMI's active launcher pod: the VM never left it (its migration was never
+    created, failed or was cancelled), so it is no lingering source and must not hold the release. Whatever
+    a target pod still charges is caught by the usage check."""
+    meta = pod.get("metadata") or {}
+    name = next((ref.get("name") for ref in meta.get("ownerReferences") or ()
+                 if ref.get("kind") == "VirtualMachineInstance"), None) or (meta.get("labels") or {}).get(
+                     "vm.kubevirt.io/name")
+    if not name:
+        return False
+    try:
+        vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", name,
+                                     namespace=meta.get("namespace"))
+    except NotFoundError:
+        return False
+    node = (vmi.get("status") or {}).get("nodeName")
+    return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
+
+
 def _release_blockers(run, state, reservation_id, now):
     """Why reservation_id cannot be released from this quota yet ([] = it can)."""
     entry = state.ledger.reservations.get(reservation_id)
@@ -637,7 +656,7 @@ def _release_blockers(run, state, reservation_id, now):
         uid = pod_ref.get("uid")
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
             continue
-        if _pod_counts(pod, now):
+        if _pod_counts(pod, now) and not _is_active_launcher(run, pod):
             reasons.append("source pod %s/%s still counts" % (pod_ref["namespace"], _pod_label(pod)))
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
