@@ -47,6 +47,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
+
 def _load_repo_conftest():
     """The repository root's conftest.py exports KVQ_COLLECTIONS_PATH and makes the collection importable."""
     import importlib.util
@@ -69,7 +70,12 @@ KV = "/apis/kubevirt.io/v1"
 LEDGER = "kvquota.maintenance/ledger"
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"
 FINAL = ("Succeeded", "Failed")
-PROGRESS = lambda result: None  # noqa: E731 - main() replaces it to save partial results
+def _no_progress(result):
+    """Default progress hook; main() replaces it to save partial results."""
+    return result
+
+
+PROGRESS = _no_progress
 ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering")
 RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
 
@@ -245,7 +251,7 @@ class Lab(object):
                                                                          self.base_annotations.get(ns)))
         for kind, ns, name, ledger in self.ledgers():
             out.append("ledger left on %s %s/%s: reservations %s" % (kind, ns, name,
-                                                                      sorted((ledger.get("reservations") or {}))))
+                                                                     sorted((ledger.get("reservations") or {}))))
         leases = self.kvquota_leases()
         if leases:
             out.append("kvquota lease(s) left: %s" % ", ".join(leases))
@@ -534,7 +540,7 @@ def campaign_reverts(args):
                          "problems": probs, "revert_mentions": reverted_warn,
                          "ledger_samples": sampler.seen["ledger"]})
             log("reverts: round %d node=%s restarts=%d rc=%s problems=%s" % (i + 1, node, restarts,
-                                                                           proc.returncode, probs))
+                                                                             proc.returncode, probs))
             if probs:
                 evidence.append({"round": i + 1, "problems": probs, "tail": out[-5000:]})
                 lab.uncordon_all()
@@ -562,7 +568,7 @@ def campaign_admin(args):
         lab.r.set_knobs(stall_migrations="all")
         proc = lab.start({"node_maintenance_node": node})
         try:
-            lab.r.wait(lambda: any(k == "quota" for k, _, _, _ in lab.ledgers())
+            lab.r.wait(lambda: any(entry[0] == "quota" for entry in lab.ledgers())
                        and any((m.get("status") or {}).get("phase") == "Running" for m in lab.r.vmims(ns)),
                        180, "a reservation and a running migration")
             during = lab.r.hard(ns)[qname]
@@ -695,12 +701,12 @@ def campaign_short(args):
             topups = out.count("topped up") + out.count("top-up:")
             if capped:
                 probs = lab.problems(node, vms_off_node=False, cordoned=bool(lab.r.node(node)["spec"]
-                                                                              .get("unschedulable")))
+                                                                             .get("unschedulable")))
                 if rc == 0:
                     probs.insert(0, "expected the run to stop past the cap, rc=0")
                 elif "To resume" not in out:
                     probs.insert(0, "no resume advice in the failure")
-                rc2, out2, _ = lab.run(dict(BOUNDED, node_maintenance_node=node))
+                rc2, out2 = lab.run(dict(BOUNDED, node_maintenance_node=node))[:2]
                 probs2 = lab.problems(node)
                 if rc2 != 0:
                     probs2.insert(0, "re-run without oversize failed rc=%s" % rc2)
@@ -762,7 +768,7 @@ def campaign_failed(args):
                 held = lab.ledgers()
                 if held:
                     probs.append("reservation(s) still held after the failed run: %s"
-                                 % ["%s/%s %s" % (n, q, sorted(led.get("reservations") or {})) for _, n, q, led in held])
+                                 % ["%s/%s %s" % (n, q, sorted(led.get("reservations") or {})) for _kind, n, q, led in held])
                 if lab.r.hard("b-tenant") != lab.base["b-tenant"] and not held:
                     probs.append("quota not at base after the failed run: %s" % lab.r.hard("b-tenant"))
             finally:
@@ -780,7 +786,7 @@ def campaign_failed(args):
                          "rc": rc, "rerun_rc": rc2, "problems": probs + ["after re-run: " + p for p in probs2],
                          "message": failure_msg})
             log("failed: %s rc=%s stayed=%d/%d rerun=%s problems=%s" % (label, rc, len(still), len(on_node), rc2,
-                                                                       rows[-1]["problems"]))
+                                                                        rows[-1]["problems"]))
             if rows[-1]["problems"]:
                 evidence.append({"case": label, "problems": rows[-1]["problems"], "tail": out[-5000:],
                                  "rerun_tail": out2[-3000:]})
@@ -890,7 +896,7 @@ def write_doc(path, results, command, started, seconds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="reduced campaigns for make test")
     parser.add_argument("--campaigns", default=",".join(ALL_CAMPAIGNS))
     parser.add_argument("--json", help="write the full results (rows and evidence) here")
@@ -923,7 +929,7 @@ def main(argv=None):
     atexit.register(_kill_live)
     signal.signal(signal.SIGTERM, _kill_live)   # fails early with "lab binaries missing" and the fix
     command = "python3 tests/chaos/chaos.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None
-                                                                                   else sys.argv[1:]))
+                                                                                  else sys.argv[1:]))
     started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
     t0 = time.monotonic()
     results = []
@@ -932,7 +938,7 @@ def main(argv=None):
         if args.json:
             Path(args.json).write_text(json.dumps({"command": command, "date": started,
                                                   "results": results + ([extra] if extra else [])},
-                                                 indent=1, default=str))
+                                                  indent=1, default=str))
 
     global PROGRESS
     PROGRESS = save
