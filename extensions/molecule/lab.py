@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Start or stop the kvquota lab for a Molecule scenario (create.yml / destroy.yml call this).
 
     lab.py up   RUN_DIR SCENARIO   control plane + KubeVirt emulator + scenario; writes RUN_DIR/molecule.json
-                                   (node of the first VM, base spec.hard of every quota of the scenario)
+                                   (the node running most of the scenario's VMs, base spec.hard of every quota)
     lab.py down RUN_DIR
 """
 import json
@@ -30,9 +29,12 @@ def up(run_dir, name):
     for namespace in result.namespaces:
         base[namespace] = dict((q["metadata"]["name"], q["spec"]["hard"]) for q in
                                rest.get("/api/v1/namespaces/%s/resourcequotas" % namespace)["items"])
-    ns, vm = result.vms[0]
-    vmi = rest.get("/apis/kubevirt.io/v1/namespaces/%s/virtualmachineinstances/%s" % (ns, vm))
-    facts = {"node": vmi["status"]["nodeName"], "base": base, "vms": [list(v) for v in result.vms],
+    counts = {}
+    for ns, vm in result.vms:
+        vmi = rest.get("/apis/kubevirt.io/v1/namespaces/%s/virtualmachineinstances/%s" % (ns, vm))
+        counts[vmi["status"]["nodeName"]] = counts.get(vmi["status"]["nodeName"], 0) + 1
+    node = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[0][0]
+    facts = {"node": node, "base": base, "vms": [list(v) for v in result.vms],
              "admin_kubeconfig": str(lab.admin_kubeconfig), "user_kubeconfig": str(lab.user_kubeconfig)}
     with open(os.path.join(run_dir, "molecule.json"), "w") as fh:
         json.dump(facts, fh, indent=1)

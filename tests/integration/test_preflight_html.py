@@ -39,7 +39,7 @@ def browse(page, *extra):
     profile = tempfile.mkdtemp(prefix="kvq-chromium-")
     try:
         cmd = [chromium()] + CHROMIUM_FLAGS + ["--user-data-dir=%s" % profile] + list(extra) + ["file://%s" % page]
-        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False,
                               universal_newlines=True)
     finally:
         shutil.rmtree(profile, ignore_errors=True)

@@ -10,8 +10,8 @@ afterwards.
 
 Environment:
   KVQ_LAB_REQUIRED=1         a missing lab build fails instead of skipping
-  KVQ_ROLES_COLLECTIONS_PATH where ansible finds kvquota.maintenance (default: the symlink that the
-                             repository's conftest.py creates under ~/.cache/kvquota/collections)
+  KVQ_ROLES_COLLECTIONS_PATH where ansible finds kvquota.maintenance (default: KVQ_COLLECTIONS_PATH, the
+                             symlink farm of this checkout that the repository's conftest.py creates)
   KVQ_ROLES_KEEP_LAB=1       leave the labs running (their run dirs are printed)
 """
 
@@ -146,6 +146,30 @@ class RoleLab(object):
             time.sleep(interval)
         raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
+    # -- clean-up after a test that failed half way ----------------------------------------------------
+    def reservations(self):
+        """Every reservation id held in a ledger anywhere in the cluster."""
+        key = ledger_annotation()
+        ids = set()
+        objects = self.get("/api/v1/resourcequotas")["items"] + self.get("/api/v1/namespaces")["items"]
+        for obj in objects:
+            text = (obj["metadata"].get("annotations") or {}).get(key)
+            if text:
+                ids.update((json.loads(text).get("reservations") or {}).keys())
+        return sorted(ids)
+
+    def force_clean(self):
+        """Release every reservation (force), cancel unfinished migrations, uncordon every node."""
+        for rid in self.reservations():
+            module(self, "kvquota_release", {"reservation_id": rid, "force": True})
+        for m in self.vmims():
+            if (m.get("status") or {}).get("phase") not in FINAL:
+                self.rest.delete(KV + "/namespaces/%s/virtualmachineinstancemigrations/%s"
+                                 % (m["metadata"]["namespace"], m["metadata"]["name"]))
+        for node in self.get("/api/v1/nodes")["items"]:
+            if node["spec"].get("unschedulable"):
+                self.rest.patch("/api/v1/nodes/%s" % node["metadata"]["name"], {"spec": {"unschedulable": False}})
+
     # -- the state every run must leave --------------------------------------------------------------
     def assert_restored(self, base, namespaces):
         """spec.hard byte-for-byte equal to base, no ledger annotation anywhere, no migration unfinished."""
@@ -165,7 +189,7 @@ class RoleLab(object):
             for vmi in self.vmis(ns):
                 status = vmi.get("status") or {}
                 assert status.get("phase") == "Running", "%s/%s is %s" % (ns, vmi["metadata"]["name"],
-                                                                           status.get("phase"))
+                                                                          status.get("phase"))
                 assert status.get("nodeName") and status["nodeName"] != node, \
                     "%s/%s still on %s" % (ns, vmi["metadata"]["name"], node)
 
@@ -237,9 +261,26 @@ def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=Fa
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir))
         proc.output_file = vars_file + ".out"
         return proc
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir),
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir), check=False,
                           timeout=timeout, universal_newlines=True)
     return Run(proc, proc.stdout, stats)
+
+
+def module(lab, name, args, admin=True):
+    """Run one kvquota module ad hoc against the lab; its JSON result."""
+    env = dict(os.environ)
+    env.update({"ANSIBLE_COLLECTIONS_PATH": collections_path(), "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+                "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "0",
+                "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+                "K8S_AUTH_KUBECONFIG": str(lab.lab.admin_kubeconfig if admin else lab.lab.user_kubeconfig)})
+    proc = subprocess.run(["ansible", "localhost", "-m", "kvquota.maintenance.%s" % name, "-a", json.dumps(args)],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          timeout=600, check=False)
+    try:
+        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError("ansible %s failed: %s" % (name, proc.stdout[-3000:]))
 
 
 def finish(proc, timeout=900):

@@ -89,7 +89,7 @@ def test_d_overhead_ratio_raised_while_a_vm_runs(lab_for, tmp_path):
     node = lab.busiest_node([ns])
     kubevirt = lab.get(KV + "/kubevirts")["items"][0]
     lab.rest.patch(KV + "/namespaces/%s/kubevirts/%s" % (kubevirt["metadata"]["namespace"],
-                                                        kubevirt["metadata"]["name"]),
+                                                         kubevirt["metadata"]["name"]),
                    {"spec": {"configuration": {"additionalGuestMemoryOverheadRatio": "4.5"}}},
                    content_type="application/merge-patch+json")
     base = {ns: lab.hard(ns)}

@@ -98,6 +98,29 @@ def test_rolling_upgrade_all_nodes(lab, base, tmp_path):
         assert not lab.node(node)["spec"].get("unschedulable")
 
 
+def test_rolling_upgrade_stops_at_the_first_failing_node(lab, base, tmp_path):
+    nodes = sorted(n["metadata"]["name"] for n in lab.get("/api/v1/nodes")["items"])
+    hook = tmp_path / "upgrade-node.yml"
+    hook.write_text(
+        "- name: The upgrade of the second node breaks\n"
+        "  ansible.builtin.fail:\n"
+        "    msg: upgrade of {{ node_maintenance_node }} failed\n"
+        "  when: node_maintenance_node == '%s'\n" % nodes[1])
+    try:
+        run = playbook(lab, "upgrade", {"rolling_upgrade_tasks": str(hook), "rolling_upgrade_nodes": nodes},
+                       timeout=1500)
+        print(run.stdout[-3000:])
+        assert run.rc != 0, run
+        assert "upgrade of %s failed" % nodes[1] in run.stdout
+        summary = run.stdout.split("rolling upgrade: ")[-1].splitlines()
+        rows = dict((line.split("|")[0].strip().strip('"'), line.split("|")[1].strip())
+                    for line in summary if line.strip().startswith('"node-') and "|" in line)
+        assert rows == {nodes[0]: "upgraded", nodes[1]: "failed", nodes[2]: "not reached"}, rows
+        lab.assert_restored(base, [NS])
+    finally:
+        lab.force_clean()
+
+
 def test_kubevirt_update_drive(lab, base):
     label_outdated(lab)
     start = now_rfc3339()
@@ -152,7 +175,7 @@ def test_reaper_releases_an_expired_reservation(lab, base):
     env = {"ANSIBLE_COLLECTIONS_PATH": collections_path(), "K8S_AUTH_KUBECONFIG": str(lab.lab.user_kubeconfig),
            "PATH": __import__("os").environ["PATH"], "HOME": __import__("os").environ["HOME"]}
     reserved = subprocess.run(["ansible", "localhost", "-m", "kvquota.maintenance.kvquota_reserve", "-a", args],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert reserved.returncode == 0, reserved.stdout
     assert lab.hard(NS) != base[NS]
     time.sleep(2)
