@@ -70,12 +70,15 @@ KV = "/apis/kubevirt.io/v1"
 LEDGER = "kvquota.maintenance/ledger"
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"
 FINAL = ("Succeeded", "Failed")
+
+
 def _no_progress(result):
     """Default progress hook; main() replaces it to save partial results."""
     return result
 
 
 PROGRESS = _no_progress
+
 ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering")
 RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
 
