@@ -49,17 +49,9 @@ def cmd_up(args) -> int:
             _log(f"--scenario {args.scenario}: kvqlab.scenarios is not available in this tree; "
                  "the control plane is up without a scenario")
             return 3
-        try:
-            scenario = scenarios.load(args.scenario)
-            _log(f"applying scenario {args.scenario}")
-            scenarios.apply(lab, scenario)
-        except Exception as exc:  # noqa: BLE001 - report, keep the control plane for inspection
-            _log(f"scenario {args.scenario!r} failed: {type(exc).__name__}: {exc}")
-            _log(f"the control plane is still up in {lab.run_dir}; `python3 -m kvqlab down --run-dir {lab.run_dir}` stops it")
-            return 4
         emulator = _optional_module("emulator")
         if emulator is None:
-            _log("kvqlab.emulator is not available in this tree; the scenario is applied but "
+            _log("kvqlab.emulator is not available in this tree; the scenario's VMs would never start; "
                  "nothing emulates KubeVirt")
             return 3
         _log("starting the KubeVirt emulator")
@@ -67,6 +59,14 @@ def cmd_up(args) -> int:
             emulator.start(lab)
         except Exception as exc:  # noqa: BLE001
             _log(f"the emulator did not start: {type(exc).__name__}: {exc}")
+            return 4
+        try:
+            scenario = scenarios.load(args.scenario)
+            _log(f"applying scenario {args.scenario}")
+            scenarios.apply(lab, scenario)
+        except Exception as exc:  # noqa: BLE001 - report, keep the control plane for inspection
+            _log(f"scenario {args.scenario!r} failed: {type(exc).__name__}: {exc}")
+            _log(f"the control plane is still up in {lab.run_dir}; `python3 -m kvqlab down --run-dir {lab.run_dir}` stops it")
             return 4
     elapsed = time.monotonic() - t0
     print(f"lab ready in {elapsed:.1f}s (run dir {lab.run_dir})")
