@@ -332,6 +332,14 @@ class Emulator:
         if cr is None:
             items = self.kubevirts.list()
             cr = items[0] if items else None
+        if cr is None:
+            # The watch may not have delivered a CR created a moment ago: rendering with defaults would
+            # size pods for the wrong KubeVirt version, so ask the API server.
+            try:
+                items = self.rest.get(KV + "/kubevirts").get("items") or []
+            except Exception:  # pylint: disable=broad-except  # CRD not installed yet
+                items = []
+            cr = items[0] if items else None
         return cr
 
     def migration_config(self):
