@@ -76,9 +76,17 @@ def fail_from_error(module, err):
 
 
 def run(module, operation):
-    """Call operation(module) and exit with its result dict, or fail with the core's message."""
+    """Call operation(module) and exit with its result dict, or fail with the core's message.
+
+    The core's warnings (strings: reverts re-applied, new bases kept) become Ansible warnings, and
+    its diff is returned only in diff mode.
+    """
     try:
         result = operation(module)
     except KvquotaError as err:
         fail_from_error(module, err)
+    for warning in result.pop('warnings', []):
+        module.warn(warning)
+    if not module._diff:
+        result.pop('diff', None)
     module.exit_json(**result)

@@ -144,10 +144,6 @@ def release(module):
         result = reservations.release(cluster, params['reservation_id'], wait_for_pods=params['wait'],
                                       timeout=params['wait_timeout'], check_mode=module.check_mode,
                                       force=params['force'])
-    for warning in result.pop('warnings', []):
-        module.warn(warning)
-    if not module._diff:
-        result.pop('diff', None)
     return result
 
 

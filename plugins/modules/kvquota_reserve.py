@@ -278,10 +278,6 @@ def reserve(module):
     result['headroom'] = dict(('%s/%s' % key, value) for key, value in sorted(headroom.items()))
     if refs is not None:
         result['refs'] = refs
-    for warning in result.pop('warnings', []):
-        module.warn(warning)
-    if not module._diff:
-        result.pop('diff', None)
     return result
 
 
