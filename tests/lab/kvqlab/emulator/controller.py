@@ -432,7 +432,15 @@ class Emulator:
         if st.get("phase") != "Deployed":
             want["phase"] = "Deployed"
         if want:
-            obj = self.rest.patch(KV + "/namespaces/%s/kubevirts/%s/status" % (ns, name), {"status": want})
+            # Conditional: a scenario may have just written its own version into the status, and a blind
+            # patch from this (older) view would overwrite it with the default.
+            body = {"metadata": {"resourceVersion": cr["metadata"]["resourceVersion"]}, "status": want}
+            try:
+                obj = self.rest.patch(KV + "/namespaces/%s/kubevirts/%s/status" % (ns, name), body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                return None  # the watch brings the newer object and this runs again
             self.kubevirts._apply("MODIFIED", obj)
         return None
 
