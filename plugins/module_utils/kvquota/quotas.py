@@ -424,9 +424,10 @@ def _pod_side(spec, part):
     return result
 
 
-def usage_from_requests_limits(requests, limits):
-    """The quota usage of a live (non-terminal) pod with these pod-level requests and limits."""
-    result = {"pods": Fraction(1), POD_COUNT: Fraction(1)}
+def usage_from_requests_limits(requests, limits, one=Fraction(1)):
+    """The quota usage of a live (non-terminal) pod with these pod-level requests and limits (the pod
+    evaluator's rule; values are copied as given, so any quantity type works; one: the value of a count)."""
+    result = {"pods": one, POD_COUNT: one}
     for base in ("cpu", "memory", "ephemeral-storage"):
         if base in requests:
             result[base] = requests[base]

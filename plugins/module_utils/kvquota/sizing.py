@@ -33,6 +33,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
     format_quantity,
     parse_quantity_format,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import usage_from_requests_limits
 
 Mi = 1024 ** 2
 
@@ -1060,11 +1061,6 @@ def _pod_totals(containers, init_containers, which):
     return total
 
 
-def _is_extended(name):
-    """IsExtendedResourceName: not native (has a domain other than *kubernetes.io) and not requests.*."""
-    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
-
-
 def pod_charge(containers, init_containers=(), pod_overhead=None):
     """(charge, formats): what the quota pod evaluator charges for a pod with these containers."""
     requests = _pod_totals(containers, init_containers, "requests")
@@ -1074,19 +1070,7 @@ def pod_charge(containers, init_containers=(), pod_overhead=None):
         requests[name] = _qadd(requests.get(name), q)
         if name in limits:
             limits[name] = _qadd(limits[name], q)
-    charge = {"pods": _Q(Fraction(1), DECIMAL_SI), "count/pods": _Q(Fraction(1), DECIMAL_SI)}
-    for resource in ("cpu", "memory", "ephemeral-storage"):
-        if resource in requests:
-            charge[resource] = requests[resource]
-            charge["requests." + resource] = requests[resource]
-        if resource in limits:
-            charge["limits." + resource] = limits[resource]
-    for name, q in requests.items():
-        if name.startswith("hugepages-"):
-            charge[name] = q
-            charge["requests." + name] = q
-        elif _is_extended(name):
-            charge["requests." + name] = q
+    charge = usage_from_requests_limits(requests, limits, one=_Q(Fraction(1), DECIMAL_SI))
     return (dict((k, q.value) for k, q in charge.items()),
             dict((k, q.fmt or DECIMAL_SI) for k, q in charge.items()))
 
