@@ -10,7 +10,7 @@ COLL_COPY := $(ANSIBLE_ROOT)/ansible_collections/kvquota/maintenance
 LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
-.PHONY: deps lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
+.PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick lint docs-lint build collection-copy bench bench-check bench-maintenance clean
 
 $(STAMP): tests/requirements.txt
@@ -18,7 +18,21 @@ $(STAMP): tests/requirements.txt
 	$(PY) -m pip install -q -r tests/requirements.txt
 	@touch $@
 
-deps: $(STAMP)
+# test_preflight_html.py opens the preflight report in a headless Chromium (Debian's package chromium).
+# Checked on every run (command -v is instant); installed with apt-get only when missing.
+BROWSER ?= chromium
+browser:
+	@command -v $(BROWSER) >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make deps: the role tests need a headless Chromium and it is not installed. Fix: install the Debian package $(BROWSER) as root (apt-get install -y $(BROWSER)), then run make again" >&2; \
+	  exit 1; \
+	fi; \
+	echo "make deps: installing $(BROWSER) (apt-get)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER) >/dev/null \
+	  && command -v $(BROWSER) >/dev/null 2>&1 \
+	  || { echo "make deps: apt-get install $(BROWSER) failed. Fix: install the Debian package $(BROWSER) by hand" >&2; exit 1; }
+
+deps: $(STAMP) browser
 
 lab-build:
 	bash tests/lab/build.sh
@@ -37,7 +51,7 @@ demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
-test: deps lab-build sanity ansible-units lint docs-lint build lab-tests
+test: deps lab-build sanity ansible-units lint docs-lint build lab-tests roles-tests
 	@echo "make test: all gates passed"
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
@@ -50,11 +64,17 @@ LAB_TESTS := tests/lab tests/integration/test_reservations_lab.py tests/integrat
 lab-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider $(LAB_TESTS)
 
-# The roles against the lab (scenarios a-d, preflight HTML in headless Chromium). Not yet in `make test`:
-# see docs/roles.md for their state.
+# The roles against the lab (scenarios a-d, rolling upgrade, kubevirt update, reaper, preflight HTML in
+# headless Chromium); the last step of `make test`.
 roles-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
 	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py
+
+# Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
+# MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.
+.PHONY: molecule
+molecule: deps lab-build
+	$(PY) extensions/molecule/run_all.py --json $(CACHE)/molecule.json $(MOLECULE_ARGS)
 
 # Chaos campaigns (docs/reliability.md); `make chaos-quick` is the reduced set.
 chaos: deps lab-build

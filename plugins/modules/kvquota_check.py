@@ -23,6 +23,13 @@ description:
     for the expansion. Notes Harvester's quota scaling and AAQ when present.
   - Plans the migration batches (respecting C(parallelMigrationsPerCluster),
     C(parallelOutboundMigrationsPerNode) and an optional per-namespace cap) that the roles then follow.
+  - With O(node_capacity), every batch's target pods must also fit the free capacity (allocatable C(cpu),
+    C(memory) and C(pods) minus the requests of the non-terminal pods) of the schedulable (not cordoned)
+    nodes other than each VM's own node (the drained node), counting the target pods of the earlier
+    batches where they landed; a batch's source pods free their node only for the batches after it. A VM
+    with no room waits for a later batch; when the VMs cannot all fit, a blocker (kind
+    C(insufficient_capacity)) names the free capacity and what the VMs need. Node affinity, nodeSelector,
+    taints, topology spread and extended resources are not modelled.
   - Never changes anything.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
@@ -68,6 +75,12 @@ options:
     type: str
     choices: [fail, shutdown, skip]
     default: fail
+  node_capacity:
+    description:
+      - Plan the batches within the free capacity of the nodes (one more list call, of every pod). V(false)
+        plans by the migration limits and quotas alone.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -134,6 +147,20 @@ kubevirt:
   description: The KubeVirt configuration the sizing and planning used (version, ratio, parallel limits).
   returned: always
   type: dict
+capacity:
+  description:
+    - The free capacity the plan used (O(node_capacity)). C(checked) (false with O(node_capacity=false)),
+      C(nodes) (per node C(schedulable) and C(free) C(requests.cpu), C(requests.memory) and C(pods) before
+      anything moves; negative when overcommitted), C(no_room) (the VMs, as C(namespace/name), that fit in no batch, see the
+      C(insufficient_capacity) blocker) and C(not_modelled) (what the model leaves out).
+  returned: always
+  type: dict
+  sample:
+    checked: true
+    no_room: []
+    nodes:
+      node-2: {schedulable: true, free: {pods: "108", requests.cpu: 63595m, requests.memory: 251Gi}}
+    not_modelled: node affinity and nodeSelector, taints and tolerations, ...
 summary:
   description: Counts of namespaces per verdict, VMs, migrating VMs, batches and blockers.
   returned: always
@@ -155,7 +182,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 )
 
 PLAN_OPTIONS = ('kubevirt_version', 'overhead_ratio', 'parallel_migrations_per_cluster',
-                'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable')
+                'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable', 'node_capacity')
 MAX_WARNINGS = 10
 
 
@@ -188,6 +215,7 @@ def main():
             parallel_outbound_migrations_per_node=dict(type='int'),
             per_namespace_cap=dict(type='dict'),
             non_migratable=dict(type='str', choices=['fail', 'shutdown', 'skip'], default='fail'),
+            node_capacity=dict(type='bool', default=True),
         ),
         supports_check_mode=True,
     )

@@ -4,7 +4,8 @@
 """Helpers for the module-level lab tests: run the real modules through ansible-playbook against the lab,
 snapshot what the cluster holds, build tenants with the KubeVirt emulator.
 
-Used by test_modules_lab.py and test_bad_inputs_lab.py. Every module runs in a separate ansible-playbook
+Used by conftest.py (the lab fixtures of test_check_lab.py, test_reservations_lab.py, test_modules_lab.py and
+test_bad_inputs_lab.py), those modules and test_roles_lab.py. Every module runs in a separate ansible-playbook
 process with the collection found through ANSIBLE_COLLECTIONS_PATH (the symlink the repository-root
 conftest.py makes) and authenticates only through K8S_AUTH_* variables.
 """
@@ -40,18 +41,24 @@ def required():
     return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
 
 
-def lab_fixture(tmp_path_factory, label):
-    """Generator body of a module-scoped lab fixture: attach to $KVQ_LAB_RUN_DIR, else start one."""
-    run_dir = os.environ.get("KVQ_LAB_RUN_DIR")
-    if run_dir:
-        yield kvqlab.attach(run_dir)
-        return
+def require_lab_build():
+    """Skip the calling test when the lab binaries are not built (make lab-build); fail with KVQ_LAB_REQUIRED=1."""
     try:
         kvqlab.find_bin_dir()
     except kvqlab.LabError as exc:
         if required():
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+
+
+def lab_fixture(tmp_path_factory, label):
+    """Generator body of a module-scoped lab fixture (conftest.py's lab): attach to $KVQ_LAB_RUN_DIR, else
+    start one, stopped afterwards."""
+    run_dir = os.environ.get("KVQ_LAB_RUN_DIR")
+    if run_dir:
+        yield kvqlab.attach(run_dir)
+        return
+    require_lab_build()
     rd = tmp_path_factory.mktemp(label)
     started = kvqlab.up(run_dir=rd)
     try:

@@ -33,28 +33,6 @@ GONE_NS = "kvq-no-such-namespace"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    yield from M.lab_fixture(tmp_path_factory, "kvqlab-bad-inputs")
-
-
-@pytest.fixture(scope="module")
-def emu(lab):
-    handle = M.start_emulator(lab)
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def r(lab):
-    return M.rest(lab)
-
-
-@pytest.fixture(scope="module")
-def user(lab):
-    return lab.user_kubeconfig
-
-
-@pytest.fixture(scope="module")
 def ns(lab, emu, r):
     """One tenant (scenario a's shape) shared by every case: nothing here may change it."""
     name = "bad-%s" % secrets.token_hex(3)

@@ -15,26 +15,18 @@ lab instead of starting one; KVQ_LAB_REQUIRED=1 turns a skip into a failure.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import os
 import secrets
-import sys
-import time
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
-_LAB_DIR = Path(__file__).resolve().parents[1] / "lab"
-if str(_LAB_DIR) not in sys.path:
-    sys.path.insert(0, str(_LAB_DIR))
-
-kvqlab = pytest.importorskip("kvqlab")
-from kvqlab import emulator, scenarios  # noqa: E402
-from kvqlab.emulator import _rest_for  # noqa: E402
+import modlab as M
+from kvqlab import scenarios  # noqa: E402 - modlab puts tests/lab on sys.path
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cl  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import approx  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (  # noqa: E402
     format_quantity,
     parse_quantity,
@@ -44,123 +36,66 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
 KV = "/apis/kubevirt.io/v1"
 
 
-def _required():
-    return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    run_dir = os.environ.get("KVQ_LAB_RUN_DIR")
-    if run_dir:
-        yield kvqlab.attach(run_dir)
-        return
-    try:
-        kvqlab.find_bin_dir()
-    except kvqlab.LabError as exc:
-        if _required():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    rd = tmp_path_factory.mktemp("kvqlab-check")
-    started = kvqlab.up(run_dir=rd)
-    try:
-        yield started
-    finally:
-        kvqlab.down(rd)
-
-
-@pytest.fixture(scope="module")
-def emu(lab):
-    handle = emulator.start(lab, source_pod_delay_seconds=1, migration_seconds=0.3)
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def rest(lab):
-    return _rest_for(lab)
-
-
 def connect(lab, admin=False):
     """A Cluster as the modules get one: the least-privilege identity unless admin."""
     kubeconfig = lab.admin_kubeconfig if admin else lab.user_kubeconfig
     return cl.connect({"kubeconfig": str(kubeconfig)})
 
 
-def wait(pred, timeout=30, what="condition", interval=0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+wait = M.wait
+vmim = M.vmim
+rejected = M.rejected
+quota_obj = M.quota
 
 
-def migrate(rest, ns, vmi):
-    name = "chk-%s-%s" % (vmi, secrets.token_hex(2))
-    rest.create(KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns, {
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-        "metadata": {"name": name}, "spec": {"vmiName": vmi}})
-    return name
+def migrate(r, ns, vmi):
+    return M.create_vmim(r, ns, vmi, "chk-%s-%s" % (vmi, secrets.token_hex(2)))
 
 
-def vmim(rest, ns, name):
-    return rest.get(KV + "/namespaces/%s/virtualmachineinstancemigrations/%s" % (ns, name))
-
-
-def rejected(obj):
-    return any(cond.get("type") == "migrationRejectedByResourceQuota" and cond.get("status") == "True"
-               for cond in (obj.get("status") or {}).get("conditions") or [])
-
-
-def quota_obj(rest, ns, name):
-    return rest.get("/api/v1/namespaces/%s/resourcequotas/%s" % (ns, name))
-
-
-def set_hard(rest, ns, name, values):
+def set_hard(r, ns, name, values):
     """Set spec.hard entries (Fractions, printed in each entry's current format) and wait for status.hard."""
-    current = quota_obj(rest, ns, name)
+    current = quota_obj(r, ns, name)
     hard = dict(current["spec"]["hard"])
     for key, value in values.items():
         hard[key] = format_quantity(value, quantity_format(hard[key]))
-    rest.patch("/api/v1/namespaces/%s/resourcequotas/%s" % (ns, name), {"spec": {"hard": hard}})
-    wait(lambda: all(parse_quantity(quota_obj(rest, ns, name)["status"]["hard"][k]) == v for k, v in values.items()),
+    r.patch("/api/v1/namespaces/%s/resourcequotas/%s" % (ns, name), {"spec": {"hard": hard}})
+    wait(lambda: all(parse_quantity(quota_obj(r, ns, name)["status"]["hard"][k]) == v for k, v in values.items()),
          15, "status.hard of %s/%s" % (ns, name))
 
 
-def settled(rest, ns, vm_count):
+def settled(r, ns, vm_count):
     """Quota usage counts exactly vm_count running launcher pods (nothing mid-migration)."""
-    pods = rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io=virt-launcher")["items"]
+    pods = r.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io=virt-launcher")["items"]
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             and not p["metadata"].get("deletionTimestamp")]
     if len(live) != vm_count:
         return False
-    for quota in rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+    for quota in r.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
         if parse_quantity((quota.get("status") or {}).get("used", {}).get("pods", "0")) not in (0, vm_count):
             return False
     return True
 
 
-@pytest.fixture(scope="module")
-def scenario_a(lab, emu, rest):
-    sc = scenarios.load("a")
+def applied(lab, r, name, ns, vm_count):
+    """Generator body of a scenario fixture: scenario name applied and settled, deleted afterwards."""
+    sc = scenarios.load(name)
     scenarios.apply(lab, sc, timeout=120)
-    wait(lambda: settled(rest, "a-tenant", 1), 30, "scenario a settled")
+    wait(lambda: settled(r, ns, vm_count), 30, "scenario %s settled" % name)
     yield sc
     scenarios.delete(lab, sc)
 
 
 @pytest.fixture(scope="module")
-def scenario_b(lab, emu, rest):
-    sc = scenarios.load("b")
-    scenarios.apply(lab, sc, timeout=120)
-    wait(lambda: settled(rest, "b-tenant", 3), 30, "scenario b settled")
-    yield sc
-    scenarios.delete(lab, sc)
+def scenario_a(lab, emu, r):
+    yield from applied(lab, r, "a", "a-tenant", 1)
 
 
-def test_scenario_a_planned_headroom_is_exact(lab, rest, scenario_a):
+@pytest.fixture(scope="module")
+def scenario_b(lab, emu, r):
+    yield from applied(lab, r, "b", "b-tenant", 3)
+
+
+def test_scenario_a_planned_headroom_is_exact(lab, r, scenario_a):
     cluster = connect(lab)
     report = c.check(cluster, {"namespaces": ["a-tenant"]})
     assert report["requests"] <= 12, report["requests"]
@@ -182,30 +117,30 @@ def test_scenario_a_planned_headroom_is_exact(lab, rest, scenario_a):
 
     # the apiserver's verdict: one byte short is refused, the planned headroom is admitted
     try:
-        set_hard(rest, "a-tenant", "a-tenant-quota", {"limits.memory": hard + needed - 1})
-        m1 = migrate(rest, "a-tenant", "a-vm-1")
-        wait(lambda: rejected(vmim(rest, "a-tenant", m1)), 20, "one byte short: rejected")
+        set_hard(r, "a-tenant", "a-tenant-quota", {"limits.memory": hard + needed - 1})
+        m1 = migrate(r, "a-tenant", "a-vm-1")
+        wait(lambda: rejected(vmim(r, "a-tenant", m1)), 20, "one byte short: rejected")
         report = c.check(cluster, {"namespaces": ["a-tenant"]})
         kinds = [b["kind"] for b in report["namespaces"]["a-tenant"]["blockers"]]
         assert "migration_rejected_by_quota" in kinds
         blocker = [b for b in report["blockers"] if b["kind"] == "migration_rejected_by_quota"][0]
         assert blocker["shortfall"] == {"a-tenant-quota": {"limits.memory": "1"}}
-        rest.delete(KV + "/namespaces/a-tenant/virtualmachineinstancemigrations/%s" % m1)
-        wait(lambda: rest.get_or_none(KV + "/namespaces/a-tenant/virtualmachineinstancemigrations/%s" % m1) is None,
+        r.delete(KV + "/namespaces/a-tenant/virtualmachineinstancemigrations/%s" % m1)
+        wait(lambda: r.get_or_none(KV + "/namespaces/a-tenant/virtualmachineinstancemigrations/%s" % m1) is None,
              20, "rejected migration deleted")
-        wait(lambda: settled(rest, "a-tenant", 1), 20, "no target pod left")
+        wait(lambda: settled(r, "a-tenant", 1), 20, "no target pod left")
 
-        set_hard(rest, "a-tenant", "a-tenant-quota", {"limits.memory": hard + needed})
-        m2 = migrate(rest, "a-tenant", "a-vm-1")
-        wait(lambda: (vmim(rest, "a-tenant", m2).get("status") or {}).get("phase") == "Succeeded", 60,
+        set_hard(r, "a-tenant", "a-tenant-quota", {"limits.memory": hard + needed})
+        m2 = migrate(r, "a-tenant", "a-vm-1")
+        wait(lambda: (vmim(r, "a-tenant", m2).get("status") or {}).get("phase") == "Succeeded", 60,
              "migration with exactly the planned headroom")
-        assert not rejected(vmim(rest, "a-tenant", m2))
+        assert not rejected(vmim(r, "a-tenant", m2))
     finally:
-        set_hard(rest, "a-tenant", "a-tenant-quota", {"limits.memory": hard})
-    wait(lambda: settled(rest, "a-tenant", 1), 30, "source pod completed")
+        set_hard(r, "a-tenant", "a-tenant-quota", {"limits.memory": hard})
+    wait(lambda: settled(r, "a-tenant", 1), 30, "source pod completed")
 
 
-def test_scenario_b_batches_and_node_scope(lab, rest, scenario_b):
+def test_scenario_b_batches_and_node_scope(lab, r, scenario_b):
     cluster = connect(lab)
     report = c.check(cluster, {"namespaces": ["b-tenant"]})
     ns = report["namespaces"]["b-tenant"]
@@ -239,14 +174,14 @@ def test_scenario_b_batches_and_node_scope(lab, rest, scenario_b):
     current = dict((k, parse_quantity(v)) for k, v in plan["hard"].items())
     raised = dict((k, current[k] + parse_quantity(v)) for k, v in first["needed"].items())
     try:
-        set_hard(rest, "b-tenant", "b-tenant-quota", raised)
-        names = [migrate(rest, "b-tenant", vm) for vm in first["vms"]]
+        set_hard(r, "b-tenant", "b-tenant-quota", raised)
+        names = [migrate(r, "b-tenant", vm) for vm in first["vms"]]
         for name in names:
-            wait(lambda: (vmim(rest, "b-tenant", name).get("status") or {}).get("phase") == "Succeeded", 60,
+            wait(lambda: (vmim(r, "b-tenant", name).get("status") or {}).get("phase") == "Succeeded", 60,
                  "batch migration %s" % name)
     finally:
-        set_hard(rest, "b-tenant", "b-tenant-quota", current)
-    wait(lambda: settled(rest, "b-tenant", 3), 30, "source pods completed")
+        set_hard(r, "b-tenant", "b-tenant-quota", current)
+    wait(lambda: settled(r, "b-tenant", 3), 30, "source pods completed")
 
 
 def test_unknown_scope_names(lab, emu):
@@ -256,3 +191,88 @@ def test_unknown_scope_names(lab, emu):
     assert "node 'no-such-node' not found" in str(info.value) and "kubectl get nodes" in str(info.value)
     with pytest.raises(NotFoundError):
         c.check(cluster, {"namespaces": ["no-such-namespace"]})
+
+
+def set_allocatable(r, node, memory):
+    res = {"cpu": "16", "memory": memory, "pods": "110"}
+    r.patch("/api/v1/nodes/%s/status" % node, {"status": {"capacity": res, "allocatable": res}})
+
+
+def cordon(r, node, on=True):
+    r.patch("/api/v1/nodes/%s" % node, {"spec": {"unschedulable": on}})
+
+
+def unschedulable_target(r, ns, vmi):
+    """The target pod of a migration of vmi that the scheduler could not place (PodScheduled False)."""
+    for pod in r.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io=virt-launcher")["items"]:
+        if pod["metadata"].get("labels", {}).get("kubevirt.io/migrationJobUID") and \
+                pod["metadata"]["name"].startswith("virt-launcher-%s-" % vmi):
+            for cond in (pod.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    return cond.get("reason") or "not scheduled"
+    return None
+
+
+def test_drain_within_the_free_capacity_of_the_other_nodes(lab, emu, r):
+    """Two 4Gi VMs on a node being drained; the only other schedulable node has 6Gi allocatable memory, room
+    for one target pod. check() says blocked with the numbers; the scheduler agrees (one migration succeeds,
+    the other's target pod stays unschedulable); with 16Gi both fit, and the check says so first."""
+    tag = secrets.token_hex(2)
+    src, dst, ns = "cap-src-" + tag, "cap-dst-" + tag, "cap-" + tag
+    sc = scenarios.from_dict({
+        "name": ns, "kubevirt": M.KUBEVIRT_A,
+        "nodes": [{"name": src, "cpu": "16", "memory": "32Gi"}, {"name": dst, "cpu": "16", "memory": "6Gi"}],
+        "namespaces": [{"name": ns, "labels": {"kvqlab/test": "true"}, "quotas": [{
+            "name": "compute", "hard": {"limits.memory": "100Gi", "limits.cpu": "40", "pods": "20"}}]}],
+        "vms": [{"name": "vm-%d" % i, "namespace": ns, "node": src, "cpu": 2, "memory": "4Gi",
+                 "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "200m"}} for i in (1, 2)]})
+    scenarios.apply(lab, sc, timeout=120)
+    cordoned = []
+    try:
+        wait(lambda: settled(r, ns, 2), 30, "capacity tenant settled")
+        # node_maintenance cordons the drained node; the lab's other nodes are cordoned so that only dst has room
+        for node in r.get("/api/v1/nodes")["items"]:
+            name = node["metadata"]["name"]
+            if name != dst and not node["spec"].get("unschedulable"):
+                cordon(r, name)
+                cordoned.append(name)
+        cluster = connect(lab)
+        report = c.check(cluster, {"nodes": [src]})
+        target = parse_quantity(report["namespaces"][ns]["vms"][0]["charge"]["requests.memory"])
+        assert 4 * 1024 ** 3 < target <= 6 * 1024 ** 3  # one target fits in 6Gi, two do not
+        assert report["verdict"] == "blocked"
+        (blocker,) = report["blockers"]
+        assert blocker["kind"] == "insufficient_capacity"
+        assert blocker["message"] == ("the other nodes have 6Gi of requests.memory free, the VMs of %s need %s "
+                                      "(no room for %s/vm-2)" % (src, approx(2 * target, "requests.memory"), ns))
+        assert report["capacity"]["no_room"] == ["%s/vm-2" % ns]
+        assert report["capacity"]["nodes"][dst]["free"]["requests.memory"] == "6Gi"
+        assert not report["capacity"]["nodes"][src]["schedulable"]
+
+        set_allocatable(r, dst, "16Gi")
+        wait(lambda: r.get("/api/v1/nodes/" + dst)["status"]["allocatable"]["memory"] == "16Gi", 10, "16Gi")
+        report = c.check(cluster, {"nodes": [src]})
+        assert report["blockers"] == [] and report["capacity"]["no_room"] == []
+        assert [b["vms"] for b in report["batches"]] == [["%s/vm-1" % ns, "%s/vm-2" % ns]]
+
+        # the scheduler is the judge: with 6Gi one target pod lands, the other waits unschedulable
+        set_allocatable(r, dst, "6Gi")
+        names = dict((vm, migrate(r, ns, vm)) for vm in ("vm-1", "vm-2"))
+
+        def outcome():
+            phases = dict((vm, (vmim(r, ns, name).get("status") or {}).get("phase")) for vm, name in names.items())
+            stuck = [vm for vm in names if unschedulable_target(r, ns, vm)]
+            done = [vm for vm, ph in phases.items() if ph == "Succeeded"]
+            return (done, stuck) if len(done) == 1 and len(stuck) == 1 else None
+        done, stuck = wait(outcome, 60, "one migration done, one target pod unschedulable")
+        assert "Unschedulable" in unschedulable_target(r, ns, stuck[0])
+        # room for it: the scheduler places the waiting target pod and the migration finishes
+        set_allocatable(r, dst, "16Gi")
+        wait(lambda: (vmim(r, ns, names[stuck[0]]).get("status") or {}).get("phase") == "Succeeded", 60,
+             "the waiting migration once there is room")
+    finally:
+        for name in cordoned:
+            cordon(r, name, False)
+        scenarios.delete(lab, sc)
+        for name in (src, dst):
+            lab.delete_node(name)

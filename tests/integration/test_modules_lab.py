@@ -28,29 +28,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
 CHARGED = ("requests.cpu", "limits.cpu", "requests.memory", "limits.memory")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    yield from M.lab_fixture(tmp_path_factory, "kvqlab-modules")
-
-
-@pytest.fixture(scope="module")
-def emu(lab):
-    handle = M.start_emulator(lab)
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def r(lab):
-    return M.rest(lab)
-
-
-@pytest.fixture(scope="module")
-def user(lab):
-    """The least-privilege kubeconfig every module run uses."""
-    return lab.user_kubeconfig
-
-
 @pytest.fixture
 def tenant(lab, emu, r, request):
     """A fresh tenant: one 2-CPU 4Gi VM (KubeVirt 1.3.1, ratio 1.5) near the top of a 5000Mi limits.memory

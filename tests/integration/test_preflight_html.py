@@ -22,7 +22,8 @@ import zlib
 
 import pytest
 
-from test_roles_lab import playbook, start_lab
+from modlab import required
+from test_roles_lab import lab_fixture, playbook
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -31,7 +32,11 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 def chromium():
     path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
     if path is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+        # make deps installs it; with KVQ_LAB_REQUIRED=1 (make test) a missing browser fails, never skips
+        message = "chromium is not installed. Fix: apt-get install -y chromium (make deps does it as root)"
+        if required():
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 
@@ -62,13 +67,7 @@ def png_pixels(path):
     return width, height, zlib.decompress(idat)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    started = start_lab(tmp_path_factory, "a")
-    try:
-        yield started
-    finally:
-        started.stop()
+lab = lab_fixture("a")
 
 
 @pytest.fixture(scope="module")

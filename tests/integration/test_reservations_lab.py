@@ -15,19 +15,13 @@ __metaclass__ = type
 
 import json
 import multiprocessing
-import os
 import secrets
-import sys
 import threading
 import time
 
 import pytest
 
-_LAB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab")
-if _LAB_DIR not in sys.path:
-    sys.path.insert(0, _LAB_DIR)
-
-kvqlab = pytest.importorskip("kvqlab")
+from modlab import kvqlab  # tests/lab's package; the lab fixture is in conftest.py
 from kubernetes import client  # noqa: E402
 from kubernetes.client import ApiException  # noqa: E402
 
@@ -44,30 +38,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
 RANCHER_QUOTA = "field.cattle.io/resourceQuota"
 RANCHER_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
 SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"
-
-
-def _required():
-    return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    run_dir = os.environ.get("KVQ_LAB_RUN_DIR")
-    if run_dir:
-        yield kvqlab.attach(run_dir)
-        return
-    try:
-        kvqlab.find_bin_dir()
-    except kvqlab.LabError as exc:
-        if _required():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    rd = tmp_path_factory.mktemp("kvqlab-reservations")
-    started = kvqlab.up(run_dir=rd)
-    try:
-        yield started
-    finally:
-        kvqlab.down(rd)
 
 
 @pytest.fixture(scope="module")

@@ -21,25 +21,18 @@ __metaclass__ = type
 import json
 import os
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from modlab import require_lab_build, wait
+
 REPO = Path(__file__).resolve().parents[2]
-LAB_DIR = REPO / "tests" / "lab"
-if str(LAB_DIR) not in sys.path:
-    sys.path.insert(0, str(LAB_DIR))
 
 KV = "/apis/kubevirt.io/v1"
 LEDGER_ANNOTATION_PREFIX = "kvquota"
 FINAL = ("Succeeded", "Failed")
-
-
-def required():
-    return os.environ.get("KVQ_LAB_REQUIRED", "") not in ("", "0", "false", "no")
 
 
 def collections_path():
@@ -137,14 +130,7 @@ class RoleLab(object):
         self.log_offset = path.stat().st_size if path.exists() else 0
 
     def wait(self, pred, timeout=60, what="condition", interval=0.5):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = pred()
-            if last:
-                return last
-            time.sleep(interval)
-        raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+        return wait(pred, timeout, what, interval)
 
     # -- clean-up after a test that failed half way ----------------------------------------------------
     def reservations(self):
@@ -196,16 +182,31 @@ class RoleLab(object):
 
 def start_lab(tmp_path_factory, scenario, **kwargs):
     """A RoleLab for a module fixture, or a skip (a failure with KVQ_LAB_REQUIRED=1) without the lab build."""
-    pytest.importorskip("kvqlab")
-    import kvqlab
-    try:
-        kvqlab.find_bin_dir()
-    except kvqlab.LabError as exc:
-        if required():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    require_lab_build()
     run_dir = tmp_path_factory.mktemp("kvq-roles-%s" % scenario)
     return RoleLab(run_dir, scenario, **kwargs)
+
+
+def lab_fixture(scenario, **kwargs):
+    """A module-scoped `lab` fixture: a RoleLab with scenario applied, stopped after the module.
+    Use it as `lab = lab_fixture("a")` in a test module."""
+    @pytest.fixture(scope="module")
+    def lab(tmp_path_factory):
+        started = start_lab(tmp_path_factory, scenario, **kwargs)
+        try:
+            yield started
+        finally:
+            started.stop()
+    return lab
+
+
+def base_fixture(*namespaces):
+    """A module-scoped `base` fixture: {namespace: spec.hard of its quotas} before the module's first test,
+    what assert_restored compares against. Use it as `base = base_fixture("a-tenant")`."""
+    @pytest.fixture(scope="module")
+    def base(lab):
+        return dict((ns, lab.hard(ns)) for ns in namespaces)
+    return base
 
 
 class Run(object):

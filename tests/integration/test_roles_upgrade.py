@@ -20,26 +20,14 @@ import subprocess
 import threading
 import time
 
-import pytest
-
-from test_roles_lab import KV, FINAL, collections_path, playbook, start_lab
+from test_roles_lab import KV, FINAL, base_fixture, collections_path, lab_fixture, playbook
 
 NS = "b-tenant"
 OUTDATED = "kubevirt.io/outdatedLauncherImage"
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    started = start_lab(tmp_path_factory, "b")
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture(scope="module")
-def base(lab):
-    return {NS: lab.hard(NS)}
+lab = lab_fixture("b")
+base = base_fixture(NS)
 
 
 def succeeded_since(lab, stamp):

@@ -103,8 +103,48 @@ def _cap(per_namespace_cap):
     return _positive_int(per_namespace_cap, "per_namespace_cap"), None
 
 
+class _BatchRoom(object):
+    """What one batch holds against KubeVirt's limits and per_namespace_cap."""
+
+    def __init__(self, per_cluster, per_node, per_ns, budget):
+        self.limits = (per_cluster, per_node, per_ns, budget)
+        self.size = 0
+        self.nodes = {}
+        self.namespaces = {}
+        self.charges = {}
+
+    def charge_of(self, vm):
+        budget = self.limits[3]
+        return dict((n, v) for n, v in (vm.get("charge") or {}).items() if n in budget)
+
+    def full(self):
+        return self.size >= self.limits[0]
+
+    def admits(self, vm):
+        per_cluster, per_node, per_ns, budget = self.limits
+        node, ns = vm.get("node"), vm.get("namespace")
+        if self.size >= per_cluster or self.nodes.get(node, 0) >= per_node:
+            return False
+        if per_ns is not None and self.namespaces.get(ns, 0) >= per_ns:
+            return False
+        if budget is not None and ns in self.charges:
+            # a VM larger than the cap on its own still goes, alone for its namespace
+            fits, _names = less_or_equal(add(self.charges[ns], self.charge_of(vm)), budget)
+            return fits
+        return True
+
+    def add(self, vm):
+        node, ns = vm.get("node"), vm.get("namespace")
+        self.size += 1
+        self.nodes[node] = self.nodes.get(node, 0) + 1
+        self.namespaces[ns] = self.namespaces.get(ns, 0) + 1
+        if self.limits[3] is not None:
+            self.charges[ns] = add(self.charges.get(ns, {}), self.charge_of(vm))
+
+
 def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
-                 parallel_outbound_per_node=DEFAULT_PARALLEL_OUTBOUND_PER_NODE, per_namespace_cap=None):
+                 parallel_outbound_per_node=DEFAULT_PARALLEL_OUTBOUND_PER_NODE, per_namespace_cap=None,
+                 capacity=None):
     """Split VMs into migration batches KubeVirt would run at once.
 
     vms: dicts with at least namespace, name and node (the source node), in the order
@@ -116,45 +156,201 @@ def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
     own still migrates, alone for its namespace. Each VM goes into the first batch with
     room (first fit), so the order is kept as far as the limits allow. Returns a list of
     lists of the same dicts.
+
+    capacity (a NodeCapacity) adds the free capacity of the nodes: a VM also needs a node with
+    room for its target pod (vm["target"]) at its batch; targets stay where they land and a
+    batch's source pods (vm["source_requests"]) free their node only for the batches after
+    it. A VM with no room at a batch waits for a later one; the VMs that find room in no
+    batch at all are planned after the others by the limits alone and listed in
+    capacity.unplaced (kvquota_check reports them as a blocker).
     """
     per_cluster = _positive_int(parallel_per_cluster, "parallel_per_cluster")
     per_node = _positive_int(parallel_outbound_per_node, "parallel_outbound_per_node")
     per_ns, budget = _cap(per_namespace_cap)
+    limits = (per_cluster, per_node, per_ns, budget)
+    if capacity is not None:
+        return _plan_with_capacity(vms, limits, capacity)
+    return _plan_by_limits(vms, limits)
+
+
+def _plan_by_limits(vms, limits):
+    """The first fit of plan_batches over the limits (per_cluster, per_node, per_ns, budget)."""
     batches = []
-    counts = []  # per batch: (node counts, namespace counts, namespace charges)
+    rooms = []
     first_open = 0
     for vm in vms:
-        node = vm.get("node")
-        ns = vm.get("namespace")
-        charge = None
-        if budget is not None:
-            charge = dict((n, v) for n, v in (vm.get("charge") or {}).items() if n in budget)
-        placed = False
         for index in range(first_open, len(batches)):
-            nodes, namespaces, charges = counts[index]
-            if len(batches[index]) >= per_cluster:
-                continue
-            if nodes.get(node, 0) >= per_node:
-                continue
-            if per_ns is not None and namespaces.get(ns, 0) >= per_ns:
-                continue
-            if budget is not None and ns in charges:
-                fits, _names = less_or_equal(add(charges[ns], charge), budget)
-                if not fits:
-                    continue
-            batches[index].append(vm)
-            nodes[node] = nodes.get(node, 0) + 1
-            namespaces[ns] = namespaces.get(ns, 0) + 1
-            if budget is not None:
-                charges[ns] = add(charges.get(ns, {}), charge)
-            placed = True
-            break
-        if not placed:
+            if rooms[index].admits(vm):
+                batches[index].append(vm)
+                rooms[index].add(vm)
+                break
+        else:
             batches.append([vm])
-            counts.append(({node: 1}, {ns: 1}, {ns: charge} if budget is not None else {}))
-        while first_open < len(batches) and len(batches[first_open]) >= per_cluster:
+            rooms.append(_BatchRoom(*limits))
+            rooms[-1].add(vm)
+        while first_open < len(batches) and rooms[first_open].full():
             first_open += 1
     return batches
+
+
+def _plan_with_capacity(vms, limits, capacity):
+    """plan_batches with node capacity: batches filled one after the other, each with the VMs (in order) that
+    the limits admit and that find a node with room. Without capacity limits this gives exactly the batches
+    of the first fit above."""
+    remaining = list(vms)
+    batches = []
+    while remaining:
+        room = _BatchRoom(*limits)
+        batch, waiting = [], []
+        for vm in remaining:
+            if not room.full() and room.admits(vm) and capacity.place(vm):
+                batch.append(vm)
+                room.add(vm)
+            else:
+                waiting.append(vm)
+        if not batch:
+            break  # nothing more moves, so nothing more is freed: the rest find no room
+        for vm in batch:
+            capacity.free_source(vm)
+        batches.append(batch)
+        remaining = waiting
+    capacity.unplaced = list(remaining)
+    batches.extend(_plan_by_limits(remaining, limits))
+    return batches
+
+
+# ---------------------------------------------------------------------------
+# Free capacity of the nodes
+# ---------------------------------------------------------------------------
+
+# What the planner checks a target pod against: the node's allocatable minus the requests of its non-terminal
+# pods, for these names (the pod evaluator's names: requests.cpu is the pod's cpu request, pods counts it).
+CAPACITY_NAMES = ("requests.cpu", "requests.memory", "pods")
+ALLOCATABLE_NAMES = {"requests.cpu": "cpu", "requests.memory": "memory", "pods": "pods"}
+CAPACITY_NOT_MODELLED = ("node affinity and nodeSelector, taints and tolerations, pod (anti-)affinity other than "
+                         "\"not on its own node\", topology spread, extended resources (devices.kubevirt.io/kvm, "
+                         "GPUs), hugepages, ephemeral storage; Ready conditions (only cordons are read)")
+
+
+def capacity_part(usage):
+    """The CAPACITY_NAMES of a pod's usage or a migration charge."""
+    return dict((name, usage.get(name, 0)) for name in CAPACITY_NAMES)
+
+
+def requests_by_node(pods):
+    """{node: {requests.cpu, requests.memory, pods}} of the non-terminal pods bound to each node (what the
+    scheduler subtracts from allocatable; a pod being deleted still counts until it is gone)."""
+    result = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or q.pod_is_terminal(pod):
+            continue
+        result[node] = add(result.get(node, {}), capacity_part(q.pod_usage(pod)))
+    return result
+
+
+class NodeCapacity(object):
+    """The free capacity of the nodes while the plan's target pods land, batch after batch.
+
+    nodes: {name: Node}; requested: requests_by_node(...). A target pod may land on a node that is
+    schedulable (not cordoned) and not its VM's own node (the node being drained: node_maintenance drains one
+    node at a time, rolling_upgrade one after the other), with room for vm["target"] in every CAPACITY_NAMES
+    an allocatable states. Among those the planner takes the one with the most free memory (then cpu, then
+    name), as the scheduler's default scoring spreads pods.
+    """
+
+    def __init__(self, nodes, requested):
+        self.free = {}
+        self.initial = {}
+        self.schedulable = {}
+        for name in sorted(nodes):
+            node = nodes[name] or {}
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            free = {}
+            for cname in CAPACITY_NAMES:
+                value = allocatable.get(ALLOCATABLE_NAMES[cname])
+                if value is not None:  # an allocatable that does not state a name does not limit it
+                    free[cname] = parse_resource_list({cname: value}, "allocatable of node %s" % name)[cname] - (
+                        (requested.get(name) or {}).get(cname, 0))
+            self.free[name] = free
+            self.initial[name] = dict(free)
+            self.schedulable[name] = not (node.get("spec") or {}).get("unschedulable")
+        self.targets = [n for n in sorted(nodes) if self.schedulable[n]]
+        self.unplaced = []
+
+    def candidates(self, source_node):
+        return [n for n in self.targets if n != source_node]
+
+    def fits(self, node, need):
+        free = self.free[node]
+        return all(need.get(name, 0) <= free[name] for name in free)
+
+    def place(self, vm):
+        """Land vm's target pod on the roomiest candidate node (its free capacity shrinks); the node, or None."""
+        need = vm.get("target") or {}
+        node, best = None, None
+        for name in self.candidates(vm.get("node")):  # by name: the first of equals wins
+            key = (self.free[name].get("requests.memory", 0), self.free[name].get("requests.cpu", 0))
+            if self.fits(name, need) and (best is None or key > best):
+                node, best = name, key
+        if node is None:
+            return None
+        for name in self.free[node]:
+            self.free[node][name] -= need.get(name, 0)
+        return node
+
+    def free_source(self, vm):
+        """vm's source pod is gone (its batch is over): its node gets its requests back."""
+        node = vm.get("node")
+        if node in self.free:
+            for name in self.free[node]:
+                self.free[node][name] += (vm.get("source_requests") or {}).get(name, 0)
+
+    def report(self):
+        """{node: {schedulable, free}} as the plan found them, before anything moves."""
+        return dict((n, {"schedulable": self.schedulable[n],
+                         "free": dict((name, ("-" if v < 0 else "") + q.show(abs(v), name))
+                                      for name, v in sorted(self.initial[n].items()))})
+                    for n in sorted(self.free))
+
+    def shortfall_findings(self, movers):
+        """One blocker per source node whose VMs found no room: the free capacity of the other nodes, what
+        its VMs need, and which VMs have no room."""
+        findings = []
+        by_node = {}
+        for vm in self.unplaced:
+            by_node.setdefault(vm.get("node") or "", []).append(vm)
+        for node in sorted(by_node):
+            others = self.candidates(node)
+            free = {}
+            for other in others:
+                free = add(free, dict((n, max(v, 0)) for n, v in self.initial[other].items()))
+            need = {}
+            for vm in movers:
+                if vm.get("node") == node:
+                    need = add(need, dict((n, v) for n, v in (vm.get("target") or {}).items() if n in free))
+            short = [n for n in CAPACITY_NAMES if n in free and need.get(n, 0) > free[n]]
+            names = ["%s/%s" % (vm["namespace"], vm["name"]) for vm in by_node[node]]
+            where = "the other nodes" if others else "no other schedulable node"
+            if short:
+                text = "; ".join("%s have %s of %s free, the VMs of %s need %s"
+                                 % (where, q.approx(free[n], n), n, node, q.approx(need[n], n)) for n in short)
+            elif not others:
+                text = "there is %s for the VMs of %s" % (where, node)
+            else:
+                largest = max(others, key=lambda n: self.free[n].get("requests.memory", 0))
+                left = max(self.free[largest].get("requests.memory", 0), 0)
+                text = ("the other nodes have room for the VMs of %s in total, but once the other target pods "
+                        "have landed no single node has room for %s (the most free memory left on one node: %s "
+                        "on %s)" % (node, ", ".join(names), q.approx(left, "requests.memory"), largest))
+            findings.append(_finding(
+                "insufficient_capacity", None,
+                "%s (no room for %s)" % (text, ", ".join(names)) if short or not others else text,
+                "free capacity on the other nodes or add a node (or uncordon one)",
+                node=node, vms=names,
+                free=dict((n, q.show(free[n], n)) for n in sorted(free)),
+                needed=dict((n, q.show(need[n], n)) for n in sorted(need))))
+        return findings
 
 
 def batch_keys(batches):
@@ -709,10 +905,17 @@ def evaluate(snapshot, options=None):
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
             namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache)
 
-    # 2. One cluster-wide schedule, in the order nodes drain (node, then namespace, name).
+    # 2. One cluster-wide schedule, in the order nodes drain (node, then namespace, name), within the free
+    # capacity of the nodes when the snapshot has it (read_inventory with node_capacity).
     movers = [vm for ns in sorted(vms_by_ns) for vm in vms_by_ns[ns] if vm["migratable"]]
     movers.sort(key=lambda vm: (vm["node"] or "", vm["namespace"], vm["name"]))
-    batches = plan_batches(movers, per_cluster, per_node, per_ns_cap)
+    capacity = None
+    if snapshot.get("node_requests") is not None and options.get("node_capacity", True):
+        capacity = NodeCapacity(snapshot.get("nodes") or {}, snapshot["node_requests"])
+        for vm in movers:
+            vm["target"] = capacity_part(vm["charge"])
+            vm["source_requests"] = capacity_part(vm["source"] or {})
+    batches = plan_batches(movers, per_cluster, per_node, per_ns_cap, capacity)
     _count_cap, budget = _cap(per_ns_cap)
     oversized = []
     if budget is not None:
@@ -887,9 +1090,21 @@ def evaluate(snapshot, options=None):
         all_fixes.extend(fixes)
 
     cluster_blockers.extend(rancher_project_findings(snapshot, plans_by_ns, len(keys)))
+    if capacity is not None:
+        cluster_blockers.extend(capacity.shortfall_findings(movers))
 
-    return _assemble(snapshot, options, config, per_cluster, per_node, per_ns_cap, keys, batches,
-                     ns_reports, cluster_blockers, cluster_warnings, all_fixes)
+    report = _assemble(snapshot, options, config, per_cluster, per_node, per_ns_cap, keys, batches,
+                       ns_reports, cluster_blockers, cluster_warnings, all_fixes)
+    report["capacity"] = _capacity_report(capacity)
+    return report
+
+
+def _capacity_report(capacity):
+    if capacity is None:
+        return {"checked": False, "nodes": {}, "no_room": [], "not_modelled": CAPACITY_NOT_MODELLED}
+    return {"checked": True, "nodes": capacity.report(),
+            "no_room": ["%s/%s" % (vm["namespace"], vm["name"]) for vm in capacity.unplaced],
+            "not_modelled": CAPACITY_NOT_MODELLED}
 
 
 def _config_view(config):
@@ -945,6 +1160,7 @@ def check(cluster, scope=None, options=None):
     """The whole read-only kvquota_check report for a scope. Never writes anything."""
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
     options = dict(options or {})
+    options.setdefault("node_capacity", True)  # the batches respect the free capacity of the nodes
     snapshot = read_inventory(cluster, scope, options)
     report = evaluate(snapshot, options)
     report["requests"] = snapshot.get("requests")

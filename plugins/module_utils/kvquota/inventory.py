@@ -201,7 +201,8 @@ def _not_found(kind, missing, known, command):
 def read_inventory(cluster, scope=None, options=None):
     """The Inventory snapshot for a scope: a dict of plain API JSON.
 
-    Keys: scope, nodes {name: node}, namespaces {name: ns}, quotas {ns: [quota]},
+    Keys: scope, nodes {name: node} (every node with the option node_capacity), node_requests ({node:
+    requests of its non-terminal pods} with node_capacity, else None), namespaces {name: ns}, quotas {ns: [quota]},
     pods {ns: [virt-launcher pod]}, vmis {ns: [vmi]}, vmims {ns: [vmim]}, kubevirt
     (the KubeVirt CR or None), harvester_settings ({name: setting} or None when
     Harvester is not installed), aaq_quotas ({ns: [...]} or None), rancher_projects
@@ -217,13 +218,14 @@ def read_inventory(cluster, scope=None, options=None):
     one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
     one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
 
-    # Nodes: a single node by field selector, else the whole (small) list.
-    node_params = {"field_selector": "metadata.name=%s" % one_node} if one_node else {}
+    # Nodes: a single node by field selector, else the whole (small) list; all of them for node_capacity.
+    capacity = bool(options.get("node_capacity"))
+    node_params = {"field_selector": "metadata.name=%s" % one_node} if one_node and not capacity else {}
     node_list = list_all(cluster, core.list_node, what="list nodes", page_size=page, **node_params)
     nodes = dict((_name(n), n) for n in node_list)
     missing = [n for n in scope["nodes"] if n not in nodes]
     if missing:
-        known = nodes if not one_node else dict((_name(n), n) for n in list_all(
+        known = nodes if "field_selector" not in node_params else dict((_name(n), n) for n in list_all(
             cluster, core.list_node, what="list nodes", page_size=page))
         raise _not_found("node", missing, known, "kubectl get nodes")
 
@@ -281,6 +283,19 @@ def read_inventory(cluster, scope=None, options=None):
         pods = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) in wanted]
     pods = dict((ns, items) for ns, items in _by_namespace(pods).items() if ns in covered)
 
+    # node_capacity: what the non-terminal pods of every namespace request on each node (one more list), for
+    # the free capacity the target pods need (check.NodeCapacity).
+    node_requests = None
+    if capacity:
+        from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import requests_by_node
+        try:
+            node_requests = requests_by_node(list_all(
+                cluster, core.list_pod_for_all_namespaces, what="list pods (node capacity)", page_size=page,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed"))
+        except ForbiddenError as err:
+            notes.append("pods of all namespaces: not readable (%s); the free capacity of the nodes is not "
+                         "checked" % err.message)
+
     # Migrations.
     vmims = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
                          "list VirtualMachineInstanceMigrations", page, namespace=one_ns)
@@ -337,6 +352,7 @@ def read_inventory(cluster, scope=None, options=None):
     return {
         "scope": scope,
         "nodes": nodes,
+        "node_requests": node_requests,
         "namespaces": dict((n, namespaces[n]) for n in sorted(covered) if n in namespaces),
         "quotas": quotas,
         "pods": pods,

@@ -69,12 +69,20 @@ def test_bad_batch_limits(kwargs):
         c.plan_batches(vms_on("n1", 2), **kwargs)
 
 
+# VMs as (source node, namespace) pairs and batch limits, for the properties of plan_batches
+BATCH_CASES = dict(
+    spec=st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3", "n4"]), st.sampled_from(["a", "b", "c"])), max_size=40),
+    per_cluster=st.integers(1, 6), per_node=st.integers(1, 3), cap=st.one_of(st.none(), st.integers(1, 3)))
+
+
+def spec_vms(spec):
+    return [{"namespace": ns, "name": "vm%d" % i, "node": node} for i, (node, ns) in enumerate(spec)]
+
+
 @settings(max_examples=200, deadline=None)
-@given(spec=st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3", "n4"]), st.sampled_from(["a", "b", "c"])),
-                     max_size=40),
-       per_cluster=st.integers(1, 6), per_node=st.integers(1, 3), cap=st.one_of(st.none(), st.integers(1, 3)))
+@given(**BATCH_CASES)
 def test_batches_property(spec, per_cluster, per_node, cap):
-    vms = [{"namespace": ns, "name": "vm%d" % i, "node": node} for i, (node, ns) in enumerate(spec)]
+    vms = spec_vms(spec)
     batches = c.plan_batches(vms, per_cluster, per_node, cap)
     flat = [vm for b in batches for vm in b]
     assert sorted(vm["name"] for vm in flat) == sorted(vm["name"] for vm in vms)  # every VM exactly once
@@ -178,6 +186,8 @@ class FakeCluster(object):
         what = kwargs.pop("what", "")
         self.request_count += 1
         self.calls.append((fn.__name__, args, dict(kwargs), what))
+        if what in self.forbidden:
+            raise ForbiddenError("%s: forbidden" % what)
         return fn(*args, **kwargs)
 
 
@@ -231,11 +241,12 @@ def _select(items, labels, fields):
     for item in items:
         ok = True
         for term in (fields.split(",") if fields else ()):
-            key, value = term.split("=")
+            negate = "!=" in term
+            key, value = term.split("!=" if negate else "=")
             found = item
             for part in key.split("."):
                 found = (found or {}).get(part)
-            ok = ok and found == value
+            ok = ok and (found != value if negate else found == value)
         if labels and ok:
             if " in (" in labels:
                 key, values = labels.split(" in (")
@@ -348,6 +359,7 @@ def test_scope_normalisation():
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
+    add as add_lists,
     format_resource_list,
 )
 
@@ -666,7 +678,10 @@ def test_node_scope_report_and_check_entry_point():
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     report = c.check(cluster, {"nodes": ["n0"]}, {"now": NOW})
     json.dumps(report)
-    assert report["requests"] == cluster.request_count == 9
+    # one list more than read_inventory alone: every pod, for the free capacity of the nodes
+    assert report["requests"] == cluster.request_count == 10
+    assert report["capacity"]["checked"]
+    assert sorted(report["capacity"]["nodes"]) == ["n0", "n1"]  # all nodes, not only the scope's
     assert all(vm["node"] == "n0" for ns in report["namespaces"].values() for vm in ns["vms"])
     assert report["summary"]["vms"] == 3
     assert report["verdict"] == "ok"
@@ -750,3 +765,198 @@ def test_completed_source_pods_keep_counting_in_count_pods():
     assert ns["blockers"] == [] and ns["verdict"] == "needs_reservation"
     (plan,) = ns["quotas"]
     assert plan["over_after"] == {} and plan["needed"] == {"count/pods": "3", "pods": "3"}
+
+
+# ---------------------------------------------------------------------------
+# free capacity of the other nodes
+
+def make_node(name, cpu="64", memory="256Gi", pods="110", cordoned=False):
+    return {"metadata": {"name": name}, "spec": {"unschedulable": True} if cordoned else {},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods}}}
+
+
+def with_nodes(snap, nodes, other_pods=()):
+    """snap with Node objects and the requests of its launcher pods plus other_pods on them."""
+    pods = [p for items in snap["pods"].values() for p in items] + list(other_pods)
+    return dict(snap, nodes=dict((n["metadata"]["name"], n) for n in nodes), node_requests=c.requests_by_node(pods))
+
+
+def plain_pod(node, cpu="1", memory="1Gi", phase="Running", **meta):
+    return {"metadata": dict({"name": "p", "namespace": "other"}, **meta),
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"cpu": cpu, "memory": memory}}}]}, "status": {"phase": phase}}
+
+
+def target_memory(report, ns, name):
+    vm = [v for v in report["namespaces"][ns]["vms"] if v["name"] == name][0]
+    return q.parse_quantity(vm["charge"]["requests.memory"])
+
+
+def test_requests_by_node_counts_live_bound_pods_only():
+    pods = [plain_pod("n1"), plain_pod("n1", cpu="500m", memory="512Mi", deletionTimestamp="2025-01-31T11:00:00Z"),
+            plain_pod("n1", phase="Succeeded"), plain_pod("n2", phase="Failed"), plain_pod(None)]
+    assert c.requests_by_node(pods) == {"n1": {"requests.cpu": Fraction(3, 2), "requests.memory": Fraction(1536 * Mi),
+                                               "pods": Fraction(2)}}
+
+
+def test_drain_blocked_when_the_other_nodes_lack_memory():
+    vmis = [make_vmi("vm1", "t", node="node-1"), make_vmi("vm2", "t", node="node-1")]
+    snap = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], vmis)},
+                    scope={"nodes": ["node-1"], "namespaces": []})
+    # node-2: 8Gi allocatable, 5Gi requested by other pods; node-3 has room but is cordoned
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", memory="8Gi"), make_node("node-3", cordoned=True)],
+                      [plain_pod("node-2", memory="5Gi")])
+    report = c.evaluate(snap, {"now": NOW})
+    json.dumps(report)
+    need = target_memory(report, "t", "vm1") * 2
+    assert report["verdict"] == "blocked"
+    (blocker,) = report["blockers"]
+    assert blocker["kind"] == "insufficient_capacity" and blocker["namespace"] is None
+    assert blocker["message"] == ("the other nodes have 3Gi of requests.memory free, the VMs of node-1 need %s "
+                                  "(no room for t/vm1, t/vm2)" % q.approx(need, "requests.memory"))
+    assert blocker["fix"] == "free capacity on the other nodes or add a node (or uncordon one)"
+    assert blocker["free"]["requests.memory"] == "3Gi" and blocker["vms"] == ["t/vm1", "t/vm2"]
+    capacity = report["capacity"]
+    assert capacity["checked"] and capacity["no_room"] == ["t/vm1", "t/vm2"]
+    assert capacity["nodes"]["node-2"]["free"]["requests.memory"] == "3Gi"
+    assert capacity["nodes"]["node-3"]["schedulable"] is False
+    # every VM is still planned (by the limits alone), so the roles see the whole schedule
+    assert sorted(k for b in report["batches"] for k in b["vms"]) == ["t/vm1", "t/vm2"]
+    # the quota part of the report is unchanged: the namespace itself only needs nothing
+    assert report["namespaces"]["t"]["blockers"] == []
+
+    # room for one target: waiting frees nothing for the other (the sources free only their own node), so
+    # still blocked
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", memory="10Gi")], [plain_pod("node-2", memory="5Gi")])
+    report = c.evaluate(snap, {"now": NOW})
+    assert [b["kind"] for b in report["blockers"]] == ["insufficient_capacity"]
+    assert report["capacity"]["no_room"] == ["t/vm2"]
+    assert report["blockers"][0]["message"].endswith("(no room for t/vm2)")
+
+    # room for both: one batch, no blocker
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", memory="16Gi")])
+    report = c.evaluate(snap, {"now": NOW})
+    assert report["blockers"] == [] and report["verdict"] == "ok"
+    assert [b["vms"] for b in report["batches"]] == [["t/vm1", "t/vm2"]]
+
+
+def test_a_batch_waits_for_the_room_an_earlier_batch_frees():
+    """Cluster scope: vm-a (on n1) can only go to n2, vm-b (on n2) only to n1, and n1 has room only once
+    vm-a's source pod is gone: two batches instead of one."""
+    vmis = [make_vmi("vm-a", "t", node="n1"), make_vmi("vm-b", "t", node="n2")]
+    snap = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], vmis)})
+    plain = c.evaluate(snap, {"now": NOW})
+    assert [b["vms"] for b in plain["batches"]] == [["t/vm-a", "t/vm-b"]]
+    need = target_memory(plain, "t", "vm-a")
+
+    def mem(value):
+        return q.show(value, "requests.memory")
+    # n1 is full with vm-a's source pod; n2 has room for exactly one more target next to vm-b's source pod
+    snap = with_nodes(snap, [make_node("n1", memory=mem(need)), make_node("n2", memory=mem(2 * need))])
+    report = c.evaluate(snap, {"now": NOW})
+    assert report["blockers"] == [], report["blockers"]
+    assert [b["vms"] for b in report["batches"]] == [["t/vm-a"], ["t/vm-b"]]
+    assert report["capacity"]["no_room"] == []
+    # a target pod never lands on its own VM's node, even with room there
+    snap = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], vmis[:1])})
+    snap = with_nodes(snap, [make_node("n1"), make_node("n2", memory="1Gi")])
+    report = c.evaluate(snap, {"now": NOW})
+    assert report["capacity"]["no_room"] == ["t/vm-a"]
+    assert [b["kind"] for b in report["blockers"]] == ["insufficient_capacity"]
+
+
+def test_room_in_total_but_not_on_one_node():
+    vmis = [make_vmi("vm1", "t", node="node-1")]
+    snap = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], vmis)},
+                    scope={"nodes": ["node-1"], "namespaces": []})
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", memory="3Gi"), make_node("node-3", memory="3Gi")])
+    report = c.evaluate(snap, {"now": NOW})
+    (blocker,) = report["blockers"]
+    assert blocker["message"] == ("the other nodes have room for the VMs of node-1 in total, but once the other "
+                                  "target pods have landed no single node has room for t/vm1 (the most free "
+                                  "memory left on one node: 3Gi on node-2)")
+    # no other schedulable node at all
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", cordoned=True)])
+    (blocker,) = c.evaluate(snap, {"now": NOW})["blockers"]
+    assert blocker["message"] == "there is no other schedulable node for the VMs of node-1 (no room for t/vm1)"
+
+
+def test_cpu_and_pod_count_limit_too_and_the_option_turns_it_off():
+    vmis = [make_vmi("vm1", "t", node="node-1")]
+    snap = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], vmis)},
+                    scope={"nodes": ["node-1"], "namespaces": []})
+    snap = with_nodes(snap, [make_node("node-1"), make_node("node-2", cpu="1", pods="1")], [plain_pod("node-2")])
+    report = c.evaluate(snap, {"now": NOW})
+    (blocker,) = report["blockers"]
+    cpu = report["namespaces"]["t"]["vms"][0]["charge"]["requests.cpu"]  # the VM's 200m plus support containers
+    assert blocker["message"] == ("the other nodes have 0 of requests.cpu free, the VMs of node-1 need %s; the other "
+                                  "nodes have 0 of pods free, the VMs of node-1 need 1 (no room for t/vm1)" % cpu)
+    report = c.evaluate(snap, {"now": NOW, "node_capacity": False})
+    assert report["blockers"] == [] and report["capacity"]["checked"] is False
+
+
+@settings(max_examples=100, deadline=None)
+@given(**BATCH_CASES)
+def test_capacity_planner_is_the_first_fit_when_room_is_unlimited(spec, per_cluster, per_node, cap):
+    vms = spec_vms(spec)
+    unlimited = c.NodeCapacity({"n1": {}, "n2": {}, "n3": {}, "n4": {}}, {})
+    assert c.plan_batches(vms, per_cluster, per_node, cap, unlimited) == c.plan_batches(vms, per_cluster, per_node, cap)
+    assert unlimited.unplaced == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(1, 4)), max_size=20),
+       free=st.lists(st.integers(0, 12), min_size=3, max_size=3), cordoned=st.sampled_from([None, "n1"]),
+       per_cluster=st.integers(1, 4))
+def test_capacity_property_no_node_is_overcommitted(spec, free, cordoned, per_cluster):
+    """Replaying the plan batch by batch: every placed target fits where free capacity says, sources free
+    their node only after their batch, and every VM is planned exactly once."""
+    nodes = dict(("n%d" % (i + 1), {"spec": {"unschedulable": "n%d" % (i + 1) == cordoned},
+                                    "status": {"allocatable": {"memory": str(f)}}}) for i, f in enumerate(free))
+    vms = [{"namespace": "t", "name": "vm%d" % i, "node": node, "target": {"requests.memory": Fraction(m)},
+            "source_requests": {"requests.memory": Fraction(m)}} for i, (node, m) in enumerate(spec)]
+    requested = {}
+    for vm in vms:
+        requested[vm["node"]] = add_lists(requested.get(vm["node"], {}), vm["source_requests"])
+    capacity = c.NodeCapacity(nodes, requested)
+    batches = c.plan_batches(vms, per_cluster, 2, None, capacity)
+    assert sorted(vm["name"] for b in batches for vm in b) == sorted(vm["name"] for vm in vms)
+    unplaced = set(vm["name"] for vm in capacity.unplaced)
+    # targets only land where they fit: no node ends below what it started with when that was negative, or 0
+    assert all(capacity.free[n]["requests.memory"] >= min(0, capacity.initial[n]["requests.memory"]) for n in nodes)
+    # replay: the placed VMs of each batch fit somewhere, given what the earlier batches did
+    replay = c.NodeCapacity(nodes, requested)
+    for batch in batches:
+        placed = [vm for vm in batch if vm["name"] not in unplaced]
+        for vm in placed:
+            assert replay.place(vm) is not None
+        for vm in placed:
+            replay.free_source(vm)
+    assert all(replay.free[n] == capacity.free[n] for n in nodes)
+
+
+def test_inventory_reads_the_nodes_free_capacity_with_node_capacity():
+    objs = _objects(2, 2, nodes=3)
+    objs["nodes"][1]["status"] = {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}
+    objs["pods"].append(plain_pod("n1", cpu="1", memory="1Gi"))
+    objs["pods"].append(plain_pod("n1", phase="Succeeded"))
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
+    calls = dict((call[3], call[2]) for call in cluster.calls)
+    assert "field_selector" not in calls["list nodes"] and sorted(snap["nodes"]) == ["n0", "n1", "n2"]
+    assert calls["list pods (node capacity)"]["field_selector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    # n1 holds one launcher pod of _objects (no requests) and the plain pod; the Succeeded one does not count
+    assert snap["node_requests"]["n1"] == {"requests.cpu": 1, "requests.memory": Gi, "pods": 2}
+    # without the option: no pod list and the node scope's field selector, as before
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n0"]})
+    assert snap["node_requests"] is None and list(snap["nodes"]) == ["n0"]
+    # pods of all namespaces not readable: a note, and the plan goes on without capacity
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"],
+                          forbidden=["list pods (node capacity)"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
+    assert snap["node_requests"] is None
+    assert any("free capacity of the nodes is not checked" in note for note in snap["notes"])
+    # a snapshot without node_requests plans without capacity
+    plain = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], [make_vmi("vm1", "t")])})
+    assert "node_requests" not in plain and c.evaluate(plain, {"now": NOW})["capacity"]["checked"] is False
