@@ -75,13 +75,22 @@ def refused_headroom(cluster, migrations):
 
     The shortfall is exactly what admission refused (requested + used - limited). key identifies the
     refusals (migration and condition time) so the same refusal is never topped up twice.
+    """
+    refusals, key = refusals_by_quota(cluster, migrations)
+    shown = dict((target, format_resource_list(entry["shortfall"])) for target, entry in refusals.items())
+    return shown, key
+
+
+def refusals_by_quota(cluster, migrations):
+    """({(ns, quota): {"shortfall": ResourceList, "limited": ResourceList}}, key): what admission refused these
+    VMIMs, per quota (the largest shortfall per resource, and the largest hard it was refused against).
 
     virt-controller usually leaves the condition without a message and records the apiserver's refusal in a
     FailedCreate Event on the migration: then the newest such Event is read (one list per namespace) and the
     key also names that message, so a later, different refusal can be topped up again.
     """
     keys = _vm_keys(migrations, "migrations")
-    headroom, seen, events = {}, [], {}
+    found, seen, events = {}, [], {}
     for namespace, name in keys:
         vmim = cluster.call(cluster.custom.get_namespaced_custom_object, KUBEVIRT[0], KUBEVIRT[1], namespace,
                             "virtualmachineinstancemigrations", name,
@@ -103,10 +112,8 @@ def refused_headroom(cluster, migrations):
             continue
         seen.append(key)
         for refusal in refusals:
-            target = (namespace, refusal["quota"])
-            merged = dict(headroom.get(target, {}))
-            for resource, value in refusal["shortfall"].items():
-                merged[resource] = max(merged.get(resource, 0), value)
-            headroom[target] = merged
-    shown = dict((target, format_resource_list(rl)) for target, rl in headroom.items())
-    return shown, ",".join(seen)
+            entry = found.setdefault((namespace, refusal["quota"]), {"shortfall": {}, "limited": {}})
+            for part in ("shortfall", "limited"):
+                for resource, value in (refusal.get(part) or {}).items():
+                    entry[part][resource] = max(entry[part].get(resource, value), value)
+    return found, ",".join(seen)

@@ -1,0 +1,773 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The migration executor of one node: runs kvquota_check's batches, each with its own quota reservation.
+
+Per batch: reserve just before it (headroom.batch_headroom, reservations.reserve), create its
+VirtualMachineInstanceMigrations (or reuse one already under way for the VM), follow them until every one
+is final, topping the reservation up when quota admission still refuses a target pod, and release the
+reservation once the batch's source pods are gone (reservations.release, one non-blocking check per poll).
+
+Pipelining (overlap=True, the default): one batch is in flight at a time (KubeVirt's parallel limits count
+migrations in flight), and the next one starts as soon as the previous one's migrations are final. A batch
+that would expand a namespace whose reservation from an earlier batch is not released yet waits, and a later
+batch whose namespaces are all free goes first instead (see next_batch): so no namespace's quota is ever expanded
+for more than one batch at once, and the release of one batch (its source pods ending) overlaps the next
+batch's migrations. overlap=False is strict: batches in plan order, each after every earlier release.
+
+A stop (failed migration, timeout, refusal past the top-up limits, API error) cancels the migrations of this
+run that were never admitted, releases every reservation whose migrations are final (a VM that never left is
+no reason to wait, see reservations._is_active_launcher), leaves the others held (TTL, reaper or a re-run),
+and raises a core error carrying the partial result. resume() is what a re-run does first: it cancels this
+node's kvquota migrations that were never admitted and releases the reservations "<prefix>-b<n>" an
+interrupted run left, once their migrations are final.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import math
+import re
+import time
+from fractions import Fraction
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ConflictError,
+    InputError,
+    KvquotaError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    add,
+    format_resource_list,
+    less_or_equal,
+    mask,
+    parse_resource_list,
+    remove_zeros,
+)
+
+KUBEVIRT = ("kubevirt.io", "v1")
+VMIMS = "virtualmachineinstancemigrations"
+FINAL_PHASES = ("Succeeded", "Failed")
+NOT_ADMITTED_PHASES = ("", "Pending")
+MANAGED_BY = "kvquota.maintenance"
+DEFAULT_PER_GIB = 150       # KubeVirt's completionTimeoutPerGiB default
+DEFAULT_PROGRESS = 150      # KubeVirt's progressTimeout default
+GIB = 1024 ** 3
+
+PENDING, RUNNING, FINAL, RELEASED = "pending", "running", "final", "released"
+
+
+# ---------------------------------------------------------------------------
+# pure parts
+
+def batch_vm_keys(batch):
+    """[(namespace, name)] of one batch of kvquota_check: {"vms": [...]} or a list, entries "ns/name" or
+    {namespace, name}."""
+    entries = batch.get("vms") if isinstance(batch, dict) else batch
+    keys = []
+    for entry in entries or ():
+        if isinstance(entry, str) and entry.count("/") == 1 and all(entry.split("/")):
+            keys.append(tuple(entry.split("/")))
+        elif isinstance(entry, dict) and entry.get("namespace") and entry.get("name"):
+            keys.append((str(entry["namespace"]), str(entry["name"])))
+        else:
+            raise InputError("malformed VM %r in a batch" % (entry,),
+                             "give the batches as kvquota_check returns them (namespace/name or {namespace, name})")
+    return keys
+
+
+def batch_timeout(memory_bytes, per_gib, progress, scheduling):
+    """Seconds a batch may take: ceil(largest VM memory in GiB) x completionTimeoutPerGiB + progressTimeout +
+    the time to schedule the target pods (the largest VM bounds the batch; 1 GiB when unknown)."""
+    largest = max([m for m in memory_bytes if m] or [GIB])
+    return int(math.ceil(Fraction(largest) / GIB)) * int(per_gib) + int(progress) + int(scheduling)
+
+
+def next_batch(batches, overlap=True):
+    """The batch that may start now, or None. batches: objects with state, index, namespaces (of its VMs) and
+    held (the namespaces its reservation expanded), in plan order.
+
+    Nothing starts while a batch is in flight. overlap=True: of the pending batches none of whose namespaces is
+    held by an unreleased reservation of this run, the one whose namespaces have the most pending batches
+    left (then plan order): a namespace with many batches is not left for the end, where its batches could
+    only follow each other, each waiting for the previous one's release. overlap=False: the first pending
+    batch, once every started batch is released."""
+    if any(b.state == RUNNING for b in batches):
+        return None
+    held = set()
+    pending = {}
+    for b in batches:
+        if b.state == FINAL:
+            held |= set(b.held)
+        elif b.state == PENDING:
+            for namespace in b.namespaces:
+                pending[namespace] = pending.get(namespace, 0) + 1
+    best = None
+    for b in batches:
+        if b.state != PENDING:
+            continue
+        if not overlap:
+            return None if held else b
+        if set(b.namespaces) & held:
+            continue
+        left = max([pending[ns] for ns in b.namespaces] or [0])
+        if best is None or left > best[0]:
+            best = (left, b)
+    return best[1] if best else None
+
+
+def shortfall_against_hard(shortfall, limited, hard_now):
+    """What is still short of what admission refused: the refused shortfall minus what the quota's current
+    spec.hard already adds over the hard it was refused against (a stale refusal of a quota topped up since
+    is short of nothing). ResourceLists in, ResourceList of the positive remainders out."""
+    result = {}
+    for name, amount in shortfall.items():
+        covered = 0
+        if name in hard_now and name in limited:
+            covered = max(0, hard_now[name] - limited[name])
+        if amount - covered > 0:
+            result[name] = amount - covered
+    return result
+
+
+def over_cap(needs, cap):
+    """["ns/quota needs name=value (top_up_cap x)"] for every (ns, quota): ResourceList in needs that a
+    top_up_cap resource list does not allow (a resource the cap does not name is over it)."""
+    limit = parse_resource_list(cap, "top_up_cap")
+    problems = []
+    for (namespace, quota), amount in sorted(needs.items()):
+        shown = format_resource_list(amount)
+        _fits, names = less_or_equal(mask(amount, list(limit)), limit)
+        over = sorted(set(names) | (set(amount) - set(limit)))
+        if over:
+            problems.append("%s/%s needs %s" % (namespace, quota, ", ".join(
+                "%s=%s (top_up_cap %s)" % (n, shown[n], cap[n] if n in limit else "does not name it") for n in over)))
+    return problems
+
+
+def migration_phase(vmim):
+    return (vmim.get("status") or {}).get("phase") or ""
+
+
+def never_admitted(vmim):
+    """A migration that has no target pod yet (Pending, for example refused by quota admission): cancelling it
+    loses nothing."""
+    status = vmim.get("status") or {}
+    return migration_phase(vmim) in NOT_ADMITTED_PHASES and not (status.get("migrationState") or {}).get("targetPod")
+
+
+def namespace_extra(deltas):
+    """{namespace: ResourceList} summed from [(namespace, ResourceList)]."""
+    extra = {}
+    for namespace, delta in deltas:
+        extra[namespace] = add(extra.get(namespace, {}), delta)
+    return extra
+
+
+def headroom_text(deltas):
+    """"ns/quota +name=value,name=value; ..." of {(ns, quota): ResourceList}, or "none needed"."""
+    return "; ".join("%s/%s +%s" % (t[0], t[1], ",".join("%s=%s" % kv for kv in sorted(format_resource_list(d).items())))
+                     for t, d in sorted(deltas.items()) if d) or "none needed"
+
+
+def timeouts_from_kubevirt(kubevirt_cr):
+    """(completionTimeoutPerGiB, progressTimeout) of the KubeVirt CR, KubeVirt's defaults when unset."""
+    migrations = (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    return (int(migrations.get("completionTimeoutPerGiB") or DEFAULT_PER_GIB),
+            int(migrations.get("progressTimeout") or DEFAULT_PROGRESS))
+
+
+# ---------------------------------------------------------------------------
+# the executor
+
+class Interrupted(KvquotaError):
+    """The process that started the run ended: stop without touching anything more."""
+
+
+class _Batch(object):
+    def __init__(self, position, count, keys, reservation_id):
+        self.index = position
+        self.count = count
+        self.keys = keys
+        self.vms = keys
+        self.namespaces = sorted(set(ns for ns, _n in keys))
+        self.reservation = reservation_id
+        self.state = PENDING
+        self.held = []
+        self.targets = []
+        self.deltas = {}
+        self.migrations = []
+        self.started = None
+        self.final_at = None
+        self.released_at = None
+        self.timeout = None
+        self.top_ups = []
+        self.rounds = 0
+        self.refused_since = None
+        self.skipped = []
+        self.phases = {}
+        self.order = None
+        self.launched = None
+        self.failed = []
+        self.moved = False      # every migration of the batch Succeeded (or, after a stop, some did)
+
+    def label(self):
+        return "batch %d/%d" % (self.index + 1, self.count)
+
+    def report(self, started):
+        return {
+            "index": self.index,
+            "order": self.order,
+            "reservation": self.reservation,
+            "vms": ["%s/%s" % k for k in self.vms],
+            "skipped_vms": ["%s/%s" % k for k in self.skipped],
+            "namespaces": sorted(set(ns for ns, _n in self.vms)),
+            "headroom": dict(("%s/%s" % t, format_resource_list(d)) for t, d in sorted(self.deltas.items()) if d),
+            "headroom_text": headroom_text(self.deltas),
+            "top_ups": len(self.top_ups),
+            "top_up_details": list(self.top_ups),
+            "migrations": ["%s/%s" % (m["namespace"], m["name"]) for m in self.migrations],
+            "state": self.state,
+            "migrated": self.moved,
+            "failed_migrations": list(self.failed),
+            "started": None if self.started is None else round(self.started - started, 2),
+            "seconds": None if self.final_at is None or self.started is None else round(self.final_at - self.started, 2),
+            "released_seconds": None if self.released_at is None or self.started is None
+            else round(self.released_at - self.started, 2),
+            "launch_seconds": None if self.launched is None or self.started is None
+            else round(self.launched - self.started, 2),
+            "timeout": self.timeout,
+        }
+
+
+class Executor(object):
+    """Runs the batches of one node; see the module docstring. run() returns the result dict."""
+
+    def __init__(self, cluster, node, batches, reservation_prefix=None, owner=None, reason=None, ttl_seconds=7200,
+                 safety_margin=None, top_up_cap=None, top_up_max_rounds=2, top_up_settle_seconds=10,
+                 completion_timeout_per_gib=None, progress_timeout=None, scheduling_timeout=300,
+                 release_timeout=600, stop_release_timeout=120, poll_interval=1.0, overlap=True, lock=None,
+                 kubevirt_version=None, overhead_ratio=None, token=None, check_mode=False, clock=time.time,
+                 sleep=time.sleep, on_progress=None, alive=None):
+        if not node:
+            raise InputError("node is empty", "name the node whose VMs migrate")
+        self.cluster = cluster
+        self.node = node
+        self.prefix = reservation_prefix or node
+        self.owner = owner or "kvquota.maintenance"
+        self.reason = reason or "live migration off node %s for maintenance" % node
+        self.ttl = int(ttl_seconds)
+        self.margin = safety_margin
+        self.cap = top_up_cap or None
+        self.max_rounds = int(top_up_max_rounds)
+        self.settle = float(top_up_settle_seconds)
+        self.per_gib = completion_timeout_per_gib
+        self.progress = progress_timeout
+        self.scheduling = int(scheduling_timeout)
+        self.release_timeout = float(release_timeout)
+        self.stop_release_timeout = float(stop_release_timeout)
+        self.poll = max(0.05, float(poll_interval))
+        self.overlap = bool(overlap)
+        self.lock = lock
+        sizing = (("kubevirt_version", kubevirt_version), ("overhead_ratio", overhead_ratio))
+        self.sizing = dict((k, v) for k, v in sizing if v)
+        self.check_mode = check_mode
+        self.clock = clock
+        self.sleep = sleep
+        self.on_progress = on_progress
+        self.alive = alive
+        self.token = token or time.strftime("%y%m%d%H%M%S", time.gmtime(clock()))
+        given = list(batches or [])
+        self.batches = [_Batch(i, len(given), batch_vm_keys(b), "%s-b%d" % (self.prefix, i))
+                        for i, b in enumerate(given)]
+        self.started = None
+        self.log = []
+        self.created, self.reused, self.cancelled = [], [], []
+        self.peak = {}
+        self.resumed = {"reservations": [], "cancelled": [], "released": []}
+        self.warnings = []
+
+    # -- small helpers ---------------------------------------------------
+
+    def say(self, line):
+        self.log.append(line)
+        if self.on_progress:
+            self.on_progress(line)
+
+    def _warn(self, items):
+        for text in items or ():
+            if text not in self.warnings:
+                self.warnings.append(text)
+
+    def _timeouts(self):
+        if self.per_gib and self.progress:
+            return int(self.per_gib), int(self.progress)
+        try:
+            crs = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        except KvquotaError:
+            crs = []
+        per_gib, progress = timeouts_from_kubevirt(crs[0] if crs else None)
+        return int(self.per_gib or per_gib), int(self.progress or progress)
+
+    def _check_alive(self):
+        # the caller (the Ansible controller) is gone: stop at once, as a killed run would; a re-run resumes
+        if self.alive is not None and not self.alive():
+            raise Interrupted("the process that started this run has ended", "re-run the playbook: it resumes")
+
+    def _vmims(self, namespace):
+        return self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace=namespace)
+
+    # -- resume ----------------------------------------------------------
+
+    def resume(self):
+        """Converge after an interrupted run: cancel this node's kvquota migrations that were never admitted,
+        wait (up to release_timeout) for the others to be final, release the leftover reservations
+        "<prefix>-b<n>" once their source pods are gone. Returns {reservations, cancelled, released}."""
+        pattern = re.compile("^%s-b[0-9]+$" % re.escape(self.prefix))
+        ledgers = reservations.find_ledgers(self.cluster, self.warnings)
+        leftovers = {}
+        for target, entry in sorted(ledgers.items()):
+            for rid in entry.reservations:
+                if pattern.match(rid):
+                    leftovers.setdefault(rid, []).append(list(target))
+        own = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS,
+                                       label_selector="kvquota.io/node=%s,app.kubernetes.io/managed-by=%s"
+                                       % (self.node, MANAGED_BY))
+        self.resumed["reservations"] = sorted(leftovers, key=_natural)
+        if not leftovers and not [m for m in own if migration_phase(m) not in FINAL_PHASES]:
+            return self.resumed
+        for vmim in own:
+            if never_admitted(vmim):
+                meta = vmim["metadata"]
+                self.resumed["cancelled"].append("%s/%s" % (meta["namespace"], meta["name"]))
+                if not self.check_mode:
+                    self._delete_vmim(meta["namespace"], meta["name"])
+        if self.check_mode:
+            return self.resumed
+        self.say("resuming: reservations %s of an earlier run are released once their migrations are over; "
+                 "migrations that were never admitted are cancelled (%s)"
+                 % (", ".join(self.resumed["reservations"]) or "none", ", ".join(self.resumed["cancelled"]) or "none"))
+        deadline = self.clock() + self.release_timeout
+        live = [m for m in own if migration_phase(m) not in FINAL_PHASES and not never_admitted(m)]
+        while live and self.clock() < deadline:
+            self._check_alive()
+            self.sleep(self.poll)
+            live = [m for m in self._refresh(live) if migration_phase(m) not in FINAL_PHASES]
+        if live:
+            raise WaitTimeoutError(
+                "migrations %s of an interrupted run of node %s are still not over after %ss"
+                % (", ".join("%s/%s" % (m["metadata"]["namespace"], m["metadata"]["name"]) for m in live),
+                   self.node, int(self.release_timeout)),
+                "wait for them (or delete them) and re-run the playbook: it releases reservations %s and continues"
+                % ", ".join(self.resumed["reservations"]), {"result": self.result("failed")})
+        for rid in self.resumed["reservations"]:
+            remaining = max(1.0, deadline - self.clock())
+            outcome = reservations.release(self.cluster, rid, wait_for_pods=True, timeout=remaining,
+                                           quotas=leftovers[rid], poll_interval=self.poll, clock=self.clock,
+                                           sleep=self.sleep)
+            self._warn(outcome.get("warnings"))
+            self.resumed["released"].append(rid)
+        return self.resumed
+
+    def _refresh(self, vmims):
+        fresh = []
+        for vmim in vmims:
+            meta = vmim["metadata"]
+            try:
+                fresh.append(self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, meta["name"],
+                                                     namespace=meta["namespace"]))
+            except NotFoundError:
+                continue
+            if (fresh[-1].get("metadata") or {}).get("deletionTimestamp") and never_admitted(fresh[-1]):
+                fresh.pop()   # cancelled, only a finalizer left
+        return fresh
+
+    def _delete_vmim(self, namespace, name):
+        try:
+            self.cluster.delete("/apis/%s/%s/namespaces/%s/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], namespace, VMIMS, name),
+                                "delete (cancel) migration %s/%s" % (namespace, name))
+        except NotFoundError:
+            pass
+
+    # -- one batch -------------------------------------------------------
+
+    def _on_node(self, batch):
+        """Keep the VMs of the batch that still run on the node (a resumed migration may have moved one)."""
+        keep = []
+        for namespace in batch.namespaces:
+            vmis = dict((v["metadata"]["name"], v) for v in
+                        self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                                                 namespace=namespace))
+            for ns, name in batch.keys:
+                if ns != namespace:
+                    continue
+                vmi = vmis.get(name)
+                if vmi is not None and (vmi.get("status") or {}).get("nodeName") == self.node:
+                    keep.append((ns, name))
+                else:
+                    batch.skipped.append((ns, name))
+        batch.vms = [k for k in batch.keys if k in keep]
+
+    def _start(self, batch):
+        batch.started = self.clock()
+        batch.order = len([b for b in self.batches if b.started is not None]) - 1
+        self._on_node(batch)
+        if batch.skipped:
+            gone = ", ".join("%s/%s" % k for k in batch.skipped)
+            self.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.node))
+        if not batch.vms:
+            batch.state, batch.final_at, batch.released_at = RELEASED, self.clock(), self.clock()
+            return
+        vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
+        needs, refs, report = headroom_mod.batch_headroom(self.cluster, vms, self.sizing)
+        memory = []
+        for ns, name in batch.vms:
+            for vm in ((report.get("namespaces") or {}).get(ns) or {}).get("vms") or []:
+                if vm.get("name") == name:
+                    memory.append(parse_quantity((vm.get("charge") or {}).get("requests.memory") or "0"))
+        batch.timeout = batch_timeout(memory, self.per_gib_now, self.progress_now, self.scheduling)
+        # a live migration already under way for a VM is followed, not doubled
+        existing = {}
+        for namespace in batch.namespaces:
+            for vmim in self._vmims(namespace):
+                vmi = (vmim.get("spec") or {}).get("vmiName")
+                if migration_phase(vmim) not in FINAL_PHASES and (namespace, vmi) in batch.vms:
+                    existing.setdefault((namespace, vmi), vmim["metadata"]["name"])
+        for ns, name in batch.vms:
+            reused = (ns, name) in existing
+            batch.migrations.append({"namespace": ns, "vm": name, "reused": reused,
+                                     "name": existing[(ns, name)] if reused else "%s-kvq-%s" % (name, self.token)})
+        refs = dict(refs, migrations=[{"namespace": m["namespace"], "name": m["name"]} for m in batch.migrations])
+        if not self.check_mode:
+            # from here on a stop releases what this batch may hold (a reserve that failed half way included)
+            batch.state, batch.targets = RUNNING, sorted(needs)
+        result = reservations.reserve(self.cluster, batch.reservation, needs, self.owner,
+                                      "%s (batch %d/%d)" % (self.reason, batch.index + 1, batch.count), self.ttl,
+                                      margin=self.margin, check_mode=self.check_mode, refs=refs,
+                                      lock=None if self.check_mode else self.lock,
+                                      clock=self.clock, sleep=self.sleep)
+        self._warn(result.get("warnings"))
+        self._record_reservation(batch, result)
+        if self.check_mode:
+            batch.state, batch.final_at, batch.released_at = RELEASED, self.clock(), self.clock()
+            return
+        for migration in batch.migrations:
+            if migration["reused"]:
+                self.reused.append("%s/%s" % (migration["namespace"], migration["name"]))
+                continue
+            self._create(batch, migration)
+        batch.launched = self.clock()
+
+    def _record_reservation(self, batch, result):
+        for item in result.get("quotas") or []:
+            target = (item["namespace"], item["quota"])
+            if target not in batch.targets:
+                batch.targets.append(target)
+            delta = parse_resource_list(item.get("delta") or {}, "delta")
+            batch.deltas[target] = remove_zeros(delta)
+        batch.held = sorted(set(t[0] for t, d in batch.deltas.items() if d))
+        self._note_peak()
+
+    def _note_peak(self):
+        active = [(t[0], d) for b in self.batches if b.state in (RUNNING, FINAL) or (b.state == PENDING and b.deltas)
+                  for t, d in b.deltas.items()]
+        for namespace, extra in namespace_extra(active).items():
+            peak = self.peak.get(namespace, {})
+            for name, value in extra.items():
+                if value > peak.get(name, 0):
+                    peak[name] = value
+            self.peak[namespace] = peak
+
+    def _create(self, batch, migration):
+        ns, name = migration["namespace"], migration["name"]
+        body = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": name, "namespace": ns, "labels": {
+                    "kubevirt.io/vmi-name": migration["vm"],
+                    "app.kubernetes.io/managed-by": MANAGED_BY,
+                    "kvquota.io/node": self.node,
+                    "kvquota.io/reservation": batch.reservation}},
+                "spec": {"vmiName": migration["vm"]}}
+        try:
+            self.cluster.create("/apis/%s/%s/namespaces/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], ns, VMIMS), body,
+                                "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
+        except ConflictError:
+            pass   # created by an earlier attempt of this very run (same token): follow it
+        self.created.append("%s/%s" % (ns, name))
+
+    def _follow(self, batch):
+        """One look at the batch's migrations: marks it final, tops its reservation up, or raises."""
+        now = self.clock()
+        mine = dict(((m["namespace"], m["name"]), m) for m in batch.migrations)
+        seen = {}
+        for namespace in batch.namespaces:
+            for vmim in self._vmims(namespace):
+                key = (namespace, vmim["metadata"]["name"])
+                if key in mine:
+                    seen[key] = vmim
+        batch.phases = dict(("%s/%s" % k, migration_phase(v) or "Pending") for k, v in seen.items())
+        missing = [k for k in mine if k not in seen]
+        if missing:
+            raise KvquotaError("%s: migration(s) %s disappeared (deleted by someone else?)"
+                               % (batch.label(), ", ".join("%s/%s" % k for k in missing)),
+                               "find out who cancelled them")
+        failed = [v for v in seen.values() if migration_phase(v) == "Failed"]
+        batch.failed = ["%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in failed]
+        if failed:
+            reasons = ["%s/%s of VM %s (%s)" % (
+                v["metadata"]["namespace"], v["metadata"]["name"], v["spec"].get("vmiName"),
+                ((v.get("status") or {}).get("migrationState") or {}).get("failureReason") or "no reason given")
+                for v in failed]
+            raise KvquotaError("%s: migration(s) failed: %s" % (batch.label(), "; ".join(reasons)),
+                               "see the migration's events (kubectl describe vmim)")
+        if all(migration_phase(v) in FINAL_PHASES for v in seen.values()):
+            batch.state, batch.final_at, batch.moved = FINAL, now, True
+            return
+        if now - batch.started > batch.timeout:
+            raise WaitTimeoutError(
+                "%s: migrations not finished after %ss (completionTimeoutPerGiB %s x GiB + progressTimeout %s + "
+                "scheduling %s): %s" % (batch.label(), batch.timeout, self.per_gib_now, self.progress_now,
+                                        self.scheduling, ", ".join("%s %s" % kv for kv in sorted(batch.phases.items()))),
+                "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
+        refused = [v for v in seen.values() if migration_phase(v) not in FINAL_PHASES
+                   and admission.rejected_condition(v) is not None]
+        if not refused:
+            batch.refused_since = None
+            return
+        if batch.refused_since is None:
+            batch.refused_since = now
+        if now - batch.refused_since < self.settle:
+            return
+        self._top_up(batch, refused)
+
+    def _top_up(self, batch, refused):
+        keys = [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"]} for v in refused]
+        found, key = headroom_mod.refusals_by_quota(self.cluster, keys)
+        short = {}
+        for target, entry in sorted(found.items()):
+            hard = hard_of(self.cluster.get_quota(*target))
+            still = shortfall_against_hard(entry["shortfall"], entry["limited"], parse_resource_list(hard, "hard"))
+            if still:
+                short[target] = still
+        batch.refused_since = None   # wait a settle time again before looking at the refusal anew
+        names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
+        if not short:
+            self.say("%s: admission refused %s, but the quotas' current hard already covers it (a stale refusal): "
+                     "nothing to add, waiting for KubeVirt to retry" % (batch.label(), names))
+            return
+        shown = headroom_text(short)
+        if self.cap:
+            problems = over_cap(short, self.cap)
+            if problems:
+                raise InputError("%s: quota admission refuses %s and the shortfall exceeds top_up_cap: %s"
+                                 % (batch.label(), names, "; ".join(problems)),
+                                 "raise top_up_cap (node_maintenance_top_up_cap) if that much is expected, or find out "
+                                 "why the target pods are larger than planned (overhead ratio, sidecars, a mutating "
+                                 "webhook)")
+        if batch.rounds >= self.max_rounds:
+            raise KvquotaError("%s: quota admission still refuses %s after %d top-up(s) of reservation %s; still "
+                               "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, shown),
+                               "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "
+                               "than planned (overhead ratio, sidecars, a mutating webhook)")
+        result = reservations.reserve(self.cluster, batch.reservation,
+                                      dict((t, format_resource_list(rl)) for t, rl in short.items()), self.owner,
+                                      "top-up: admission refused migration target pods off node %s" % self.node,
+                                      self.ttl, top_up=key or True, lock=self.lock, clock=self.clock, sleep=self.sleep)
+        self._warn(result.get("warnings"))
+        batch.rounds += 1
+        self._record_reservation(batch, result)
+        batch.top_ups.append({"round": batch.rounds, "refused": names.split(", "),
+                              "added": dict(("%s/%s" % t, format_resource_list(rl)) for t, rl in short.items())})
+        self.say("%s: admission refused %d target pod(s); reservation %s topped up by %s"
+                 % (batch.label(), len(keys), batch.reservation, shown))
+
+    def _try_release(self, batch, timeout=0.0):
+        """Release the batch's reservation if its source pods are gone (one check, or wait up to timeout)."""
+        try:
+            outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=timeout > 0,
+                                           timeout=timeout, quotas=[list(t) for t in batch.targets],
+                                           poll_interval=self.poll, clock=self.clock, sleep=self.sleep)
+        except WaitTimeoutError:
+            return False
+        self._warn(outcome.get("warnings"))
+        batch.state, batch.released_at = RELEASED, self.clock()
+        self._note_peak()
+        return True
+
+    def _progress_line(self, batch):
+        done = [b for b in self.batches if b.state in (FINAL, RELEASED) and b.final_at is not None]
+        elapsed = self.clock() - self.started
+        left = len([b for b in self.batches if b.state in (PENDING, RUNNING)])
+        remaining = int(round(elapsed / len(done) * left)) if done else 0
+        headroom = headroom_text(batch.deltas)
+        tops = " (topped up %d time(s))" % len(batch.top_ups) if batch.top_ups else ""
+        vms = ", ".join("%s/%s" % k for k in batch.vms)
+        namespaces = ", ".join(sorted(set(ns for ns, _n in batch.vms)))
+        return ("%s done: %d VM(s) %s | namespaces %s | headroom %s%s | batch %.1fs, elapsed %ds, remaining ~%ds "
+                "(%d batch(es) left)" % (batch.label(), len(batch.vms), vms, namespaces, headroom, tops,
+                                         batch.final_at - batch.started, int(elapsed), remaining, left))
+
+    # -- the loop --------------------------------------------------------
+
+    def run(self, resume=True):
+        self.started = self.clock()
+        if resume:
+            self.resume()
+        self.per_gib_now, self.progress_now = self._timeouts() if self.batches else (self.per_gib, self.progress)
+        try:
+            if self.check_mode:
+                for batch in self.batches:
+                    self._start(batch)
+                return self.result("planned")
+            self._loop()
+        except Interrupted:
+            raise
+        except KvquotaError as err:
+            self._stop(err)
+        return self.result("succeeded")
+
+    def _loop(self):
+        last_full = None
+        while True:
+            now = self.clock()
+            full = last_full is None or now - last_full >= self.poll * 0.95
+            for batch in self.batches:
+                if batch.state == RUNNING:
+                    self._follow(batch)
+                    if batch.state == FINAL:
+                        self.say(self._progress_line(batch))
+            if full:
+                last_full = now
+                for batch in self.batches:
+                    if batch.state == FINAL:
+                        self._try_release(batch)
+            batch = next_batch(self.batches, self.overlap)
+            if batch is not None:
+                self._start(batch)
+                continue
+            if all(b.state == RELEASED for b in self.batches):
+                return
+            waiting = [b for b in self.batches if b.state == FINAL]
+            if waiting and not [b for b in self.batches if b.state == RUNNING]:
+                # nothing in flight: only releases are awaited (by the next batch, or at the end)
+                oldest = min(b.final_at for b in waiting)
+                if self.clock() - oldest > self.release_timeout:
+                    raise WaitTimeoutError("reservation(s) %s not released %ss after their migrations ended: source "
+                                           "pods still count" % (", ".join(b.reservation for b in waiting),
+                                                                 int(self.release_timeout)),
+                                           "wait for those pods to finish (or delete them)")
+            self._check_alive()
+            self.sleep(self._nap())
+
+    def _nap(self):
+        """poll_interval, but a fifth of it around the time the batch in flight should end (the shortest batch so
+        far): the next batch starts within a fraction of a poll, without polling fast all the time."""
+        took = [b.final_at - b.launched for b in self.batches if b.final_at is not None and b.launched is not None
+                and b.state in (FINAL, RELEASED)]
+        flying = [b for b in self.batches if b.state == RUNNING and b.launched is not None]
+        if not took or not flying:
+            return self.poll
+        expected = flying[0].launched + min(took)
+        now = self.clock()
+        if expected - self.poll <= now <= expected + 3 * self.poll:
+            return max(0.05, self.poll / 5.0)
+        return self.poll
+
+    def _stop(self, err):
+        """Leave a consistent state and raise err's type with the numbers and how to resume."""
+        for batch in self.batches:
+            if batch.state != RUNNING:
+                continue
+            mine = set((m["namespace"], m["name"]) for m in batch.migrations if not m["reused"])
+            for namespace in batch.namespaces:
+                try:
+                    vmims = self._vmims(namespace)
+                except KvquotaError:
+                    continue
+                for vmim in vmims:
+                    key = (namespace, vmim["metadata"]["name"])
+                    if key in mine and never_admitted(vmim):
+                        try:
+                            self._delete_vmim(*key)
+                            self.cancelled.append("%s/%s" % key)
+                        except KvquotaError:
+                            continue
+            try:
+                vmims = self._refresh([{"metadata": {"namespace": m["namespace"], "name": m["name"]}}
+                                       for m in batch.migrations])
+            except KvquotaError:
+                continue
+            if all(migration_phase(v) in FINAL_PHASES for v in vmims):
+                batch.state = FINAL
+                batch.failed = sorted(set(batch.failed) | set(
+                    "%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in vmims
+                    if migration_phase(v) == "Failed"))
+                batch.moved = any(migration_phase(v) == "Succeeded" for v in vmims)
+        for batch in self.batches:
+            if batch.state == FINAL:
+                try:
+                    self._try_release(batch, self.stop_release_timeout)
+                except KvquotaError:
+                    continue
+        result = self.result("failed")
+        migrated = [b for b in self.batches if b.moved]
+        held = result["reservations_held"]
+        why_held = " (their migrations are not over; the TTL or a re-run ends them)" if held else ""
+        message = ("%s. The run stopped with %d of %d batch(es) migrated; migrations cancelled: %s; reservations "
+                   "released: %s; still held: %s%s"
+                   % (err.message, len(migrated), len(self.batches), ", ".join(self.cancelled) or "none",
+                      ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
+        fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
+               "cancels migrations never admitted, and continues with the VMs still on %s"
+               % (err.fix or "fix the cause", self.node))
+        raise type(err)(message, fix, {"result": result})
+
+    def result(self, outcome):
+        made = [b.reservation for b in self.batches if b.started is not None and b.targets]
+        released = [b.reservation for b in self.batches if b.state == RELEASED and b.targets and not self.check_mode]
+        held = [b.reservation for b in self.batches if b.state in (RUNNING, FINAL) and b.targets]
+        changed = bool(self.created or self.resumed["released"] or self.resumed["cancelled"] or self.cancelled
+                       or made) and not self.check_mode
+        started = self.started if self.started is not None else self.clock()
+        return {
+            "changed": changed or (self.check_mode and bool(made or self.resumed["reservations"])),
+            "outcome": outcome,
+            "node": self.node,
+            "overlap": self.overlap,
+            "batches": [b.report(started) for b in self.batches],
+            "migrations_created": list(self.created),
+            "migrations_reused": list(self.reused),
+            "migrations_cancelled": list(self.cancelled),
+            "reservations_made": made,
+            "reservations_released": released,
+            "reservations_held": held,
+            "resumed": dict(self.resumed),
+            "peak_extra": dict((ns, format_resource_list(rl)) for ns, rl in sorted(self.peak.items())),
+            "timeouts": {"completion_timeout_per_gib": getattr(self, "per_gib_now", None),
+                         "progress_timeout": getattr(self, "progress_now", None),
+                         "scheduling_timeout": self.scheduling},
+            "seconds": round(self.clock() - started, 2),
+            "progress": list(self.log),
+            "warnings": list(self.warnings),
+            "check_mode": self.check_mode,
+        }
+
+
+def _natural(text):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def migrate(cluster, node, batches, **options):
+    """Run the batches of node (resume first); see Executor for the options. Returns the result dict, or raises
+    a KvquotaError whose details["result"] is the partial result."""
+    return Executor(cluster, node, batches, **options).run()
+
+
+__all__ = ["migrate", "Executor", "next_batch", "batch_timeout", "shortfall_against_hard", "over_cap",
+           "batch_vm_keys", "never_admitted", "timeouts_from_kubevirt"]

@@ -1,0 +1,353 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: kvquota_migrate
+short_description: Live-migrate a node's VMs batch by batch, each batch with its own quota reservation
+version_added: 0.2.0
+author:
+  - kvquota maintainers (@kvquota)
+description:
+  - Runs the migration batches M(kvquota.maintenance.kvquota_check) planned for one node. Just before each
+    batch it reserves exactly the headroom the batch's target pods need (reservation C(<prefix>-b<index>), as
+    M(kvquota.maintenance.kvquota_reserve) does), creates the batch's VirtualMachineInstanceMigrations (or follows
+    a live one already under way for the VM), and follows them until every one is final.
+  - When quota admission still refuses a target pod for longer than O(top_up_settle_seconds), the reservation
+    is topped up by exactly the refused shortfall minus what the quota's current C(spec.hard) already covers,
+    within O(top_up_cap), at most O(top_up_max_rounds) times per batch; past that the module fails with the
+    numbers.
+  - Each batch's reservation is released (as M(kvquota.maintenance.kvquota_release) does) as soon as its
+    migrations are final and its source pods are gone, checked once per O(poll_interval) while the next batch
+    migrates.
+  - With O(overlap=true) (the default) the next batch starts as soon as the previous batch's migrations are
+    final; a batch whose namespaces still hold an unreleased reservation of this run waits, and a later batch
+    whose namespaces are free goes first (of those, the one whose namespaces have the most batches left, so
+    that one namespace's batches are not left to follow each other at the end). So no namespace's quota is
+    ever expanded for more than one batch at once. With O(overlap=false) batches run in plan order, each after every earlier release.
+  - First it resumes an interrupted earlier run of the same node and prefix, cancelling that run's
+    migrations that were never admitted and releasing its reservations C(<prefix>-b<n>) once their migrations
+    are final.
+  - On a failed migration, a timeout or a refusal past the limits it cancels the migrations of this run that
+    were never admitted, releases every reservation whose migrations are final, leaves the others held (their
+    TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
+extends_documentation_fragment:
+  - kvquota.maintenance.k8s_auth
+options:
+  node:
+    description: The node whose VMs migrate.
+    type: str
+    required: true
+  batches:
+    description:
+      - The batches to run, in order, as M(kvquota.maintenance.kvquota_check) returns them in RV(kvquota.maintenance.kvquota_check#module:batches)
+        (each with C(vms), a list of C(namespace/name) strings or C(namespace)/C(name) dicts), or plain lists of VMs.
+      - A VM that no longer runs on O(node) when its batch starts is left out.
+    type: list
+    elements: raw
+    required: true
+  reservation_prefix:
+    description: Prefix of the reservation ids, C(<prefix>-b<batch index>). Defaults to O(node).
+    type: str
+  owner:
+    description: Who holds the reservations, recorded in the ledger and in the Events. Defaults to the AWX job or user@host.
+    type: str
+  reason:
+    description: Why, recorded in the ledger and in the Events the tenants see (the batch number is appended).
+    type: str
+  ttl:
+    description: Lifetime of each reservation, whole seconds or a duration such as V(2h).
+    type: str
+    default: 2h
+  safety_margin:
+    description: Added to each computed reservation, a percentage such as V(5%) or a resource list.
+    type: raw
+  top_up_cap:
+    description: The most one top-up may add per resource, as a resource list. A larger shortfall fails with the numbers.
+    type: dict
+  top_up_max_rounds:
+    description: How many times a batch's reservation may be topped up.
+    type: int
+    default: 2
+  top_up_settle_seconds:
+    description: How long a refusal must last before it is acted on (KubeVirt retries after a quota change).
+    type: int
+    default: 10
+  completion_timeout_per_gib:
+    description: Seconds per GiB a migration may take. By default the KubeVirt CR's C(completionTimeoutPerGiB), else 150.
+    type: int
+  progress_timeout:
+    description: Seconds a migration may make no progress. By default the KubeVirt CR's C(progressTimeout), else 150.
+    type: int
+  scheduling_timeout:
+    description:
+      - Seconds added to each batch's timeout for scheduling the target pods. A batch may take
+        ceil(largest VM memory in GiB) x O(completion_timeout_per_gib) + O(progress_timeout) + this.
+    type: int
+    default: 300
+  release_timeout:
+    description:
+      - Seconds a finished batch's reservation may wait for its source pods to be gone (also the wait for an
+        interrupted run's migrations and reservations when resuming).
+    type: int
+    default: 600
+  stop_release_timeout:
+    description: After a failure, seconds to wait for each reservation whose migrations are final before leaving it held.
+    type: int
+    default: 120
+  poll_interval:
+    description: Seconds between two looks at the migrations and the pending releases.
+    type: float
+    default: 1
+  overlap:
+    description:
+      - V(true) starts the next batch as soon as the previous batch's migrations are final (a namespace still
+        holding an earlier batch's reservation is never expanded again before that release).
+      - V(false) starts each batch only after every earlier reservation is released.
+    type: bool
+    default: true
+  lock_timeout:
+    description: Seconds to wait for another job's Lease on the same namespaces when reserving.
+    type: int
+    default: 120
+  kubevirt_version:
+    description: The KubeVirt version whose pod sizing applies. By default read from the KubeVirt CR.
+    type: str
+  overhead_ratio:
+    description: Override of the overhead ratio used for sizing. By default the cluster's current one.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Reports what an interrupted run left (reservations to release, migrations to cancel), and for each
+        batch what it would reserve (computed against the quotas as they are now) and which migrations it would
+        create or follow. Writes nothing.
+  diff_mode:
+    support: none
+    description: The reservations' before and after are in each batch's headroom; no diff is returned.
+notes:
+  - Needs the rights of C(rbac/clusterrole.yml), which M(kvquota.maintenance.kvquota_reserve) and the
+    node_maintenance role already need (VirtualMachineInstanceMigrations create, list and delete).
+seealso:
+  - module: kvquota.maintenance.kvquota_check
+  - module: kvquota.maintenance.kvquota_reserve
+  - module: kvquota.maintenance.kvquota_release
+'''
+
+EXAMPLES = r'''
+- name: Plan the migrations off node-1
+  kvquota.maintenance.kvquota_check:
+    nodes: [node-1]
+  register: plan
+
+- name: Migrate them batch by batch, one reservation per batch
+  kvquota.maintenance.kvquota_migrate:
+    node: node-1
+    batches: "{{ plan.batches }}"
+    ttl: 2h
+    top_up_cap: {limits.memory: 1Gi}
+  register: migrated
+
+- name: One line per batch
+  ansible.builtin.debug:
+    msg: "batch {{ item.index + 1 }}: {{ item.vms | join(', ') }} in {{ item.seconds }}s"
+  loop: "{{ migrated.batches }}"
+'''
+
+RETURN = r'''
+outcome:
+  description: V(succeeded), V(planned) in check mode, or V(failed) (in a failed result).
+  returned: always
+  type: str
+batches:
+  description:
+    - Per batch, in plan order; the index, the order it ran in, its reservation id, the VMs migrated and those
+      left out (no longer on the node), its namespaces, the headroom reserved per quota (C(namespace/quota) to
+      resource list, top-ups included; and as one line of text), how many top-ups (and what each added), its
+      migrations, its state (C(pending), C(running), C(final), C(released)), whether its VMs moved
+      (C(migrated)) and which migrations failed, when it started (seconds after the module started), how long
+      its migrations took, when its reservation was released (seconds after the batch started), how long
+      sizing, reserving and creating its migrations took (launch_seconds) and its timeout.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - index: 0
+      order: 0
+      reservation: node-1-b0
+      vms: [tenant-a/db-1, tenant-a/db-2]
+      skipped_vms: []
+      namespaces: [tenant-a]
+      headroom: {tenant-a/compute: {limits.memory: 9Gi}}
+      headroom_text: tenant-a/compute +limits.memory=9Gi
+      top_ups: 0
+      top_up_details: []
+      migrations: [tenant-a/db-1-kvq-261122101500, tenant-a/db-2-kvq-261122101500]
+      state: released
+      migrated: true
+      failed_migrations: []
+      started: 0.4
+      seconds: 6.8
+      released_seconds: 8.1
+      launch_seconds: 0.3
+      timeout: 1500
+migrations_created:
+  description: The migrations this run created, as C(namespace/name).
+  returned: always
+  type: list
+  elements: str
+migrations_reused:
+  description: Live migrations that were already under way for a VM and were followed instead.
+  returned: always
+  type: list
+  elements: str
+migrations_cancelled:
+  description: Migrations of this run that were never admitted and were deleted when it stopped.
+  returned: always
+  type: list
+  elements: str
+reservations_made:
+  description: The reservation ids this run made (batches that needed no headroom have none).
+  returned: always
+  type: list
+  elements: str
+reservations_released:
+  description: The reservation ids given back.
+  returned: always
+  type: list
+  elements: str
+reservations_held:
+  description: The reservation ids still held (only in a failed result; their migrations were not over).
+  returned: always
+  type: list
+  elements: str
+resumed:
+  description:
+    - What an interrupted earlier run left and what became of it; reservations found, migrations cancelled,
+      reservations released.
+  returned: always
+  type: dict
+peak_extra:
+  description:
+    - The most extra quota this run held at once per namespace (from its reservations, top-ups included), as a
+      resource list.
+  returned: always
+  type: dict
+timeouts:
+  description: The completionTimeoutPerGiB, progressTimeout and scheduling time the batch timeouts were computed from.
+  returned: always
+  type: dict
+seconds:
+  description: How long the module ran.
+  returned: always
+  type: float
+progress:
+  description: The progress lines, one per finished batch plus top-ups and the resume.
+  returned: always
+  type: list
+  elements: str
+'''
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    auth_params,
+    new_module,
+    run,
+)
+
+
+def _controller_alive():
+    """A check that the Ansible processes this module runs under (its two nearest ancestors, then those whose
+    command line names ansible: the connection's shell, the worker, ansible-playbook) are all still there. A killed
+    ansible-playbook does not kill its module, and a module that outlived its controller would run on next to
+    the re-run. None where /proc is not available."""
+    def stat(pid):
+        try:
+            with open('/proc/%d/stat' % pid) as fh:
+                fields = fh.read().rsplit(')', 1)[1].split()
+            with open('/proc/%d/cmdline' % pid, 'rb') as fh:
+                cmdline = fh.read().decode('utf-8', 'replace')
+        except (IOError, OSError, IndexError):
+            return None
+        return fields[0], int(fields[1]), cmdline
+
+    import os
+    chain, pid = [], os.getppid()
+    while pid > 1:
+        found = stat(pid)
+        if found is None or (len(chain) >= 2 and 'ansible' not in found[2].lower()):
+            break   # the shell and the worker (pipelining hides ansible from the shell's command line), then ansible
+        chain.append((pid, found[1]))
+        pid = found[1]
+    if not chain:
+        return None
+
+    def alive():
+        for pid, ppid in chain:
+            found = stat(pid)
+            if found is None or found[0] in ('Z', 'X') or found[1] != ppid:
+                return False
+        return True
+    return alive
+
+
+def migrate(module):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+
+    params = module.params
+    ttl = parse_duration(params['ttl'], 'ttl')
+    cluster = cluster_mod.connect(auth_params(params))
+    # The lock holder is this very run (user@host:pid), so two jobs with the same owner still exclude each other.
+    lock = {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
+    return migrate_mod.migrate(
+        cluster, params['node'], params['batches'],
+        reservation_prefix=params['reservation_prefix'] or params['node'],
+        owner=params['owner'] or default_holder().rsplit(':', 1)[0],
+        reason=params['reason'], ttl_seconds=ttl, safety_margin=params['safety_margin'],
+        top_up_cap=params['top_up_cap'], top_up_max_rounds=params['top_up_max_rounds'],
+        top_up_settle_seconds=params['top_up_settle_seconds'],
+        completion_timeout_per_gib=params['completion_timeout_per_gib'], progress_timeout=params['progress_timeout'],
+        scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
+        stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
+        overlap=params['overlap'], lock=lock, kubevirt_version=params['kubevirt_version'],
+        overhead_ratio=params['overhead_ratio'], check_mode=module.check_mode, alive=_controller_alive())
+
+
+def main():
+    module = new_module(
+        dict(
+            node=dict(type='str', required=True),
+            batches=dict(type='list', elements='raw', required=True),
+            reservation_prefix=dict(type='str'),
+            owner=dict(type='str'),
+            reason=dict(type='str'),
+            ttl=dict(type='str', default='2h'),
+            safety_margin=dict(type='raw'),
+            top_up_cap=dict(type='dict'),
+            top_up_max_rounds=dict(type='int', default=2),
+            top_up_settle_seconds=dict(type='int', default=10),
+            completion_timeout_per_gib=dict(type='int'),
+            progress_timeout=dict(type='int'),
+            scheduling_timeout=dict(type='int', default=300),
+            release_timeout=dict(type='int', default=600),
+            stop_release_timeout=dict(type='int', default=120),
+            poll_interval=dict(type='float', default=1),
+            overlap=dict(type='bool', default=True),
+            lock_timeout=dict(type='int', default=120),
+            kubevirt_version=dict(type='str'),
+            overhead_ratio=dict(type='str'),
+        ),
+        supports_check_mode=True,
+    )
+    run(module, migrate)
+
+
+if __name__ == '__main__':
+    main()

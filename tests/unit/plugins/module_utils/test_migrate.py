@@ -1,0 +1,197 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""migrate.py, the pure parts: which batch may start (pipelining gate), the shortfall against the current hard,
+the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
+(tests/integration/test_migrate_lab.py)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+from fractions import Fraction
+
+import pytest
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+
+MI = 1024 ** 2
+GI = 1024 ** 3
+
+
+class B(object):
+    """A batch as next_batch sees it."""
+
+    def __init__(self, index, namespaces, state=m.PENDING, held=None):
+        self.index = index
+        self.namespaces = namespaces
+        self.state = state
+        self.held = namespaces if held is None else held
+
+
+def idx(batch):
+    return None if batch is None else batch.index
+
+
+# -- the gate ---------------------------------------------------------------
+
+def test_first_batch_starts_when_nothing_ran():
+    assert idx(m.next_batch([B(0, ["a"]), B(1, ["b"])])) == 0
+
+
+def test_nothing_starts_while_a_batch_is_in_flight():
+    batches = [B(0, ["a"], m.RUNNING), B(1, ["b"]), B(2, ["c"])]
+    assert m.next_batch(batches) is None
+    assert m.next_batch(batches, overlap=False) is None
+
+
+def test_next_batch_starts_once_the_previous_is_final_when_its_namespaces_are_free():
+    batches = [B(0, ["a"], m.FINAL), B(1, ["b"])]
+    assert idx(m.next_batch(batches)) == 1
+
+
+def test_a_batch_waits_while_its_namespace_holds_an_unreleased_reservation_and_a_later_one_goes_first():
+    batches = [B(0, ["a"], m.FINAL), B(1, ["a"]), B(2, ["b"]), B(3, ["c"])]
+    assert idx(m.next_batch(batches)) == 2
+    # once b0 is released, batch 1 (plan order, every namespace has one batch left) is first again
+    batches[0].state = m.RELEASED
+    assert idx(m.next_batch(batches)) == 1
+
+
+def test_the_namespace_with_most_batches_left_goes_first_so_the_end_does_not_wait_for_releases():
+    # scenario d's plan: two batches per namespace, in namespace order
+    batches = [B(i, [ns]) for i, ns in enumerate(["a", "a", "b", "b", "c", "c"])]
+    order = []
+    for _step in range(6):
+        chosen = m.next_batch(batches)
+        order.append(chosen.index)
+        # the previous batch is released while this one migrates (its source pods end within a batch)
+        for b in batches:
+            if b.state == m.FINAL:
+                b.state = m.RELEASED
+        chosen.state = m.FINAL
+    assert order == [0, 2, 4, 1, 3, 5]
+    namespaces = [batches[i].namespaces[0] for i in order]
+    assert all(x != y for x, y in zip(namespaces, namespaces[1:])), namespaces
+
+
+def test_a_namespace_held_by_a_batch_that_overtook_blocks_too():
+    batches = [B(0, ["a"], m.RELEASED), B(1, ["b"]), B(2, ["c"], m.FINAL), B(3, ["c"])]
+    assert idx(m.next_batch(batches)) == 1
+    batches[1].state = m.FINAL
+    assert m.next_batch(batches) is None   # b3 needs c, held by b2; nothing else pending
+
+
+def test_a_batch_whose_reservation_expanded_nothing_holds_nothing():
+    batches = [B(0, ["a"], m.FINAL, held=[]), B(1, ["a"])]
+    assert idx(m.next_batch(batches)) == 1
+
+
+def test_any_shared_namespace_blocks_a_multi_namespace_batch():
+    batches = [B(0, ["a", "b"], m.FINAL), B(1, ["b", "c"]), B(2, ["d"])]
+    assert idx(m.next_batch(batches)) == 2
+
+
+def test_strict_mode_waits_for_every_release_and_keeps_the_plan_order():
+    batches = [B(0, ["a"], m.FINAL), B(1, ["b"]), B(2, ["c"])]
+    assert m.next_batch(batches, overlap=False) is None
+    batches[0].state = m.RELEASED
+    assert idx(m.next_batch(batches, overlap=False)) == 1
+
+
+def test_no_batch_left():
+    assert m.next_batch([B(0, ["a"], m.RELEASED)]) is None
+    assert m.next_batch([]) is None
+
+
+# -- shortfall against the current hard ----------------------------------------
+
+def test_shortfall_is_the_refused_amount_when_hard_did_not_change():
+    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
+                                     {"limits.memory": 5000 * MI})
+    assert short == {"limits.memory": 100 * MI}
+
+
+def test_a_stale_refusal_of_a_quota_topped_up_since_is_short_of_nothing():
+    # the refusal was against 5000Mi; the quota was topped up by the 100Mi since: nothing more to add
+    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
+                                    {"limits.memory": 5100 * MI}) == {}
+
+
+def test_only_what_the_current_hard_does_not_cover_is_added():
+    short = m.shortfall_against_hard({"limits.memory": 100 * MI, "limits.cpu": Fraction(1, 2)},
+                                     {"limits.memory": 5000 * MI, "limits.cpu": 4},
+                                     {"limits.memory": 5060 * MI, "limits.cpu": 4})
+    assert short == {"limits.memory": 40 * MI, "limits.cpu": Fraction(1, 2)}
+
+
+def test_a_lower_hard_than_at_the_refusal_adds_the_refused_amount_only():
+    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
+                                     {"limits.memory": 4000 * MI})
+    assert short == {"limits.memory": 100 * MI}
+
+
+def test_a_resource_the_quota_no_longer_names_keeps_its_shortfall():
+    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI}, {}) == \
+        {"limits.memory": 100 * MI}
+
+
+# -- timeout rule ------------------------------------------------------------
+
+def test_batch_timeout_rounds_the_largest_vm_up_to_whole_gib():
+    # 2Gi + overhead -> 3 GiB x 150 + 150 + 300
+    assert m.batch_timeout([2 * GI + 300 * MI, 1 * GI], 150, 150, 300) == 3 * 150 + 150 + 300
+
+
+def test_batch_timeout_of_an_exact_gib_and_of_unknown_memory():
+    assert m.batch_timeout([4 * GI], 800, 150, 0) == 4 * 800 + 150
+    assert m.batch_timeout([], 150, 150, 300) == 150 + 150 + 300
+    assert m.batch_timeout([0], 150, 150, 300) == 150 + 150 + 300
+
+
+def test_timeouts_from_the_kubevirt_cr_and_defaults():
+    cr = {"spec": {"configuration": {"migrations": {"completionTimeoutPerGiB": 800, "progressTimeout": 90}}}}
+    assert m.timeouts_from_kubevirt(cr) == (800, 90)
+    assert m.timeouts_from_kubevirt({"spec": {}}) == (150, 150)
+    assert m.timeouts_from_kubevirt(None) == (150, 150)
+
+
+# -- top-up cap --------------------------------------------------------------
+
+def test_over_cap_names_the_quota_the_resource_and_the_cap():
+    problems = m.over_cap({("t", "compute"): {"limits.memory": 100 * MI}}, {"limits.memory": "50Mi"})
+    assert problems == ["t/compute needs limits.memory=100Mi (top_up_cap 50Mi)"]
+
+
+def test_within_the_cap_and_a_resource_the_cap_does_not_name():
+    assert m.over_cap({("t", "compute"): {"limits.memory": 100 * MI}}, {"limits.memory": "1Gi"}) == []
+    problems = m.over_cap({("t", "compute"): {"limits.cpu": Fraction(1, 2)}}, {"limits.memory": "1Gi"})
+    assert problems == ["t/compute needs limits.cpu=500m (top_up_cap does not name it)"]
+
+
+# -- inputs and phases -------------------------------------------------------
+
+def test_batch_vm_keys_accepts_check_batches_lists_and_dicts():
+    assert m.batch_vm_keys({"index": 0, "vms": ["a/vm-1", "b/vm-2"], "nodes": ["n"]}) == [("a", "vm-1"), ("b", "vm-2")]
+    assert m.batch_vm_keys([{"namespace": "a", "name": "vm-1"}]) == [("a", "vm-1")]
+
+
+@pytest.mark.parametrize("bad", [["vm-1"], [{"name": "vm-1"}], ["a/b/c"], [42]])
+def test_batch_vm_keys_refuses_malformed_entries(bad):
+    with pytest.raises(InputError) as err:
+        m.batch_vm_keys(bad)
+    assert "Fix:" in str(err.value)
+
+
+def test_never_admitted_is_pending_without_a_target_pod():
+    assert m.never_admitted({"status": {"phase": "Pending"}})
+    assert m.never_admitted({})
+    assert not m.never_admitted({"status": {"phase": "Pending", "migrationState": {"targetPod": "p"}}})
+    assert not m.never_admitted({"status": {"phase": "Running"}})
+    assert not m.never_admitted({"status": {"phase": "Succeeded"}})
+
+
+def test_namespace_extra_sums_per_namespace():
+    extra = m.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
+                               ("b", {"limits.cpu": 2})])
+    assert extra == {"a": {"limits.memory": 2 * GI, "limits.cpu": 1}, "b": {"limits.cpu": 2}}
