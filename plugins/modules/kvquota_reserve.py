@@ -221,27 +221,12 @@ def _owner(params):
     return default_holder().rsplit(':', 1)[0]
 
 
-def _exceeding(headroom, cap):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
-        less_or_equal, mask, parse_resource_list)
-    limit = parse_resource_list(cap, 'top_up_cap')
-    problems = []
-    for (namespace, quota), wanted in sorted(headroom.items()):
-        amount = parse_resource_list(wanted, 'shortfall')
-        fits, names = less_or_equal(mask(amount, list(limit)), limit)
-        over = sorted(set(names) | (set(amount) - set(limit)))
-        if over:
-            problems.append('%s/%s needs %s' % (namespace, quota, ', '.join(
-                '%s=%s (top_up_cap %s)' % (n, wanted[n], cap[n] if n in limit else 'does not name it')
-                for n in over)))
-    return problems
-
-
 def reserve(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import parse_resource_list
 
     params = module.params
     given = [name for name in ('vms', 'headroom', 'migrations') if params[name]]
@@ -264,7 +249,8 @@ def reserve(module):
             return {'changed': False, 'reservation_id': params['reservation_id'], 'quotas': [], 'skipped': [],
                     'headroom': {}, 'message': 'none of the migrations reports a quota rejection: nothing to add'}
         if params['top_up_cap'] is not None:
-            problems = _exceeding(headroom, params['top_up_cap'])
+            problems = headroom_mod.over_cap(dict((key, parse_resource_list(wanted, 'shortfall'))
+                                                  for key, wanted in headroom.items()), params['top_up_cap'])
             if problems:
                 raise InputError('the shortfall quota admission reported exceeds top_up_cap: %s' % '; '.join(problems),
                                  'nothing was changed; raise top_up_cap if that much is expected, or check why the '

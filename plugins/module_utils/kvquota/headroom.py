@@ -16,7 +16,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import migration_events, read_inventory
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    format_resource_list,
+    less_or_equal,
+    mask,
+    parse_resource_list,
+)
 
 KUBEVIRT = ("kubevirt.io", "v1")
 
@@ -117,3 +122,18 @@ def refusals_by_quota(cluster, migrations):
                 for resource, value in (refusal.get(part) or {}).items():
                     entry[part][resource] = max(entry[part].get(resource, value), value)
     return found, ",".join(seen)
+
+
+def over_cap(needs, cap):
+    """["ns/quota needs name=value (top_up_cap x)"] for every (ns, quota): ResourceList in needs that a
+    top_up_cap resource list does not allow (a resource the cap does not name is over it)."""
+    limit = parse_resource_list(cap, "top_up_cap")
+    problems = []
+    for (namespace, quota), amount in sorted(needs.items()):
+        shown = format_resource_list(amount)
+        _fits, names = less_or_equal(mask(amount, list(limit)), limit)
+        over = sorted(set(names) | (set(amount) - set(limit)))
+        if over:
+            problems.append("%s/%s needs %s" % (namespace, quota, ", ".join(
+                "%s=%s (top_up_cap %s)" % (n, shown[n], cap[n] if n in limit else "does not name it") for n in over)))
+    return problems

@@ -33,6 +33,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
@@ -46,8 +47,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
     format_resource_list,
-    less_or_equal,
-    mask,
     parse_resource_list,
     remove_zeros,
 )
@@ -135,21 +134,6 @@ def shortfall_against_hard(shortfall, limited, hard_now):
         if amount - covered > 0:
             result[name] = amount - covered
     return result
-
-
-def over_cap(needs, cap):
-    """["ns/quota needs name=value (top_up_cap x)"] for every (ns, quota): ResourceList in needs that a
-    top_up_cap resource list does not allow (a resource the cap does not name is over it)."""
-    limit = parse_resource_list(cap, "top_up_cap")
-    problems = []
-    for (namespace, quota), amount in sorted(needs.items()):
-        shown = format_resource_list(amount)
-        _fits, names = less_or_equal(mask(amount, list(limit)), limit)
-        over = sorted(set(names) | (set(amount) - set(limit)))
-        if over:
-            problems.append("%s/%s needs %s" % (namespace, quota, ", ".join(
-                "%s=%s (top_up_cap %s)" % (n, shown[n], cap[n] if n in limit else "does not name it") for n in over)))
-    return problems
 
 
 def migration_phase(vmim):
