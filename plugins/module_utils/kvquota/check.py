@@ -565,9 +565,14 @@ def _replace_config(config, **changes):
         raise
 
 
+def kubevirt_migrations(kubevirt_cr):
+    """spec.configuration.migrations of the KubeVirt CR ({} when unset or no CR)."""
+    return (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+
+
 def migration_limits(kubevirt_cr, options):
     """(parallel per cluster, parallel outbound per node) from options, else the KubeVirt CR, else defaults."""
-    migrations = ((((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {})
+    migrations = kubevirt_migrations(kubevirt_cr)
     # an override given (even 0, which is then refused) wins over the CR
     per_cluster = options.get("parallel_migrations_per_cluster")
     if per_cluster is None:

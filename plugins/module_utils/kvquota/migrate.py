@@ -36,6 +36,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
+    FINAL_MIGRATION_PHASES,
+    kubevirt_migrations,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -53,7 +57,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 
 KUBEVIRT = ("kubevirt.io", "v1")
 VMIMS = "virtualmachineinstancemigrations"
-FINAL_PHASES = ("Succeeded", "Failed")
 NOT_ADMITTED_PHASES = ("", "Pending")
 MANAGED_BY = "kvquota.maintenance"
 DEFAULT_PER_GIB = 150       # KubeVirt's completionTimeoutPerGiB default
@@ -163,7 +166,7 @@ def headroom_text(deltas):
 
 def timeouts_from_kubevirt(kubevirt_cr):
     """(completionTimeoutPerGiB, progressTimeout) of the KubeVirt CR, KubeVirt's defaults when unset."""
-    migrations = (((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}).get("migrations") or {}
+    migrations = kubevirt_migrations(kubevirt_cr)
     return (int(migrations.get("completionTimeoutPerGiB") or DEFAULT_PER_GIB),
             int(migrations.get("progressTimeout") or DEFAULT_PROGRESS))
 
@@ -325,7 +328,7 @@ class Executor(object):
                                        label_selector="kvquota.io/node=%s,app.kubernetes.io/managed-by=%s"
                                        % (self.node, MANAGED_BY))
         self.resumed["reservations"] = sorted(leftovers, key=_natural)
-        if not leftovers and not [m for m in own if migration_phase(m) not in FINAL_PHASES]:
+        if not leftovers and not [m for m in own if migration_phase(m) not in FINAL_MIGRATION_PHASES]:
             return self.resumed
         for vmim in own:
             if never_admitted(vmim):
@@ -339,11 +342,11 @@ class Executor(object):
                  "migrations that were never admitted are cancelled (%s)"
                  % (", ".join(self.resumed["reservations"]) or "none", ", ".join(self.resumed["cancelled"]) or "none"))
         deadline = self.clock() + self.release_timeout
-        live = [m for m in own if migration_phase(m) not in FINAL_PHASES and not never_admitted(m)]
+        live = [m for m in own if migration_phase(m) not in FINAL_MIGRATION_PHASES and not never_admitted(m)]
         while live and self.clock() < deadline:
             self._check_alive()
             self.sleep(self.poll)
-            live = [m for m in self._refresh(live) if migration_phase(m) not in FINAL_PHASES]
+            live = [m for m in self._refresh(live) if migration_phase(m) not in FINAL_MIGRATION_PHASES]
         if live:
             raise WaitTimeoutError(
                 "migrations %s of an interrupted run of node %s are still not over after %ss"
@@ -422,7 +425,7 @@ class Executor(object):
         for namespace in batch.namespaces:
             for vmim in self._vmims(namespace):
                 vmi = (vmim.get("spec") or {}).get("vmiName")
-                if migration_phase(vmim) not in FINAL_PHASES and (namespace, vmi) in batch.vms:
+                if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
                     existing.setdefault((namespace, vmi), vmim["metadata"]["name"])
         for ns, name in batch.vms:
             reused = (ns, name) in existing
@@ -510,7 +513,7 @@ class Executor(object):
                 for v in failed]
             raise KvquotaError("%s: migration(s) failed: %s" % (batch.label(), "; ".join(reasons)),
                                "see the migration's events (kubectl describe vmim)")
-        if all(migration_phase(v) in FINAL_PHASES for v in seen.values()):
+        if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
             batch.state, batch.final_at, batch.moved = FINAL, now, True
             return
         if now - batch.started > batch.timeout:
@@ -519,7 +522,7 @@ class Executor(object):
                 "scheduling %s): %s" % (batch.label(), batch.timeout, self.per_gib_now, self.progress_now,
                                         self.scheduling, ", ".join("%s %s" % kv for kv in sorted(batch.phases.items()))),
                 "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
-        refused = [v for v in seen.values() if migration_phase(v) not in FINAL_PHASES
+        refused = [v for v in seen.values() if migration_phase(v) not in FINAL_MIGRATION_PHASES
                    and admission.rejected_condition(v) is not None]
         if not refused:
             batch.refused_since = None
@@ -687,7 +690,7 @@ class Executor(object):
                                        for m in batch.migrations])
             except KvquotaError:
                 continue
-            if all(migration_phase(v) in FINAL_PHASES for v in vmims):
+            if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in vmims):
                 batch.state = FINAL
                 batch.failed = sorted(set(batch.failed) | set(
                     "%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in vmims
