@@ -56,6 +56,21 @@ def auth_params(params):
     return dict((name, params.get(name)) for name in AUTH_ARG_SPEC)
 
 
+def reservation_owner(params):
+    """The owner recorded with a reservation: the owner option, else this run's identity without the pid."""
+    if params['owner']:
+        return params['owner']
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+    return default_holder().rsplit(':', 1)[0]
+
+
+def run_lock(params):
+    """The Lease settings of a module's writes. The holder is this very run (user@host:pid), so two jobs with
+    the same owner still exclude each other."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+    return {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
+
+
 def new_module(argument_spec, **kwargs):
     """An AnsibleModule with the auth options added and the kubernetes library checked."""
     spec = dict(AUTH_ARG_SPEC)

@@ -256,7 +256,9 @@ progress:
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     new_module,
+    reservation_owner,
     run,
+    run_lock,
 )
 
 
@@ -299,24 +301,21 @@ def migrate(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
 
     params = module.params
     ttl = parse_duration(params['ttl'], 'ttl')
     cluster = cluster_mod.connect(auth_params(params))
-    # The lock holder is this very run (user@host:pid), so two jobs with the same owner still exclude each other.
-    lock = {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
     return migrate_mod.migrate(
         cluster, params['node'], params['batches'],
         reservation_prefix=params['reservation_prefix'] or params['node'],
-        owner=params['owner'] or default_holder().rsplit(':', 1)[0],
+        owner=reservation_owner(params),
         reason=params['reason'], ttl_seconds=ttl, safety_margin=params['safety_margin'],
         top_up_cap=params['top_up_cap'], top_up_max_rounds=params['top_up_max_rounds'],
         top_up_settle_seconds=params['top_up_settle_seconds'],
         completion_timeout_per_gib=params['completion_timeout_per_gib'], progress_timeout=params['progress_timeout'],
         scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
         stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
-        overlap=params['overlap'], lock=lock, kubevirt_version=params['kubevirt_version'],
+        overlap=params['overlap'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
         overhead_ratio=params['overhead_ratio'], check_mode=module.check_mode, alive=_controller_alive())
 
 

@@ -208,17 +208,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     new_module,
+    reservation_owner,
     run,
+    run_lock,
 )
 
 SIZING_OPTIONS = ('kubevirt_version', 'overhead_ratio')
-
-
-def _owner(params):
-    if params['owner']:
-        return params['owner']
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
-    return default_holder().rsplit(':', 1)[0]
 
 
 def reserve(module):
@@ -255,12 +250,9 @@ def reserve(module):
                 raise InputError('the shortfall quota admission reported exceeds top_up_cap: %s' % '; '.join(problems),
                                  'nothing was changed; raise top_up_cap if that much is expected, or check why the '
                                  'target pods are larger than planned (overhead ratio, sidecars)')
-    # The lock holder is this very run (user@host:pid), so two jobs with the same owner still exclude each other.
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
-    lock = {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
-    result = reservations.reserve(cluster, params['reservation_id'], headroom, _owner(params), params['reason'], ttl,
-                                  margin=params['safety_margin'], top_up=top_up, check_mode=module.check_mode,
-                                  refs=refs, lock=lock)
+    result = reservations.reserve(cluster, params['reservation_id'], headroom, reservation_owner(params),
+                                  params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
+                                  check_mode=module.check_mode, refs=refs, lock=run_lock(params))
     result['headroom'] = dict(('%s/%s' % key, value) for key, value in sorted(headroom.items()))
     if refs is not None:
         result['refs'] = refs
