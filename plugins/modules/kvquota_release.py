@@ -20,6 +20,11 @@ description:
   - A quota is released only when the reservation's migrations are final, their source pods are terminal or
     gone, and C(status.used) fits under the value to write. With O(wait=true) the module waits for that up
     to O(wait_timeout) seconds and then fails naming the pods that still count.
+  - When usage stays above the value to write for good (every migration in the namespace final, no pod
+    terminating or left by its VM, C(status.used) exactly what the running pods charge; for example target
+    pods larger than planned), it fails early instead, with the numbers and the value to raise the base to.
+    The reservation stays, so the namespace is never left over its quota silently; once an administrator
+    raises C(spec.hard), that value is kept as the new base and a re-run releases to it.
   - Releasing an unknown or already released id changes nothing and says so.
   - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose pods
     still count are reported as deferred, not failed.

@@ -18,6 +18,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import migration_events, read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     format_resource_list,
+    is_negative,
     less_or_equal,
     mask,
     parse_resource_list,
@@ -124,10 +125,23 @@ def refusals_by_quota(cluster, migrations):
     return found, ",".join(seen)
 
 
+def parse_top_up_cap(cap):
+    """The top_up_cap ResourceList; InputError for a malformed or negative quantity (checked before anything
+    moves, not at the first top-up)."""
+    limit = parse_resource_list(cap, "top_up_cap")
+    negative = is_negative(limit)
+    if negative:
+        raise InputError("top_up_cap must not be negative, got %s"
+                         % ", ".join("%s=%s" % (name, cap[name]) for name in negative),
+                         "give the most one quota's top-ups may add, e.g. top_up_cap: {limits.memory: 1Gi} "
+                         "(0 allows none)")
+    return limit
+
+
 def over_cap(needs, cap):
     """["ns/quota needs name=value (top_up_cap x)"] for every (ns, quota): ResourceList in needs that a
     top_up_cap resource list does not allow (a resource the cap does not name is over it)."""
-    limit = parse_resource_list(cap, "top_up_cap")
+    limit = parse_top_up_cap(cap)
     problems = []
     for (namespace, quota), amount in sorted(needs.items()):
         shown = format_resource_list(amount)

@@ -141,8 +141,9 @@ def _path(namespace, name=None):
 
 
 def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_timeout=0, poll_interval=2.0,
-            clock=time.time, sleep=time.sleep):
-    """Take lease namespace/name for holder (see the module docstring). Returns the Lease dict we hold."""
+            clock=time.time, sleep=time.sleep, on_wait=None):
+    """Take lease namespace/name for holder (see the module docstring). Returns the Lease dict we hold.
+    on_wait(message naming the holder) is called once when we start waiting for someone else's lease."""
     if not holder:
         raise InputError("a lease holder identity is required", "give a holder such as the AWX job id")
     if int(duration) <= 0:
@@ -176,6 +177,9 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
             raise LeaseHeldError(held_message(namespace, name, status, now),
                                  "wait for that job to finish and re-run, or raise the wait timeout; a crashed "
                                  "holder's lease can be taken once it expires")
+        if on_wait is not None:
+            on_wait(held_message(namespace, name, status, now))
+            on_wait = None
         wait = min(poll_interval, max(0.0, deadline - now))
         if status["expires_at"] is not None:
             wait = min(wait, max(0.0, status["expires_at"] - now) + 0.05)

@@ -33,7 +33,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap, parse_top_up_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
@@ -253,6 +253,8 @@ class Executor(object):
         self.ttl = int(ttl_seconds)
         self.margin = safety_margin
         self.cap = top_up_cap or None
+        if self.cap:
+            parse_top_up_cap(self.cap)
         self.max_rounds = int(top_up_max_rounds)
         self.settle = float(top_up_settle_seconds)
         self.per_gib = completion_timeout_per_gib

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import (
     HARVESTER,
     hard_of,
@@ -49,9 +50,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
+    format_resource_list,
+    formats_of,
     less_or_equal,
     mask,
     parse_resource_list,
+    subtract,
 )
 
 DEFAULT_ATTEMPTS = 10
@@ -60,6 +64,9 @@ KUBEVIRT = ("kubevirt.io", "v1")
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
 _FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 _TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+# Pod compute resources: for these, status.used must equal what the counted pods charge before usage above
+# the value to restore is called lasting (the quota controller updates status.used a little after a pod ends).
+_POD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
 
 # ---------------------------------------------------------------------------
@@ -176,6 +183,7 @@ class _State(object):
         self.stored = stored
         self.current = current
         self.changes = changes
+        self.overuse = None   # set by _release_blockers: usage above the value to restore, nothing to lower it
 
 
 def _read(run, target, now):
@@ -448,9 +456,16 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
         scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in plan]
         with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
                                  lock.get("duration", lease_mod.DEFAULT_DURATION), lock.get("wait_timeout", 0),
-                                 clock=clock, sleep=sleep):
+                                 clock=clock, sleep=sleep, on_wait=_lease_wait_noter(run)):
             return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
     return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+
+
+def _lease_wait_noter(run):
+    """on_wait for lease.acquire: a warning naming the job we waited for (two runs sharing namespaces)."""
+    def note(message):
+        run.warn("waited for another job: %s; went on once it was free" % message)
+    return note
 
 
 def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up, replace, refs):
@@ -672,7 +687,52 @@ def _release_blockers(run, state, reservation_id, now):
                                                                    if len(pods) > 8 else "")
         reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
                        % (over, listed or "none listed"))
+        if len(reasons) == 1 and not _usage_may_still_drop(run, namespace, pods) \
+                and _usage_is_settled(used, names, pods):
+            state.overuse = _overuse(state, after, used, target, names)
     return reasons
+
+
+def _usage_is_settled(used, names, counted_pods):
+    """Whether status.used of names is exactly what the counted pods charge (the quota controller has caught
+    up with every pod that ended); False for a resource pods alone do not account for."""
+    charged = {}
+    for pod in counted_pods:
+        for name, value in quotas_mod.pod_usage(pod).items():
+            charged[name] = charged.get(name, 0) + value
+    for name in names:
+        bare = name[len("requests."):] if name.startswith("requests.") else (
+            name[len("limits."):] if name.startswith("limits.") else name)
+        if bare not in _POD_RESOURCES or used.get(name) != charged.get(name, 0):
+            return False
+    return True
+
+
+def _usage_may_still_drop(run, namespace, counted_pods):
+    """Whether something in the namespace can still lower status.used by itself: a migration under way, a
+    terminating pod, or a launcher pod its VM has left (a lingering source, a target being torn down)."""
+    for vmim in run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                                        namespace=namespace):
+        if (vmim.get("status") or {}).get("phase") not in _FINAL_MIGRATION_PHASES:
+            return True
+    for pod in counted_pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return True
+        if (meta.get("labels") or {}).get("kubevirt.io") == "virt-launcher" and not _is_active_launcher(run, pod):
+            return True
+    return False
+
+
+def _overuse(state, after, used, target, names):
+    """{name: (used, value to restore, base, base that would fit)} as strings, for usage above what release
+    would restore although nothing is left to lower it (e.g. target pods larger than planned)."""
+    strings = desired_strings(after)
+    base = parse_resource_list(dict((n, after.base[n]) for n in names if after.base.get(n) is not None), "base")
+    fitting = format_resource_list(add(base, subtract(mask(used, names), mask(target, names))),
+                                   formats_of(dict((n, after.base[n]) for n in base)))
+    return dict((name, (used_of(state.quota)[name], strings[name], after.base.get(name), fitting.get(name)))
+                for name in names)
 
 
 def _release_mutation(reservation_id):
@@ -746,6 +806,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                            "made)" % reservation_id, "check_mode": run.check_mode}
     pending = list(targets)
     deadline = run.clock() + max(0, timeout or 0)
+    lasting = {}   # target -> usage above the value to restore that nothing will lower (see _release_blockers)
     while pending:
         waiting = {}
         for target in pending:
@@ -759,12 +820,17 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             reasons = [] if force else _release_blockers(run, state, reservation_id, now)
             if reasons and not run.check_mode:
                 waiting[target] = reasons
+                if state.overuse:
+                    lasting[target] = state.overuse
+                else:
+                    lasting.pop(target, None)
                 continue
             item = _release_one(run, target, reservation_id, state)
             if reasons:
                 item["would_wait_for"] = reasons
             results.append(item)
-        pending = sorted(waiting)
+        # usage that stays above the value to restore with nothing left to lower it will not fit by waiting
+        pending = sorted(t for t in waiting if t not in lasting)
         if not pending or not wait_for_pods or run.clock() >= deadline:
             break
         run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
@@ -784,6 +850,13 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             messages.append(item["message"])
     if messages:
         result["message"] = "; ".join(messages)
+    if lasting:
+        result["lasting_overuse"] = [{"namespace": t[0], "quota": t[1], "resources": dict(
+            (name, {"used": u, "restore": r, "base": b, "base_that_fits": z}) for name, (u, r, b, z) in o.items())}
+            for t, o in sorted(lasting.items())]
+    if lasting and raise_on_wait:
+        raise _lasting_overuse_error(reservation_id, lasting, results, [t for t in waiting if t not in lasting],
+                                     result)
     if waiting and raise_on_wait:
         details = "; ".join("%s/%s: %s" % (t[0], t[1], "; ".join(waiting[t])) for t in sorted(waiting))
         err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, timeout, details),
@@ -792,6 +865,30 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         err.details["result"] = result
         raise err
     return result
+
+
+def _lasting_overuse_error(reservation_id, lasting, results, others, result):
+    """The error for usage above the value to restore that nothing will lower: the numbers, and the fix."""
+    def exceeds(name, used, restore, base):
+        others = "" if restore == base else " (+ other reservations = %s)" % restore
+        return "%s used %s exceeds the base %s%s" % (name, used, base, others)
+
+    over = "; ".join("%s/%s: %s" % (t[0], t[1], ", ".join(exceeds(name, used, restore, base)
+                                                          for name, (used, restore, base, _fits) in sorted(o.items())))
+                     for t, o in sorted(lasting.items()))
+    released = ["%s/%s" % (i["namespace"], i["quota"]) for i in results if i.get("outcome") == ledger_mod.RELEASED]
+    err = KvquotaError(
+        "reservation '%s' not released: usage stays above the base for good (every migration is final, no pod "
+        "left to finish, status.used is what the running pods charge) - %s; the reservation stays so that the "
+        "namespace is not left over its quota%s%s"
+        % (reservation_id, over, "; released from %s" % ", ".join(released) if released else "",
+           "; still waiting on %s" % ", ".join("%s/%s" % t for t in sorted(others)) if others else ""),
+        "the pods are larger than the base allows (target pods bigger than planned, or VMs added): raise %s "
+        "(kvquota keeps an administrator's value as the new base), or stop a VM; then re-run the release"
+        % ", ".join("%s of %s/%s to %s" % (name, t[0], t[1], fits) for t, o in sorted(lasting.items())
+                    for name, (_used, _restore, _base, fits) in sorted(o.items())))
+    err.details["result"] = result
+    return err
 
 
 def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,

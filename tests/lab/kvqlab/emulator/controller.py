@@ -942,9 +942,14 @@ class Emulator:
         md = m["metadata"]
         ns, name = md["namespace"], md["name"]
         vmi_name = vmi["metadata"]["name"]
-        if self.knobs.stalls(ns, vmi_name):
-            return 5.0   # no progress; knob changes re-queue us at once
         start = float((md.get("annotations") or {}).get(START_ANNOTATION) or time.time())
+        if self.knobs.stalls(ns, vmi_name):
+            # no progress; knob changes re-queue us at once. Like virt-handler, abort the migration once it
+            # made no progress for the KubeVirt CR's progressTimeout.
+            limit = float(self.migration_config().get("progressTimeout", 150))
+            if time.time() - start < limit:
+                return min(5.0, max(0.1, start + limit - time.time()))
+            return self.fail(m, vmi, "migration aborted: no progress for %ds (progressTimeout)" % limit)
         left = start + self.transfer_seconds(vmi) - time.time()
         if left > 0:
             return left

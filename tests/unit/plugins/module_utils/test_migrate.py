@@ -169,6 +169,21 @@ def test_within_the_cap_and_a_resource_the_cap_does_not_name():
     assert problems == ["t/compute needs limits.cpu=500m (top_up_cap does not name it)"]
 
 
+@pytest.mark.parametrize("cap, named", [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
+                                         ({"limits.memory": "lots"}, "top_up_cap.limits.memory"),
+                                         ("1Gi", "top_up_cap must be a mapping")])
+def test_a_bad_cap_is_refused_before_anything_moves(cap, named):
+    # the Executor is built before any API call: a cluster of None proves nothing was read or written
+    with pytest.raises(InputError) as err:
+        m.Executor(None, "node-1", [], top_up_cap=cap)
+    assert named in str(err.value)
+
+
+def test_a_zero_cap_allows_no_top_up():
+    assert m.over_cap({("t", "compute"): {"limits.memory": 1}}, {"limits.memory": "0"}) == [
+        "t/compute needs limits.memory=1 (top_up_cap 0)"]
+
+
 # -- inputs and phases -------------------------------------------------------
 
 def test_batch_vm_keys_accepts_check_batches_lists_and_dicts():

@@ -102,3 +102,25 @@ def test_changes_text():
 def test_ref_items_of_one_namespace_only():
     refs = {"sourcePods": [{"namespace": "a", "name": "p1"}, {"namespace": "b", "name": "p2"}, {"name": "p3"}]}
     assert [item["name"] for item in R._ref_items(refs, "sourcePods", "a", True)] == ["p1", "p3"]
+
+
+def _pod(memory, phase="Running"):
+    return {"metadata": {"name": "p"}, "status": {"phase": phase},
+            "spec": {"containers": [{"name": "compute", "resources": {"requests": {"memory": memory},
+                                                                      "limits": {"memory": memory}}}]}}
+
+
+def test_usage_is_settled_when_status_used_is_exactly_what_the_pods_charge():
+    pods = [_pod("1Gi"), _pod("512Mi")]
+    names = ["limits.memory", "requests.memory"]
+    assert R._usage_is_settled({"limits.memory": 1536 * Mi, "requests.memory": 1536 * Mi}, names, pods)
+    # the quota controller has not yet subtracted a pod that ended: not settled, keep waiting
+    assert not R._usage_is_settled({"limits.memory": 2560 * Mi, "requests.memory": 1536 * Mi}, names, pods)
+    # nothing counted but usage left: not settled either
+    assert not R._usage_is_settled({"limits.memory": 1 * Mi}, ["limits.memory"], [])
+
+
+def test_usage_is_never_settled_for_resources_pods_alone_do_not_explain():
+    pods = [_pod("1Gi")]
+    assert not R._usage_is_settled({"requests.storage": 10 * 1024 * Mi}, ["requests.storage"], pods)
+    assert not R._usage_is_settled({"count/pods": 1}, ["count/pods"], pods)
