@@ -111,7 +111,10 @@ options:
     type: bool
     default: true
   lock_timeout:
-    description: Seconds to wait for another job's Lease on the same namespaces when reserving.
+    description:
+      - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
+      - The Lease is held only while a reservation is written and lasts 90 seconds, so the Lease of a job killed
+        while writing frees within this default; a run that waited warns, naming the holder.
     type: int
     default: 120
   kubevirt_version:

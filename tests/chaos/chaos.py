@@ -302,7 +302,8 @@ class Sampler(threading.Thread):
     seen counts API events, as an outside observer sees them (robust to how the role is written):
     ledger (samples with a ledger), ledger_appeared / ledger_gone (transitions), reservations (ids),
     vmim_created / vmim_succeeded (new migrations), vmim_running (samples), target_pods (new target pods),
-    lingering (samples with a completed migration's source pod still Running under a ledger), lease
+    lingering (samples with a completed migration's source pod still Running under a ledger),
+    source_completed (new migrations whose source pod has completed or is gone), lease
     (samples with a kvquota Lease), cordoned (samples with the node unschedulable), node_empty (samples
     with the node cordoned and no VM on it), uncordoned (the node became schedulable again after that)."""
 
@@ -317,7 +318,7 @@ class Sampler(threading.Thread):
         self.seen = {"ledger": 0, "ledger_appeared": 0, "ledger_gone": 0, "reservations": set(),
                      "vmim_created": set(), "vmim_succeeded": set(), "vmim_running": 0, "target_pods": set(),
                      "lingering": 0, "lease": 0, "cordoned": 0, "node_empty": 0, "uncordoned": 0,
-                     "owners": set(), "vmim_running_uids": set()}
+                     "owners": set(), "vmim_running_uids": set(), "source_completed": set()}
         self._had_ledger = False
         self._was_cordoned = False
         self._old_vmims = set(m["metadata"]["uid"] for m in lab.r.vmims())
@@ -403,6 +404,8 @@ class Sampler(threading.Thread):
             pod = pods.get((m["metadata"]["namespace"], src))
             if pod and (pod.get("status") or {}).get("phase") == "Running":
                 lingering += 1
+            elif src and m["metadata"]["uid"] not in self._old_vmims:
+                self.seen["source_completed"].add(m["metadata"]["uid"])
         if lingering and ledger_count:
             self.seen["lingering"] += 1
         if self.lab.kvquota_leases():
@@ -444,13 +447,13 @@ def interrupt_points(quick):
         ("first migration Succeeded", ("vmim_succeeded", 1)),
         ("release: a source pod lingering", ("lingering", 1)),
         ("release: 4th sample with a source pod lingering", ("lingering", 4)),
+        ("release: first source pod completed", ("source_completed", 1)),
         ("between batches (ledger just removed)", ("ledger_gone", 1)),
-        ("2nd batch's reservation written", ("ledger_appeared", 2)),
         ("2nd reservation appeared", ("reservations", 2)),
         ("2nd migration created", ("vmim_created", 2)),
         ("2nd target pod created", ("target_pods", 2)),
         ("2nd migration Succeeded", ("vmim_succeeded", 2)),
-        ("release of the last batch done", ("ledger_gone", 2)),
+        ("release: 2nd source pod completed", ("source_completed", 2)),
         ("drain: every VM off the node", ("node_empty", 1)),
         ("node uncordoned", ("uncordoned", 1)),
     ]

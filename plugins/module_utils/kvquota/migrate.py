@@ -606,6 +606,9 @@ class Executor(object):
 
     def run(self, resume=True):
         self.started = self.clock()
+        if self.cluster.exists("/api/v1/nodes/%s" % self.node, "read node %s" % self.node) is None:
+            raise NotFoundError("node '%s' not found" % self.node,
+                                "check the name with `kubectl get nodes`; nothing was changed")
         if resume:
             self.resume()
         self.per_gib_now, self.progress_now = self._timeouts() if self.batches else (self.per_gib, self.progress)

@@ -441,7 +441,8 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     is read and checked first (missing quota, Rancher project limit, Harvester already scaling): any problem
     fails the call before anything is written. refs (optional): {"batch": ..., "migrations": [{namespace,
     name}], "sourcePods": [{namespace, name, uid}], "vms": [...]} recorded with the reservation for release.
-    lock (optional): {"holder": ..., "duration": 300, "wait_timeout": 120} holds a Lease per namespace meanwhile.
+    lock (optional): {"holder": ..., "duration": seconds, "wait_timeout": 120} holds a Lease per namespace
+    meanwhile; the duration defaults to lock_duration(rancher_sync_timeout).
 
     Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
     skipped, warnings, diff}.
@@ -455,10 +456,18 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     if lock:
         scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in plan]
         with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
-                                 lock.get("duration", lease_mod.DEFAULT_DURATION), lock.get("wait_timeout", 0),
-                                 clock=clock, sleep=sleep, on_wait=_lease_wait_noter(run)):
+                                 lock.get("duration") or lock_duration(rancher_sync_timeout),
+                                 lock.get("wait_timeout", 0), clock=clock, sleep=sleep,
+                                 on_wait=_lease_wait_noter(run)):
             return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
     return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+
+
+def lock_duration(rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """Lease duration for one reservation write: longer than the write can take (reads, conditional writes,
+    at most rancher_sync_timeout waiting for Rancher to follow) plus slack, and short, so that the lease of a
+    job killed while writing frees soon and a re-run waits for it well within its lock_timeout (default 120 s)."""
+    return int(rancher_sync_timeout) + 30
 
 
 def _lease_wait_noter(run):
@@ -791,8 +800,8 @@ def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode
     if lock:
         scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in targets]
         with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
-                                 lock.get("duration", lease_mod.DEFAULT_DURATION), lock.get("wait_timeout", 0),
-                                 clock=clock, sleep=sleep):
+                                 lock.get("duration") or lock_duration(rancher_sync_timeout),
+                                 lock.get("wait_timeout", 0), clock=clock, sleep=sleep):
             return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
     return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
 

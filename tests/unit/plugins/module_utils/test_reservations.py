@@ -124,3 +124,10 @@ def test_usage_is_never_settled_for_resources_pods_alone_do_not_explain():
     pods = [_pod("1Gi")]
     assert not R._usage_is_settled({"requests.storage": 10 * 1024 * Mi}, ["requests.storage"], pods)
     assert not R._usage_is_settled({"count/pods": 1}, ["count/pods"], pods)
+
+
+def test_a_killed_writers_lease_frees_within_the_default_lock_timeout():
+    # the lease is held for one write, which may wait rancher_sync_timeout for Rancher; a re-run waits
+    # lock_timeout (default 120 s) for a lease left by a killed run
+    assert R.DEFAULT_RANCHER_SYNC_TIMEOUT < R.lock_duration() < 120
+    assert R.lock_duration(300) > 300
