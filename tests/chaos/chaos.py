@@ -1162,6 +1162,10 @@ NOTES = [
     "- A play killed anywhere (SIGKILL, no rescue runs) leaves reservations whose ledger says what to give back; "
     "the re-run releases them first (\"resuming:\") and finishes. Quotas never go below their base while a "
     "play runs (sampled).",
+    "- A play killed while it writes a reservation leaves its Lease behind (the holder is a dead process). The "
+    "Lease lasts the Rancher sync timeout + 30 s (90 s), shorter than the default lock_timeout (120 s), so the "
+    "re-run waits for it with a warning naming the dead run as holder, then goes on. (The first full campaign "
+    "found this point failing with the earlier 300 s Lease.)",
     "- Pods larger than planned: when every pod is rendered larger (a real overhead the formula misses), the "
     "reservation is topped up by exactly what admission refused, within node_maintenance_top_up_cap; past the "
     "cap the play stops with the numbers and the resume advice, and the reservation of the refused batch is "

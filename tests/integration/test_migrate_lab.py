@@ -252,6 +252,35 @@ def test_a_failed_migration_stops_releases_and_a_rerun_converges(lab, emu, r, us
         M.delete_namespace(r, ns)
 
 
+def test_check_mode_after_an_interrupted_run_whose_leftover_has_another_size(lab, emu, r, user):
+    """A leftover reservation "<prefix>-b0" of an earlier run (here: a different size than the re-run plans, as
+    when a batch's composition or the pods' size changed) is released by the real run's resume before b0 is
+    reserved again. Check mode (node_maintenance's dry run before the cordon) must see it that way: no
+    'already holds' conflict, and nothing written."""
+    ns = "mig-leftover"
+    M.make_tenant(lab, ns)
+    try:
+        original = M.quota(r, ns, "compute")
+        node = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"]
+        prefix = "left-%s" % ns
+        M.assert_ok(M.run_module("kvquota_reserve", {
+            "reservation_id": "%s-b0" % prefix, "ttl": "1h",
+            "headroom": [{"namespace": ns, "quota": "compute", "resources": {"limits.memory": "1234Mi"}}]}, user))
+        args = {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}], "reservation_prefix": prefix,
+                "poll_interval": 0.5, "ttl": "1h"}
+        before = M.snapshot(r, {ns})
+        dry = M.assert_ok(M.run_module("kvquota_migrate", args, user, check=True))
+        assert dry["resumed"]["reservations"] == ["%s-b0" % prefix], dry["resumed"]
+        M.assert_unchanged(before, M.snapshot(r, {ns}))
+        real = M.assert_ok(M.run_module("kvquota_migrate", args, user))
+        assert real["resumed"]["released"] == ["%s-b0" % prefix], real["resumed"]
+        assert r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"] != node
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == original["spec"]["hard"]
+        assert ledgers(r, [ns]) == []
+    finally:
+        M.delete_namespace(r, ns)
+
+
 def test_strict_mode_starts_each_batch_after_every_earlier_release(lab, emu, r, user):
     """overlap=false: one reservation at a time, batches in plan order."""
     spaces = ["mig-strict-a", "mig-strict-b"]

@@ -437,9 +437,11 @@ class Executor(object):
         if not self.check_mode:
             # from here on a stop releases what this batch may hold (a reserve that failed half way included)
             batch.state, batch.targets = RUNNING, sorted(needs)
+        # in check mode resume() released nothing: a leftover with this batch's id would be gone by now
+        leftover = self.check_mode and batch.reservation in self.resumed["reservations"]
         result = reservations.reserve(self.cluster, batch.reservation, needs, self.owner,
                                       "%s (batch %d/%d)" % (self.reason, batch.index + 1, batch.count), self.ttl,
-                                      margin=self.margin, check_mode=self.check_mode, refs=refs,
+                                      margin=self.margin, check_mode=self.check_mode, refs=refs, replace=leftover,
                                       lock=None if self.check_mode else self.lock,
                                       clock=self.clock, sleep=self.sleep)
         self._warn(result.get("warnings"))
@@ -710,7 +712,7 @@ class Executor(object):
         result = self.result("failed")
         migrated = [b for b in self.batches if b.moved]
         held = result["reservations_held"]
-        why_held = " (their migrations are not over; the TTL or a re-run ends them)" if held else ""
+        why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
         message = ("%s. The run stopped with %d of %d batch(es) migrated; migrations cancelled: %s; reservations "
                    "released: %s; still held: %s%s"
                    % (err.message, len(migrated), len(self.batches), ", ".join(self.cancelled) or "none",
