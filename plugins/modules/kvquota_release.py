@@ -113,6 +113,15 @@ pending:
   returned: when O(reservation_id) is given
   type: list
   elements: dict
+lasting_overuse:
+  description:
+    - When the release stopped because usage stays above the value to write for good, per quota and resource the
+      usage, the value it would restore, the base, and the base that would fit (what the message says to raise).
+  returned: on that failure
+  type: list
+  elements: dict
+  sample: [{namespace: tenant-a, quota: compute, resources: {limits.memory: {used: "5113225521",
+            restore: "5067874616", base: "5067874616", base_that_fits: "5113225521"}}}]
 message:
   description: Why nothing changed, for example that the id is unknown or already released.
   returned: sometimes
