@@ -78,7 +78,7 @@ roles-tests: deps lab-build
 molecule: deps lab-build
 	$(PY) extensions/molecule/run_all.py --json $(CACHE)/molecule.json $(MOLECULE_ARGS)
 
-# Chaos campaigns (docs/reliability.md, tests/chaos/chaos.py): every campaign of issue 5, about 40 min;
+# Chaos campaigns (docs/reliability.md, tests/chaos/chaos.py): every campaign of issue 5, about 30 min;
 # `make chaos-quick` is the reduced set (a few points and cases of each, about 5 min), the last step of make test.
 chaos: deps lab-build
 	$(PY) tests/chaos/chaos.py --json $(CACHE)/chaos.json
