@@ -768,6 +768,7 @@ def _race_pair(lab, job_a, job_b):
     sampler.start()
     caught, ready = [], threading.Event()
     proc_a = None
+
     def watch():
         try:
             _stop_on_first_lease(lab, proc_a, owner_a, caught, ready)

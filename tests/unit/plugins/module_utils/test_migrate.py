@@ -169,9 +169,12 @@ def test_within_the_cap_and_a_resource_the_cap_does_not_name():
     assert problems == ["t/compute needs limits.cpu=500m (top_up_cap does not name it)"]
 
 
-@pytest.mark.parametrize("cap, named", [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
-                                         ({"limits.memory": "lots"}, "top_up_cap.limits.memory"),
-                                         ("1Gi", "top_up_cap must be a mapping")])
+BAD_CAPS = [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
+            ({"limits.memory": "lots"}, "top_up_cap.limits.memory"),
+            ("1Gi", "top_up_cap must be a mapping")]
+
+
+@pytest.mark.parametrize("cap, named", BAD_CAPS)
 def test_a_bad_cap_is_refused_before_anything_moves(cap, named):
     # the Executor is built before any API call: a cluster of None proves nothing was read or written
     with pytest.raises(InputError) as err:
