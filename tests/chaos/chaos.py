@@ -69,6 +69,7 @@ for extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
         sys.path.insert(0, extra)
 
 from test_roles_lab import RoleLab, collections_path  # noqa: E402
+from kvqlab.emulator.rest import watch_events  # noqa: E402
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
     parse_resource_list)
@@ -700,28 +701,21 @@ def _stop_on_first_lease(lab, proc, owner, caught, ready):
     resp = lab.r.rest.request("GET", LEASES, {"watch": "true", "resourceVersion": rv, "timeoutSeconds": 240},
                               stream=True, timeout=(10, 260))
     ready.set()
-    buf = b""
     try:
-        for chunk in resp.stream(65536, decode_content=False):
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                lease = event.get("object") or {}
-                meta = lease.get("metadata") or {}
-                holder = (lease.get("spec") or {}).get("holderIdentity") or ""
-                if event.get("type") in ("ADDED", "MODIFIED") and meta.get("name", "").startswith("kvquota") \
-                        and holder.startswith(owner + "@") and proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGSTOP)
-                    caught.append("%s/%s" % (meta["namespace"], meta["name"]))
-                    return
+        for event in watch_events(resp):
+            lease = event.get("object") or {}
+            meta = lease.get("metadata") or {}
+            holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+            if event.get("type") in ("ADDED", "MODIFIED") and meta.get("name", "").startswith("kvquota") \
+                    and holder.startswith(owner + "@") and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGSTOP)
+                caught.append("%s/%s" % (meta["namespace"], meta["name"]))
+                return
     finally:
         resp.release_conn()
 
 
-def _hold_first_lease(lab, proc_a, owner_a, proc_b, out_marker, ready, caught, hold_max=30.0):
+def _hold_first_lease(lab, proc_a, owner_a, proc_b, out_marker, caught, hold_max=30.0):
     """Engineer a lease wait: the watcher froze run A (SIGSTOP) as it took a kvquota Lease; check A still
     holds it, let run B reach its own reservation, then let A go on (SIGCONT). Returns the Lease A held, or
     None when A was never caught holding one (it had let go before it stopped)."""
@@ -782,7 +776,7 @@ def _race_pair(lab, job_a, job_b):
     time.sleep(2)
     proc_b = _start_job(lab, "node-2", job_b)
     held = _hold_first_lease(lab, proc_a, owner_a, proc_b, lambda out: "Migrate the VMs batch by batch]" in out,
-                             ready, caught)
+                             caught)
     for p in (proc_a, proc_b):
         try:
             p.wait(1200)

@@ -633,23 +633,33 @@ def _ref_items(refs, key, namespace, only_namespace=False):
     return items
 
 
+def _launcher_vmi_name(pod):
+    """The name of the VMI a virt-launcher pod belongs to (owner reference, else label), or None."""
+    meta = pod.get("metadata") or {}
+    return next((ref.get("name") for ref in meta.get("ownerReferences") or ()
+                 if ref.get("kind") == "VirtualMachineInstance"), None) or (meta.get("labels") or {}).get(
+                     "vm.kubevirt.io/name")
+
+
+def _runs_on_launcher(vmi, pod):
+    """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher."""
+    node = ((vmi or {}).get("status") or {}).get("nodeName")
+    return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
+
+
 def _is_active_launcher(run, pod):
     """True while pod is still its VMI's active launcher pod: the VM never left it (its migration was never
     created, failed or was cancelled), so it is no lingering source and must not hold the release. Whatever
     a target pod still charges is caught by the usage check."""
-    meta = pod.get("metadata") or {}
-    name = next((ref.get("name") for ref in meta.get("ownerReferences") or ()
-                 if ref.get("kind") == "VirtualMachineInstance"), None) or (meta.get("labels") or {}).get(
-                     "vm.kubevirt.io/name")
+    name = _launcher_vmi_name(pod)
     if not name:
         return False
     try:
         vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", name,
-                                     namespace=meta.get("namespace"))
+                                     namespace=(pod.get("metadata") or {}).get("namespace"))
     except NotFoundError:
         return False
-    node = (vmi.get("status") or {}).get("nodeName")
-    return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
+    return _runs_on_launcher(vmi, pod)
 
 
 def _release_blockers(run, state, reservation_id, now):
@@ -696,8 +706,9 @@ def _release_blockers(run, state, reservation_id, now):
                                                                    if len(pods) > 8 else "")
         reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
                        % (over, listed or "none listed"))
-        if len(reasons) == 1 and not _usage_may_still_drop(run, namespace, pods) \
-                and _usage_is_settled(used, names, pods):
+        # the pure check first: the API reads of the second are needed only once usage has settled
+        if len(reasons) == 1 and _usage_is_settled(used, names, pods) \
+                and not _usage_may_still_drop(run, namespace, pods):
             state.overuse = _overuse(state, after, used, target, names)
     return reasons
 
@@ -724,12 +735,17 @@ def _usage_may_still_drop(run, namespace, counted_pods):
                                         namespace=namespace):
         if (vmim.get("status") or {}).get("phase") not in _FINAL_MIGRATION_PHASES:
             return True
+    vmis = None   # one list of the namespace's VMIs, not a read per launcher pod
     for pod in counted_pods:
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return True
-        if (meta.get("labels") or {}).get("kubevirt.io") == "virt-launcher" and not _is_active_launcher(run, pod):
-            return True
+        if (meta.get("labels") or {}).get("kubevirt.io") == "virt-launcher":
+            if vmis is None:
+                vmis = dict((vmi["metadata"]["name"], vmi) for vmi in run.cluster.list_custom(
+                    KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace=namespace))
+            if not _runs_on_launcher(vmis.get(_launcher_vmi_name(pod)), pod):
+                return True
     return False
 
 
@@ -737,9 +753,10 @@ def _overuse(state, after, used, target, names):
     """{name: (used, value to restore, base, base that would fit)} as strings, for usage above what release
     would restore although nothing is left to lower it (e.g. target pods larger than planned)."""
     strings = desired_strings(after)
-    base = parse_resource_list(dict((n, after.base[n]) for n in names if after.base.get(n) is not None), "base")
+    base_strings = dict((n, after.base[n]) for n in names if after.base.get(n) is not None)
+    base = parse_resource_list(base_strings, "base")
     fitting = format_resource_list(add(base, subtract(mask(used, names), mask(target, names))),
-                                   formats_of(dict((n, after.base[n]) for n in base)))
+                                   formats_of(base_strings))
     return dict((name, (used_of(state.quota)[name], strings[name], after.base.get(name), fitting.get(name)))
                 for name in names)
 

@@ -85,6 +85,20 @@ class Rest:
             raise
 
 
+def watch_events(resp, stopped=lambda: False):
+    """The events ({type, object}) of a streamed watch response, one per line, as they arrive; ends when the
+    stream does or, checked at every chunk, when stopped() is true."""
+    buf = b""
+    for chunk in resp.stream(65536, decode_content=False):
+        if stopped():
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+
+
 def api_message(exc):
     """The apiserver's Status message of an ApiException (or its text)."""
     try:
@@ -232,26 +246,17 @@ class Informer:
                  "timeoutSeconds": 300}
         resp = self.rest.request("GET", self.path, query, stream=True, timeout=(10, 330))
         self._resp = resp
-        buf = b""
         try:
-            for chunk in resp.stream(65536, decode_content=False):
-                if self.stop.is_set():
-                    return rv
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    ev = json.loads(line)
-                    etype, obj = ev.get("type"), ev.get("object") or {}
-                    if etype == "ERROR":
-                        if obj.get("code") == 410:
-                            return None
-                        raise RuntimeError("watch error: %s" % obj.get("message"))
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if etype == "BOOKMARK":
-                        continue
-                    self._apply(etype, obj)
+            for ev in watch_events(resp, self.stop.is_set):
+                etype, obj = ev.get("type"), ev.get("object") or {}
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        return None
+                    raise RuntimeError("watch error: %s" % obj.get("message"))
+                rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                if etype == "BOOKMARK":
+                    continue
+                self._apply(etype, obj)
         finally:
             resp.release_conn()
         return rv
