@@ -51,6 +51,12 @@ AUTH_ARG_SPEC = dict(
 )
 
 
+# Every module reads (and the writing ones write) the ledgers and locks in the operator namespace.
+OPERATOR_ARG_SPEC = dict(
+    operator_namespace=dict(type='str', default='kvquota-system'),
+)
+
+
 def auth_params(params):
     """The connection options of a module's parameters."""
     return dict((name, params.get(name)) for name in AUTH_ARG_SPEC)
@@ -72,8 +78,9 @@ def run_lock(params):
 
 
 def new_module(argument_spec, **kwargs):
-    """An AnsibleModule with the auth options added and the kubernetes library checked."""
+    """An AnsibleModule with the auth and operator_namespace options added and the kubernetes library checked."""
     spec = dict(AUTH_ARG_SPEC)
+    spec.update(OPERATOR_ARG_SPEC)
     spec.update(argument_spec)
     module = AnsibleModule(argument_spec=spec, **kwargs)
     if not HAS_KUBERNETES:

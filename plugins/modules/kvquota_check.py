@@ -33,6 +33,7 @@ description:
   - Never changes anything.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.operator_namespace
 options:
   nodes:
     description:
@@ -193,6 +194,7 @@ def check(module):
     params = module.params
     cluster = cluster_mod.connect(auth_params(params))
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
+    options['operator_namespace'] = params['operator_namespace']
     report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)
     # exit_json reserves 'warnings' for strings; the report's warnings are structured findings.
     report['findings'] = report.pop('warnings', [])

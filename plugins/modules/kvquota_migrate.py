@@ -37,6 +37,7 @@ description:
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.operator_namespace
 options:
   node:
     description: The node whose VMs migrate.
@@ -319,7 +320,8 @@ def migrate(module):
         scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
         stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
         overlap=params['overlap'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
-        overhead_ratio=params['overhead_ratio'], check_mode=module.check_mode, alive=_controller_alive())
+        overhead_ratio=params['overhead_ratio'], check_mode=module.check_mode, alive=_controller_alive(),
+        operator_namespace=params['operator_namespace'])
 
 
 def main():

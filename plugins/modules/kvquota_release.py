@@ -30,6 +30,7 @@ description:
     still count are reported as deferred, not failed.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.operator_namespace
 options:
   reservation_id:
     description:
@@ -153,11 +154,12 @@ def release(module):
     if params['expired']:
         result = reservations.release_expired(cluster, check_mode=module.check_mode, wait_for_pods=params['wait'],
                                               timeout=params['wait_timeout'] if params['wait'] else 0,
-                                              force=params['force'])
+                                              force=params['force'],
+                                              operator_namespace=params['operator_namespace'])
     else:
         result = reservations.release(cluster, params['reservation_id'], wait_for_pods=params['wait'],
                                       timeout=params['wait_timeout'], check_mode=module.check_mode,
-                                      force=params['force'])
+                                      force=params['force'], operator_namespace=params['operator_namespace'])
     return result
 
 

@@ -29,6 +29,7 @@ description:
   - Every expansion is announced by a Kubernetes Event on the quota that the tenant can read.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.operator_namespace
 options:
   reservation_id:
     description:
@@ -235,6 +236,7 @@ def reserve(module):
     refs, top_up = None, False
     if params['vms']:
         options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)
+        options['operator_namespace'] = params['operator_namespace']
         headroom, refs, _report = headroom_mod.batch_headroom(cluster, params['vms'], options)
     elif params['headroom']:
         headroom = {}
@@ -254,7 +256,8 @@ def reserve(module):
                                  'target pods are larger than planned (overhead ratio, sidecars)')
     result = reservations.reserve(cluster, params['reservation_id'], headroom, reservation_owner(params),
                                   params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
-                                  check_mode=module.check_mode, refs=refs, lock=run_lock(params))
+                                  check_mode=module.check_mode, refs=refs, lock=run_lock(params),
+                                  operator_namespace=params['operator_namespace'])
     result['headroom'] = dict(('%s/%s' % key, value) for key, value in sorted(headroom.items()))
     if refs is not None:
         result['refs'] = refs

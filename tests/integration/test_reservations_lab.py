@@ -232,7 +232,7 @@ def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(
     result = R.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
                        600, rancher_sync_timeout=30)
     item = result["quotas"][0]
-    assert item["ledger_on"] == "namespace" and item["backend"] in ("rancher", "harvester")
+    assert item["written_on"] == "namespace" and item["backend"] in ("rancher", "harvester")
     if item["backend"] == "harvester":   # the lab serves settings.harvesterhci.io: opted out while reserved
         assert raw_quota(admin, ns, name)["metadata"]["annotations"][SKIP] == "true"
     assert not any("directly" in w for w in result["warnings"])   # Rancher applied it, not us

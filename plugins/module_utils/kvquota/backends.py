@@ -30,9 +30,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import (
     LEDGER_ANNOTATION,
     desired_strings,
-    dump,
     is_idle,
-    load,
     remember,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
@@ -145,24 +143,13 @@ class PlainBackend(object):
 
     name = PLAIN
     writable = True
-    ledger_on = "quota"
+    written_on = "quota"   # the object whose write changes spec.hard
 
     def __init__(self, notes=None):
         self.notes = list(notes or [])
 
     def describe(self):
-        return {"backend": self.name, "ledger_on": self.ledger_on, "notes": list(self.notes)}
-
-    def ledger_text(self, quota, namespace):
-        return _annotations(quota).get(LEDGER_ANNOTATION)
-
-    def read_ledger(self, quota, namespace):
-        """The ledger of this quota, or None."""
-        meta = _meta(quota)
-        ledger = load(self.ledger_text(quota, namespace), meta.get("namespace"), meta.get("name"))
-        if ledger is not None and ledger.quota not in (None, meta.get("name")):
-            return None
-        return ledger
+        return {"backend": self.name, "written_on": self.written_on, "notes": list(self.notes)}
 
     def durable_hard(self, quota, namespace):
         """The values that decide spec.hard (here: spec.hard itself)."""
@@ -180,8 +167,9 @@ class PlainBackend(object):
         return ledger
 
     def render(self, quota, namespace, ledger):
-        """{"quota": new quota} carrying the desired spec.hard and the ledger (removed when idle)."""
-        result = _with_annotations(quota, {LEDGER_ANNOTATION: None if is_idle(ledger) else dump(ledger)})
+        """{"quota": new quota} carrying the desired spec.hard (the ledger itself lives in the operator namespace;
+        a 0.1.0 ledger annotation, adopted by then, is dropped in the same write)."""
+        result = _with_annotations(quota, {LEDGER_ANNOTATION: None})
         spec = result.setdefault("spec", {})
         hard = dict(spec.get("hard") or {})
         hard.update(desired_strings(ledger))
@@ -298,14 +286,11 @@ class RancherBackend(PlainBackend):
     """Rancher owns spec.hard: the durable value is the namespace annotation field.cattle.io/resourceQuota."""
 
     name = RANCHER
-    ledger_on = "namespace"
+    written_on = "namespace"
 
     def __init__(self, notes=None, project=None):
         super(RancherBackend, self).__init__(notes)
         self.project = project
-
-    def ledger_text(self, quota, namespace):
-        return _annotations(namespace).get(LEDGER_ANNOTATION)
 
     def durable_hard(self, quota, namespace):
         """Per name kvquota may set through Rancher (see writable_names): the annotation's value, or (key
@@ -329,21 +314,11 @@ class RancherBackend(PlainBackend):
                                                       "start": self.durable_hard(quota, namespace)})
 
     def render(self, quota, namespace, ledger):
-        """{"namespace": new namespace} with the annotation and the ledger (see rancher_document)."""
+        """{"namespace": new namespace} with the annotation (see rancher_document); a 0.1.0 ledger annotation,
+        adopted by then, is dropped in the same write. Rancher owns spec.hard: kvquota never writes it."""
         value = rancher_document(namespace, ledger)
-        result = _with_annotations(namespace, {RANCHER_QUOTA_ANNOTATION: value,
-                                               LEDGER_ANNOTATION: None if is_idle(ledger) else dump(ledger)})
+        result = _with_annotations(namespace, {RANCHER_QUOTA_ANNOTATION: value, LEDGER_ANNOTATION: None})
         return {"namespace": result}
-
-    def push(self, quota, ledger):
-        """A quota with spec.hard set directly to the desired values: used only when Rancher did not apply
-        the annotation in time (a webhook may refuse it)."""
-        result = copy.deepcopy(quota)
-        spec = result.setdefault("spec", {})
-        hard = dict(spec.get("hard") or {})
-        hard.update(desired_strings(ledger))
-        spec["hard"] = hard
-        return result
 
 
 def rancher_document(namespace, ledger):
@@ -410,20 +385,14 @@ class HarvesterBackend(object):
         self.version = version
 
     @property
-    def ledger_on(self):
-        return self.inner.ledger_on
+    def written_on(self):
+        return self.inner.written_on
 
     def describe(self):
         data = self.inner.describe()
         data.update(backend=self.name, owner=self.inner.name, notes=list(self.inner.notes) + list(self.notes),
                     harvester_version=self.version)
         return data
-
-    def ledger_text(self, quota, namespace):
-        return self.inner.ledger_text(quota, namespace)
-
-    def read_ledger(self, quota, namespace):
-        return self.inner.read_ledger(quota, namespace)
 
     def durable_hard(self, quota, namespace):
         return self.inner.durable_hard(quota, namespace)
@@ -438,9 +407,6 @@ class HarvesterBackend(object):
 
     def followed(self, quota, ledger):
         return self.inner.followed(quota, ledger)
-
-    def push(self, quota, ledger):
-        return self.inner.push(quota, ledger)
 
     def blockers(self, quota, namespace, ledger):
         problems = list(self.inner.blockers(quota, namespace, ledger))
@@ -470,7 +436,7 @@ class HarvesterBackend(object):
 
     def before_expand(self, quota, ledger):
         """The quota with the opt-out set, when the owner is not the quota itself and it is not set yet."""
-        if self.inner.ledger_on == "quota" or is_idle(ledger):
+        if self.inner.written_on == "quota" or is_idle(ledger):
             return None
         if _annotations(quota).get(HARVESTER_SKIP_ANNOTATION) == "true":
             return None
@@ -478,7 +444,7 @@ class HarvesterBackend(object):
 
     def after_release(self, quota, ledger):
         """The quota with the opt-out put back as it was, once the ledger is idle (owner not the quota)."""
-        if self.inner.ledger_on == "quota" or not is_idle(ledger):
+        if self.inner.written_on == "quota" or not is_idle(ledger):
             return None
         restored = _restore_skip(quota, ledger)
         if _annotations(restored).get(HARVESTER_SKIP_ANNOTATION) == _annotations(quota).get(HARVESTER_SKIP_ANNOTATION):
@@ -503,13 +469,13 @@ class AAQBackend(object):
 
     name = AAQ
     writable = False
-    ledger_on = None
+    written_on = None
 
     def __init__(self, notes=None):
         self.notes = list(notes or [])
 
     def describe(self):
-        return {"backend": self.name, "ledger_on": None, "notes": list(self.notes)}
+        return {"backend": self.name, "written_on": None, "notes": list(self.notes)}
 
 
 # ---------------------------------------------------------------------------

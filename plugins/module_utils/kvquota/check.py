@@ -15,6 +15,7 @@ what blocks the maintenance. Nothing is ever written.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import copy
 import datetime
 import json
 import re
@@ -22,7 +23,7 @@ import re
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity, quantity_format
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
     default_format,
@@ -33,6 +34,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as _backends
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as _ledger
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as _store
 
 LEDGER_ANNOTATION = _ledger.LEDGER_ANNOTATION
 HARVESTER_RATIO_SETTING = "additional-guest-memory-overhead-ratio"
@@ -461,58 +463,61 @@ def _finished(entry, vmims, pods, now_seconds, grace_seconds):
     return not any(name in running for name in _ref_names(entry.refs, "sourcePods"))
 
 
+def quota_ledger(quota, ns_obj, ledgers, cluster_facts=None):
+    """(Ledger or None, problem text or None) of a quota: the operator namespace's ledger with its UID
+    (ledgers: {uid: Ledger} from the snapshot), else a 0.1.0 annotation that verifies against the quota."""
+    uid = _meta(quota).get("uid")
+    if uid and uid in (ledgers or {}):
+        return ledgers[uid], None
+    backend = _backends.select_backend(quota, ns_obj or {}, cluster_facts)
+    if not backend.writable:
+        return None, None
+    return _store.legacy_ledger(quota, ns_obj or {}, backend)
+
+
 def ledger_findings(namespace, ns_obj, quota_objs, now, vmims=(), pods=(), cluster_facts=None,
-                    grace_seconds=3600):
+                    grace_seconds=3600, ledgers=None):
     """Blockers and warnings about reservations recorded for a namespace's quotas.
 
-    expired: its expiry is past (only the reaper releases it). orphaned: the ledger is
-    unreadable, or kept on the namespace for a quota that no longer exists, or every
-    migration it was made for is over (gone or final), its source pods are gone, and it
-    is older than grace_seconds: the job that made it did not release it. Active
-    reservations are warnings: their delta is already part of hard.
+    ledgers: {quota uid: Ledger} read from the operator namespace (nothing a tenant can write is read as a
+    ledger; a 0.1.0 annotation counts only if it verifies against its quota). expired: its expiry is past (only
+    the reaper releases it). orphaned: every migration it was made for is over (gone or final), its source pods
+    are gone, and it is older than grace_seconds: the job that made it did not release it. Active reservations
+    are warnings: the plan counts their delta as taken (see without_reservations).
     """
     blockers = []
     warnings = []
     now_seconds = _ledger.parse_time(now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    names = set(_meta(quo).get("name") for quo in quota_objs)
-    seen = []
     for quota in quota_objs:
         qname = _meta(quota).get("name")
-        backend = _backends.select_backend(quota, ns_obj, cluster_facts)
-        if not hasattr(backend, "read_ledger"):
-            continue
-        try:
-            book = backend.read_ledger(quota, ns_obj)
-        except InputError as err:
-            blockers.append(_finding("orphaned_reservation", namespace,
-                                     "quota %s/%s: %s" % (namespace, qname, err.message), err.fix, quota=qname))
-            continue
+        book, problem = quota_ledger(quota, ns_obj, ledgers, cluster_facts)
+        if problem:
+            warnings.append(_finding("untrusted_ledger", namespace, problem,
+                                     "nothing to do: kvquota ignores it and removes it on its next write", quota=qname))
         if book is None:
             continue
-        seen.append(qname)
         for finding in _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grace_seconds):
             (blockers if finding.pop("_blocker") else warnings).append(finding)
-    text = _annotations(ns_obj).get(_ledger.LEDGER_ANNOTATION) if ns_obj else None
-    if text:
-        try:
-            book = _ledger.load(text, namespace)
-        except InputError as err:
-            book = None
-            blockers.append(_finding("orphaned_reservation", namespace,
-                                     "namespace %s: %s" % (namespace, err.message), err.fix))
-        if book is not None and book.quota not in seen and book.reservations:
-            if book.quota not in names:
-                blockers.append(_finding(
-                    "orphaned_reservation", namespace,
-                    "namespace %s holds reservations %s for quota %s, which does not exist"
-                    % (namespace, ", ".join(sorted(book.reservations)), book.quota),
-                    "release them (kvquota_release id=...) or remove annotation %s from the namespace"
-                    % _ledger.LEDGER_ANNOTATION, quota=book.quota, reservations=sorted(book.reservations)))
-            else:
-                for finding in _reservation_findings(namespace, book.quota, book, now_seconds, vmims, pods,
-                                                     grace_seconds):
-                    (blockers if finding.pop("_blocker") else warnings).append(finding)
     return blockers, warnings
+
+
+def without_reservations(quota, book):
+    """A copy of quota whose spec.hard and status.hard leave out the active reservations' deltas: the plan
+    counts headroom reserved by any run (another job's, or an earlier batch of this one) as taken, never as
+    free room."""
+    delta = _ledger.active_delta(book) if book is not None else {}
+    if not delta:
+        return quota
+    result = copy.deepcopy(quota)
+    for part in ("spec", "status"):
+        hard = (result.get(part) or {}).get("hard")
+        if not hard:
+            continue
+        for name, value in delta.items():
+            if name in hard:
+                hard[name] = format_quantity(parse_resource_list({name: hard[name]})[name] - value,
+                                             quantity_format(hard[name]))
+    return result
 
 
 def _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grace_seconds):
@@ -535,7 +540,7 @@ def _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grac
                            "release it: kvquota_release id=%s" % rid, _blocker=True, **data)
         else:
             yield _finding("active_reservation", namespace,
-                           "reservation %s on %s is active%s%s: its headroom is already part of hard"
+                           "reservation %s on %s is active%s%s: its headroom is counted as taken"
                            % (rid, where, " until %s" % entry.expires if entry.expires else " with no expiry",
                               owner), None, _blocker=False, **data)
 
@@ -961,12 +966,15 @@ def evaluate(snapshot, options=None):
             "VM %s/%s alone charges more %s than per_namespace_cap allows: it migrates without other VMs of "
             "its namespace" % (vm["namespace"], vm["name"], ", ".join(names)), None, vm=vm["name"]))
     facts = cluster_facts(snapshot)
+    ledgers = snapshot.get("ledgers") or {}
     ns_reports = {}
     plans_by_ns = {}
     all_fixes = []
     for namespace in sorted(namespaces):
         ns_obj = namespaces.get(namespace) or {}
-        ns_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: _meta(o).get("name"))
+        raw_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: _meta(o).get("name"))
+        ns_quotas = [without_reservations(quota, quota_ledger(quota, ns_obj, ledgers, facts)[0])
+                     for quota in raw_quotas]
         vms = vms_by_ns[namespace]
         names = _report_names(ns_quotas, options.get("vm_details"))
         movers_here = [vm for vm in vms if vm["migratable"]]
@@ -1067,9 +1075,9 @@ def evaluate(snapshot, options=None):
                 or None))
 
         ledger_blockers, ledger_warnings = ledger_findings(
-            namespace, ns_obj, ns_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),
+            namespace, ns_obj, raw_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),
             (snapshot.get("pods") or {}).get(namespace) or (), facts,
-            options.get("orphan_grace_seconds", 3600))
+            options.get("orphan_grace_seconds", 3600), ledgers)
         blockers.extend(ledger_blockers)
         warnings.extend(ledger_warnings)
 

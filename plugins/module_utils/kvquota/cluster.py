@@ -593,7 +593,8 @@ def custom_path(group, version, plural, namespace=None, name=None):
     return path
 
 
-_CORE_PLURALS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas", "Pod": "pods", "Event": "events"}
+_CORE_PLURALS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas", "Pod": "pods", "Event": "events",
+                 "ConfigMap": "configmaps"}
 _GROUP_PLURALS = {"Lease": "leases"}
 
 

@@ -18,6 +18,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ForbiddenError,
     InputError,
@@ -201,7 +202,8 @@ def _not_found(kind, missing, known, command):
 def read_inventory(cluster, scope=None, options=None):
     """The Inventory snapshot for a scope: a dict of plain API JSON.
 
-    Keys: scope, nodes {name: node} (every node with the option node_capacity), node_requests ({node:
+    Keys: scope, ledgers {quota uid: Ledger} (from the operator namespace, option operator_namespace),
+    nodes {name: node} (every node with the option node_capacity), node_requests ({node:
     requests of its non-terminal pods} with node_capacity, else None), namespaces {name: ns}, quotas {ns: [quota]},
     pods {ns: [virt-launcher pod]}, vmis {ns: [vmi]}, vmims {ns: [vmim]}, kubevirt
     (the KubeVirt CR or None), harvester_settings ({name: setting} or None when
@@ -349,9 +351,14 @@ def read_inventory(cluster, scope=None, options=None):
             # a project's limit is shared by all its namespaces: read them all
             all_namespaces = list_all(cluster, core.list_namespace, what="list namespaces", page_size=page)
 
+    # Ledgers: only the operator namespace's (by quota UID); nothing a tenant can write is read as one.
+    ledger_store = store.Store(cluster, options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE)
+    ledgers = dict((uid, entry) for uid, (entry, _configmap) in ledger_store.list(notes).items())
+
     return {
         "scope": scope,
         "nodes": nodes,
+        "ledgers": ledgers,
         "node_requests": node_requests,
         "namespaces": dict((n, namespaces[n]) for n in sorted(covered) if n in namespaces),
         "quotas": quotas,

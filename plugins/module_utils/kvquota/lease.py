@@ -36,7 +36,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
 
 LEASE_API = "coordination.k8s.io/v1"
 DEFAULT_DURATION = 300
-DEFAULT_LEASE_NAME = "kvquota-maintenance"
+# The lock of one tenant namespace's quotas is a Lease in the OPERATOR namespace (only the operator can
+# create it there; a Lease a tenant creates in its own namespace means nothing to kvquota).
+NAMESPACE_LOCK_PREFIX = "kvq-lock-"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kvquota.maintenance"}
 
 
@@ -55,6 +57,11 @@ def lease_name(scope):
     if not cleaned:
         raise InputError("empty lease scope %r" % (scope,), "give a scope such as a node or namespace name")
     return ("kvquota-" + cleaned)[:253].rstrip("-.")
+
+
+def namespace_lock_name(namespace):
+    """The Lease (in the operator namespace) that serialises kvquota's writes to one tenant namespace's quotas."""
+    return NAMESPACE_LOCK_PREFIX + namespace
 
 
 def default_holder(environ=None):

@@ -3,12 +3,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The reservation ledger: base + active deltas, and the external-change rules.
 
-The ledger of one ResourceQuota is kept in the cluster, as ONE annotation
-(LEDGER_ANNOTATION, JSON) on the object whose write changes the quota: the
-ResourceQuota itself (plain quotas) or its Namespace (Rancher-managed quotas). It
-records, per resource name, the base (the value before any reservation, or the value
-an administrator set since), the value last written, the active reservations with
-their deltas, and a short history of external changes.
+The ledger of one ResourceQuota is kept in the cluster, in the operator's namespace
+(store.py: one ConfigMap per quota, keyed by the quota's UID), never on an object a
+tenant can write. It records, per resource name, the base (the value before any
+reservation, or the value an administrator set since), the value last written (and,
+while a write is under way, the value before it), the active reservations with their
+deltas, and a short history of external changes.
+
+load() validates everything it reads (types, format version, quantities, times): a
+ledger that does not pass is refused with its namespace/quota named, never half-read.
 
     desired = base + sum(active deltas)           never relative to spec.hard
 
@@ -40,8 +43,14 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     remove_zeros,
 )
 
+# Where collection 0.1.0 kept ledgers (on the quota or its Namespace); read only to adopt them (store.py).
 LEDGER_ANNOTATION = "kvquota.maintenance/ledger"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LEGACY_FORMAT_VERSION = 1
+# No quota the apiserver can hold is larger (int64); a ledger amount beyond it is corrupt, not a request.
+MAX_AMOUNT = 2 ** 63 - 1
+MAX_QUANTITY_TEXT = 64
+BACKEND_NAMES = ("plain", "rancher", "harvester")
 HISTORY_LIMIT = 20
 RELEASED_LIMIT = 20
 
@@ -134,7 +143,7 @@ class Reservation(object):
     def from_json(cls, rid, data):
         if not isinstance(data, dict) or not isinstance(data.get("delta"), dict):
             raise InputError("reservation '%s' in the ledger has no delta" % rid,
-                             "repair the %s annotation or delete it and restore spec.hard by hand" % LEDGER_ANNOTATION)
+                             "repair the ledger or delete it and restore spec.hard by hand")
         return cls(rid, data["delta"], data.get("owner"), data.get("reason"), data.get("created"),
                    data.get("expires"), data.get("refs"), data.get("topUps"))
 
@@ -152,9 +161,10 @@ class Ledger(object):
     """What kvquota changed on one quota and why; see the module docstring."""
 
     def __init__(self, namespace, quota, backend="plain", base=None, written=None, reservations=None,
-                 released=None, history=None, state=None):
+                 released=None, history=None, state=None, uid=None, previous=None):
         self.namespace = namespace
         self.quota = quota
+        self.uid = uid                                  # the quota's metadata.uid: the ledger's identity
         self.backend = backend
         self.base = dict(base or {})                    # name -> quantity string as found (None: removed)
         self.written = dict(written or {})              # name -> quantity string last written
@@ -162,6 +172,8 @@ class Ledger(object):
         self.released = list(released or [])            # [{"id", "at"}], newest last
         self.history = list(history or [])              # [{"at", "kind", "resource", ...}], newest last
         self.state = copy.deepcopy(state) if state else {}  # backend state remembered before the first change
+        # written before the write now under way (the ledger is saved before the quota is written; see observe)
+        self.previous = dict(previous) if previous else None
 
     def copy(self):
         return copy.deepcopy(self)
@@ -171,6 +183,7 @@ class Ledger(object):
             "v": FORMAT_VERSION,
             "namespace": self.namespace,
             "quota": self.quota,
+            "quotaUid": self.uid,
             "backend": self.backend,
             "base": dict(sorted(self.base.items())),
             "written": dict(sorted(self.written.items())),
@@ -182,6 +195,8 @@ class Ledger(object):
             data["history"] = list(self.history)
         if self.state:
             data["state"] = copy.deepcopy(self.state)
+        if self.previous is not None:
+            data["previous"] = dict(sorted(self.previous.items()))
         return data
 
     def __eq__(self, other):
@@ -195,9 +210,9 @@ class Ledger(object):
             self.namespace, self.quota, self.base, sorted(self.reservations))
 
 
-def new_ledger(namespace, quota, backend="plain"):
+def new_ledger(namespace, quota, backend="plain", uid=None):
     """An empty ledger for a quota that kvquota has not touched yet."""
-    return Ledger(namespace, quota, backend)
+    return Ledger(namespace, quota, backend, uid=uid)
 
 
 def dump(ledger):
@@ -205,30 +220,143 @@ def dump(ledger):
     return json.dumps(ledger.to_json(), sort_keys=True, separators=(",", ":"))
 
 
-def load(text, namespace=None, quota=None):
-    """A Ledger from the annotation value; None/'' gives None. Malformed JSON raises InputError."""
+def load(text, namespace=None, quota=None, version=FORMAT_VERSION):
+    """A Ledger from its JSON text; None/'' gives None.
+
+    Everything is validated (see validate()): anything else raises InputError naming namespace/quota and what is
+    wrong, so a corrupt ledger is reported and skipped by readers, and refused by writers of that quota.
+    version=LEGACY_FORMAT_VERSION reads a 0.1.0 annotation (for adoption only)."""
     if text is None or text == "":
         return None
     where = "%s/%s" % (namespace, quota) if namespace or quota else "the object"
-    fix = ("do not edit it by hand; if it is broken, read the quota's Events for the base values, delete the "
-           "annotation and put spec.hard back yourself")
+    if not isinstance(text, str):
+        raise _corrupt(where, "its text is a %s, not JSON text" % type(text).__name__)
     try:
         data = json.loads(text)
     except ValueError as err:
-        raise InputError("the %s annotation on %s is not valid JSON (%s)" % (LEDGER_ANNOTATION, where, err), fix)
-    if not isinstance(data, dict) or not isinstance(data.get("base", {}), dict):
-        raise InputError("the %s annotation on %s is not a kvquota ledger" % (LEDGER_ANNOTATION, where), fix)
-    version = data.get("v", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise InputError("the ledger on %s has format version %s, this collection reads version %s"
-                         % (where, version, FORMAT_VERSION),
+        raise _corrupt(where, "it is not valid JSON (%s)" % err)
+    return validate(data, where, version, namespace, quota)
+
+
+def _corrupt(where, what):
+    return InputError("the kvquota ledger of %s is corrupt: %s" % (where, what),
+                      "nothing was written to that quota; the ledger's base (or the quota's QuotaReserved Events) "
+                      "holds the values to put back: restore spec.hard by hand and delete the ledger "
+                      "(kubectl -n <operator namespace> delete configmap -l kvquota.maintenance/ledger)")
+
+
+def _check_amount(text, what, where, allow_none=False):
+    """A quantity string of a ledger: a string the apiserver accepts, not negative, not absurdly large."""
+    if text is None and allow_none:
+        return
+    if not isinstance(text, str) or not text.strip():
+        raise _corrupt(where, "%s is %r, not a quantity string" % (what, text))
+    if len(text) > MAX_QUANTITY_TEXT:
+        raise _corrupt(where, "%s is %d characters long" % (what, len(text)))
+    try:
+        value = parse_quantity(text, what)
+    except InputError as err:
+        raise _corrupt(where, "%s: %s" % (what, err.message))
+    if value < 0:
+        raise _corrupt(where, "%s is negative (%s)" % (what, text))
+    if value > MAX_AMOUNT:
+        raise _corrupt(where, "%s is larger than any quota can be (%s)" % (what, text))
+
+
+def _check_list(values, what, where, allow_none=False):
+    if not isinstance(values, dict):
+        raise _corrupt(where, "%s is a %s, not a mapping of resource names to quantities"
+                       % (what, type(values).__name__))
+    for name, text in values.items():
+        if not isinstance(name, str) or not name:
+            raise _corrupt(where, "%s has a resource name %r" % (what, name))
+        _check_amount(text, "%s of %s" % (what, name), where, allow_none)
+
+
+def _check_time(text, what, where, allow_none=True):
+    if text is None and allow_none:
+        return
+    if not isinstance(text, str):
+        raise _corrupt(where, "%s is %r, not an RFC 3339 time" % (what, text))
+    try:
+        parse_time(text)
+    except InputError:
+        raise _corrupt(where, "%s is %r, not an RFC 3339 time" % (what, text))
+
+
+def _check_text(value, what, where):
+    if value is not None and not isinstance(value, str):
+        raise _corrupt(where, "%s is %r, not a string" % (what, value))
+
+
+def _check_reservation(rid, entry, where):
+    if not isinstance(rid, str) or not rid.strip() or len(rid) > 253:
+        raise _corrupt(where, "a reservation id is %r" % (rid,))
+    what = "reservation '%s'" % rid
+    if not isinstance(entry, dict):
+        raise _corrupt(where, "%s is %r, not a mapping" % (what, entry))
+    _check_list(entry.get("delta"), "the delta of " + what, where)
+    for key in ("owner", "reason"):
+        _check_text(entry.get(key), "the %s of %s" % (key, what), where)
+    _check_time(entry.get("created"), "the creation time of " + what, where)
+    _check_time(entry.get("expires"), "the expiry of " + what, where)
+    refs = entry.get("refs")
+    if refs is not None:
+        if not isinstance(refs, dict):
+            raise _corrupt(where, "the refs of %s are %r, not a mapping" % (what, refs))
+        for key in _REF_LISTS:
+            if key in refs and not isinstance(refs[key], list):
+                raise _corrupt(where, "refs.%s of %s is not a list" % (key, what))
+    top_ups = entry.get("topUps")
+    if top_ups is not None and (not isinstance(top_ups, list) or not all(isinstance(k, str) for k in top_ups)):
+        raise _corrupt(where, "the top-up keys of %s are %r, not a list of strings" % (what, top_ups))
+
+
+def validate(data, where, version=FORMAT_VERSION, namespace=None, quota=None):
+    """A Ledger from decoded JSON, every field checked; InputError (naming where) otherwise."""
+    if not isinstance(data, dict):
+        raise _corrupt(where, "it is a %s, not a mapping" % type(data).__name__)
+    found = data.get("v")
+    if isinstance(found, bool) or found != version:
+        raise InputError("the kvquota ledger of %s has format version %r; this reader takes version %s"
+                         % (where, found, version),
                          "use the kvquota.maintenance version that wrote it to release its reservations")
-    reservations = {}
-    for rid, entry in (data.get("reservations") or {}).items():
-        reservations[rid] = Reservation.from_json(rid, entry)
-    return Ledger(data.get("namespace", namespace), data.get("quota", quota), data.get("backend", "plain"),
-                  data.get("base"), data.get("written"), reservations, data.get("released"),
-                  data.get("history"), data.get("state"))
+    for key in ("namespace", "quota", "quotaUid"):
+        _check_text(data.get(key), key, where)
+    if namespace is not None and data.get("namespace") not in (None, namespace):
+        raise _corrupt(where, "it names namespace %r" % data.get("namespace"))
+    if quota is not None and data.get("quota") not in (None, quota):
+        raise _corrupt(where, "it names quota %r" % data.get("quota"))
+    backend = data.get("backend", "plain")
+    if backend not in BACKEND_NAMES:
+        raise _corrupt(where, "its backend is %r (known: %s)" % (backend, ", ".join(BACKEND_NAMES)))
+    _check_list(data.get("base", {}), "base", where, allow_none=True)
+    _check_list(data.get("written", {}), "written", where)
+    if data.get("previous") is not None:
+        _check_list(data["previous"], "previous", where)
+    reservations = data.get("reservations") or {}
+    if not isinstance(reservations, dict):
+        raise _corrupt(where, "its reservations are a %s, not a mapping" % type(reservations).__name__)
+    for rid, entry in reservations.items():
+        _check_reservation(rid, entry, where)
+        missing = sorted(name for name in entry["delta"] if (data.get("base") or {}).get(name) is None)
+        if missing:
+            raise _corrupt(where, "reservation '%s' adds %s, which has no base" % (rid, ", ".join(missing)))
+    released = data.get("released") or []
+    if not isinstance(released, list) or not all(isinstance(item, dict) and isinstance(item.get("id"), str)
+                                                 for item in released):
+        raise _corrupt(where, "its released list is %r" % (released,))
+    for item in released:
+        _check_time(item.get("at"), "the release time of '%s'" % item["id"], where)
+    history = data.get("history") or []
+    if not isinstance(history, list) or not all(isinstance(item, dict) for item in history):
+        raise _corrupt(where, "its history is %r, not a list of entries" % (history,))
+    state = data.get("state") or {}
+    if not isinstance(state, dict) or not all(isinstance(value, dict) for value in state.values()):
+        raise _corrupt(where, "its backend state is %r, not a mapping of records" % (state,))
+    entries = dict((rid, Reservation.from_json(rid, entry)) for rid, entry in reservations.items())
+    return Ledger(data.get("namespace", namespace), data.get("quota", quota), backend, data.get("base"),
+                  data.get("written"), entries, released, history, state, data.get("quotaUid"), data.get("previous"))
 
 
 # ---------------------------------------------------------------------------
@@ -324,12 +452,16 @@ def _record(ledger, entry):
 def observe(ledger, current, now):
     """Compare the quota's durable values (current: name -> string) with what kvquota last wrote.
 
-    Per name that differs from the value last written:
+    The ledger is saved before the quota is written (intend()); a run interrupted between the two leaves
+    previous set. Per name:
+      - equal to the value last written: nothing happened;
+      - equal to previous (the write under way never reached the quota): written goes back to it, silently,
+        and the caller writes the desired value again;
       - equal to the base: REVERTED (someone, e.g. Rancher, put the base back): the desired value will be
         re-applied; the base is unchanged;
       - missing from current: REMOVED (an administrator dropped the limit): kvquota stops managing it;
       - anything else: ADMIN_CHANGE: that value becomes the new base, the active deltas stay on top.
-    Returns (new ledger, [change dicts]); each change is also recorded in the ledger's history.
+    Returns (new ledger with previous cleared, [change dicts]); each change is also recorded in the history.
     """
     result = ledger.copy()
     changes = []
@@ -341,6 +473,10 @@ def observe(ledger, current, now):
             continue
         found = (current or {}).get(name)
         if found is not None and _same(found, last, name):
+            continue
+        before = (ledger.previous or {}).get(name)
+        if found is not None and before is not None and _same(found, before, name):
+            result.written[name] = before
             continue
         change = {"at": stamp, "resource": name, "expected": last, "found": found, "base": base}
         if found is None:
@@ -361,7 +497,24 @@ def observe(ledger, current, now):
             result.base[name] = found
         _record(result, change)
         changes.append(change)
+    result.previous = None
     return result, changes
+
+
+def intend(ledger):
+    """The ledger to save BEFORE writing the quota: written = the desired values, previous = what was written
+    until now. If the quota write then never happens, observe() sees previous on the quota and writes again;
+    if it happens, observe() sees written. Either way nothing is taken for an external change."""
+    result = mark_written(ledger)
+    result.previous = dict(ledger.written) if result.written != ledger.written else None
+    return result
+
+
+def confirmed(ledger):
+    """The ledger once its quota write has landed (previous dropped)."""
+    result = ledger.copy()
+    result.previous = None
+    return result
 
 
 # ---------------------------------------------------------------------------

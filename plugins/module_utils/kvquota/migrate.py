@@ -35,6 +35,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap, parse_top_up_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
     FINAL_MIGRATION_PHASES,
@@ -242,7 +243,7 @@ class Executor(object):
                  completion_timeout_per_gib=None, progress_timeout=None, scheduling_timeout=300,
                  release_timeout=600, stop_release_timeout=120, poll_interval=1.0, overlap=True, lock=None,
                  kubevirt_version=None, overhead_ratio=None, token=None, check_mode=False, clock=time.time,
-                 sleep=time.sleep, on_progress=None, alive=None):
+                 sleep=time.sleep, on_progress=None, alive=None, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
         if not node:
             raise InputError("node is empty", "name the node whose VMs migrate")
         self.cluster = cluster
@@ -265,6 +266,7 @@ class Executor(object):
         self.poll = max(0.05, float(poll_interval))
         self.overlap = bool(overlap)
         self.lock = lock
+        self.operator_namespace = operator_namespace
         sizing = (("kubevirt_version", kubevirt_version), ("overhead_ratio", overhead_ratio))
         self.sizing = dict((k, v) for k, v in sizing if v)
         self.check_mode = check_mode
@@ -320,7 +322,7 @@ class Executor(object):
         wait (up to release_timeout) for the others to be final, release the leftover reservations
         "<prefix>-b<n>" once their source pods are gone. Returns {reservations, cancelled, released}."""
         pattern = re.compile("^%s-b[0-9]+$" % re.escape(self.prefix))
-        ledgers = reservations.find_ledgers(self.cluster, self.warnings)
+        ledgers = reservations.find_ledgers(self.cluster, self.warnings, self.operator_namespace)
         leftovers = {}
         for target, entry in sorted(ledgers.items()):
             for rid in entry.reservations:
@@ -360,7 +362,7 @@ class Executor(object):
             remaining = max(1.0, deadline - self.clock())
             outcome = reservations.release(self.cluster, rid, wait_for_pods=True, timeout=remaining,
                                            quotas=leftovers[rid], poll_interval=self.poll, clock=self.clock,
-                                           sleep=self.sleep)
+                                           sleep=self.sleep, lock=self.lock, operator_namespace=self.operator_namespace)
             self._warn(outcome.get("warnings"))
             self.resumed["released"].append(rid)
         return self.resumed
@@ -415,7 +417,8 @@ class Executor(object):
             batch.state, batch.final_at, batch.released_at = RELEASED, self.clock(), self.clock()
             return
         vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
-        needs, refs, report = headroom_mod.batch_headroom(self.cluster, vms, self.sizing)
+        needs, refs, report = headroom_mod.batch_headroom(
+            self.cluster, vms, dict(self.sizing, operator_namespace=self.operator_namespace))
         memory = []
         for ns, name in batch.vms:
             for vm in ((report.get("namespaces") or {}).get(ns) or {}).get("vms") or []:
@@ -443,7 +446,7 @@ class Executor(object):
                                       "%s (batch %d/%d)" % (self.reason, batch.index + 1, batch.count), self.ttl,
                                       margin=self.margin, check_mode=self.check_mode, refs=refs, replace=leftover,
                                       lock=None if self.check_mode else self.lock,
-                                      clock=self.clock, sleep=self.sleep)
+                                      clock=self.clock, sleep=self.sleep, operator_namespace=self.operator_namespace)
         self._warn(result.get("warnings"))
         self._record_reservation(batch, result)
         if self.check_mode:
@@ -569,7 +572,8 @@ class Executor(object):
         result = reservations.reserve(self.cluster, batch.reservation,
                                       dict((t, format_resource_list(rl)) for t, rl in short.items()), self.owner,
                                       "top-up: admission refused migration target pods off node %s" % self.node,
-                                      self.ttl, top_up=key or True, lock=self.lock, clock=self.clock, sleep=self.sleep)
+                                      self.ttl, top_up=key or True, lock=self.lock, clock=self.clock, sleep=self.sleep,
+                                      operator_namespace=self.operator_namespace)
         self._warn(result.get("warnings"))
         batch.rounds += 1
         self._record_reservation(batch, result)
@@ -583,7 +587,8 @@ class Executor(object):
         try:
             outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=timeout > 0,
                                            timeout=timeout, quotas=[list(t) for t in batch.targets],
-                                           poll_interval=self.poll, clock=self.clock, sleep=self.sleep)
+                                           poll_interval=self.poll, clock=self.clock, sleep=self.sleep,
+                                           lock=self.lock, operator_namespace=self.operator_namespace)
         except WaitTimeoutError:
             return False
         self._warn(outcome.get("warnings"))

@@ -3,15 +3,19 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The reservation operations the modules call: reserve, release, release_expired, reconcile, list.
 
-Each quota is changed in one conditional write that carries both the new value and the ledger (see
-ledger.py and backends.py), recomputed from the ledger on every attempt: a 409 re-reads and recomputes.
-So an interruption anywhere, followed by a re-run, converges to the same state, and two jobs reserving at
-once lose nothing.
+The ledger of a quota lives in the operator namespace (store.py), never on an object a tenant can write.
+A change is written as: the ledger with the intended value (ledger.intend), then the quota (or Rancher's
+namespace annotation), then the ledger confirmed (or deleted once idle); every write is conditional and
+recomputed from the ledger read afresh after a 409. Every write happens holding the Lease of the tenant
+namespace (in the operator namespace), so two jobs never change one namespace's ledgers at once, and each
+change is made against the current ledger, never a remembered one. An interruption anywhere, followed by a
+re-run, converges to the same state.
 """
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import contextlib
 import json
 import random
 import time
@@ -20,8 +24,10 @@ from fractions import Fraction
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as store_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import (
     HARVESTER,
+    RANCHER_QUOTA_ANNOTATION,
     hard_of,
     is_rancher_managed,
     project_fit,
@@ -38,12 +44,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     WaitTimeoutError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import (
-    LEDGER_ANNOTATION,
+    confirmed,
     desired,
     desired_strings,
     dump,
+    intend,
     is_idle,
-    mark_written,
     needs_write,
     new_ledger,
     observe,
@@ -59,6 +65,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 )
 
 DEFAULT_ATTEMPTS = 10
+DEFAULT_LOCK_TIMEOUT = 120
 DEFAULT_RANCHER_SYNC_TIMEOUT = 60
 KUBEVIRT = ("kubevirt.io", "v1")
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
@@ -135,18 +142,32 @@ def _check_id(reservation_id):
 # reading one quota
 
 class _Run(object):
-    """Per-call context: the cluster, its facts, caches, clock, and collected warnings."""
+    """Per-call context: the cluster, its facts, the ledger store, lock settings, caches, clock, and warnings."""
 
-    def __init__(self, cluster, facts, clock, sleep, check_mode, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    def __init__(self, cluster, facts, clock, sleep, check_mode, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
+                 operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
         self.cluster = cluster
+        self.store = store_mod.Store(cluster, operator_namespace)
         self.facts = facts if facts is not None else cluster.facts()
         self.clock = clock
         self.sleep = sleep
         self.check_mode = check_mode
         self.rancher_sync_timeout = rancher_sync_timeout
+        self.lock = dict(lock or {})
         self.projects = {}
         self.namespaces = None
         self.warnings = []
+
+    def locked(self, namespaces):
+        """with run.locked([ns, ...]): hold the Lease of every tenant namespace (in the operator namespace), taken
+        in sorted order; check mode writes nothing and takes none."""
+        if self.check_mode:
+            return _nothing_held()
+        scopes = [(self.store.namespace, lease_mod.namespace_lock_name(ns)) for ns in set(namespaces)]
+        return lease_mod.held_many(self.cluster, scopes, self.lock.get("holder") or lease_mod.default_holder(),
+                                   self.lock.get("duration") or lock_duration(self.rancher_sync_timeout),
+                                   self.lock.get("wait_timeout", DEFAULT_LOCK_TIMEOUT), clock=self.clock,
+                                   sleep=self.sleep, on_wait=_lease_wait_noter(self))
 
     def warn(self, text):
         if text not in self.warnings:
@@ -171,11 +192,20 @@ class _Run(object):
         return self.namespaces
 
 
-class _State(object):
-    """One quota as read: objects, backend, observed ledger, durable values, external changes."""
+@contextlib.contextmanager
+def _nothing_held():
+    yield []
 
-    def __init__(self, target, namespace, quota, backend, ledger, stored, current, changes):
+
+class _State(object):
+    """One quota as read: objects, backend, observed ledger, the stored ledger and its ConfigMap, durable values,
+    external changes, and whether a 0.1.0 ledger annotation is still on the quota's object."""
+
+    def __init__(self, target, namespace, quota, backend, ledger, stored, current, changes, configmap=None,
+                 legacy=False):
         self.target = target
+        self.configmap = configmap
+        self.legacy = legacy
         self.namespace = namespace
         self.quota = quota
         self.backend = backend
@@ -203,21 +233,23 @@ def _read(run, target, now):
     backend = select_backend(quota, namespace, facts)
     if not backend.writable:
         return _State(target, namespace, quota, backend, None, None, {}, [])
-    stored = backend.read_ledger(quota, namespace)
-    if stored is None and backend.ledger_on == "namespace" and backend.ledger_text(quota, namespace):
-        other = ledger_mod.load(backend.ledger_text(quota, namespace), ns_name)
-        raise InputError("namespace %s already holds the kvquota ledger of ResourceQuota %s, so %s cannot get one"
-                         % (ns_name, other.quota, quota_name),
-                         "release the reservations on %s/%s first (Rancher manages one quota per namespace)"
-                         % (ns_name, other.quota))
-    ledger = stored or new_ledger(ns_name, quota_name, backend.name)
     current = backend.durable_hard(quota, namespace)
+    stored, configmap = run.store.read(quota)   # a corrupt ledger refuses any write to this quota
+    legacy = _legacy_ledger(run, quota, namespace, backend)
+    if stored is None and legacy is not None:
+        stored = legacy   # adopted: saved to the store by the first write, which also drops the annotation
+    ledger = stored or new_ledger(ns_name, quota_name, backend.name, store_mod.quota_uid(quota))
     observed, changes = observe(ledger, current, now)
-    return _State(target, namespace, quota, backend, observed, stored, current, changes)
+    return _State(target, namespace, quota, backend, observed, stored, current, changes, configmap,
+                  legacy=store_mod.legacy_text(quota, namespace, backend) is not None)
 
 
-def _ledger_text(state):
-    return state.backend.ledger_text(state.quota, state.namespace)
+def _legacy_ledger(run, quota, namespace, backend):
+    """store.legacy_ledger, its complaint (a forged or broken 0.1.0 ledger is never trusted) made a warning."""
+    legacy, problem = store_mod.legacy_ledger(quota, namespace, backend)
+    if problem:
+        run.warn(problem)
+    return legacy
 
 
 def _after_hard(state, ledger):
@@ -234,31 +266,63 @@ def _changes_text(before, after):
     return ", ".join(parts) or "no change"
 
 
+def _ledger_changed(state, final):
+    """Whether the stored ledger must change: saved while reservations are active, deleted once idle."""
+    if is_idle(final):
+        return state.configmap is not None
+    if state.configmap is None:
+        return True
+    return dump(confirmed(final)) != dump(confirmed(state.stored))
+
+
 def _commit(run, state, ledger):
-    """Write ledger (with the values it implies) through the backend, conditionally. Returns the final ledger
-    and whether anything was (or, in check mode, would be) written."""
+    """Save ledger and write the values it implies, in the order that survives an interruption: the ledger with
+    the intended value, the quota (through the backend), then the ledger confirmed - or deleted once idle. Every
+    write is conditional; a 409 raises ConflictError and _transact starts again from a fresh read. Returns the
+    final ledger and whether anything was (or, in check mode, would be) written."""
     backend = state.backend
     if not is_idle(ledger):
         ledger = backend.prepare(state.quota, state.namespace, ledger)
-    final = mark_written(ledger)
-    new_text = None if is_idle(final) else dump(final)
-    if not needs_write(final, state.current) and _ledger_text(state) == new_text:
-        return final, False
+    final = intend(ledger)
+    quota_write = needs_write(final, state.current) or state.legacy
+    if not quota_write and not _ledger_changed(state, final):
+        return confirmed(final), False
     if run.check_mode:
-        return final, True
-    writes = backend.render(state.quota, state.namespace, final)
-    for kind in ("quota", "namespace"):
-        if kind in writes:
-            obj = writes[kind]
-            what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0]) if kind == "quota"
-                    else "update namespace %s (annotations)" % state.target[0])
-            run.cluster.replace(obj, what)
-    return final, True
+        return confirmed(final), True
+    configmap = state.configmap
+    if quota_write:
+        if not (is_idle(final) and configmap is None):
+            configmap = run.store.save(state.quota, final, configmap)
+        writes = backend.render(state.quota, state.namespace, final)
+        for kind in ("quota", "namespace"):
+            if kind in writes:
+                what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
+                        if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
+                run.cluster.replace(writes[kind], what)
+    if is_idle(final):
+        if configmap is not None:
+            _settle(run.store.delete, configmap)
+    elif quota_write:
+        _settle(run.store.save, state.quota, confirmed(final), configmap)
+    else:
+        run.store.save(state.quota, confirmed(final), configmap)
+    return confirmed(final), True
+
+
+def _settle(write, *args):
+    """The last step of a change (confirm or delete the ledger): the quota is already right, so a concurrent
+    writer (409) only means the next read resolves it (ledger.observe)."""
+    try:
+        write(*args)
+    except ConflictError:
+        pass
 
 
 def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
-    """read -> observe -> mutate -> conditional write, retried from scratch on a 409. first: a state read just
-    before, used for the first attempt (saves two requests; the write is conditional anyway)."""
+    """read -> observe -> mutate -> conditional writes, retried from scratch on a 409. first: a state read just
+    before, used for the first attempt (saves requests; the writes are conditional anyway). A mutation that
+    changes nothing still writes the ledger's own values when the quota does not hold them (a run interrupted
+    between its ledger and quota writes)."""
     last = None
     for attempt in range(attempts):
         now = run.clock()
@@ -266,14 +330,14 @@ def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
         if not state.backend.writable:
             return state, None, None, False
         new, info = mutate(state, now)
-        if new is None:
-            return state, state.ledger, info, False
         try:
-            final, changed = _commit(run, state, new)
+            final, changed = _commit(run, state, state.ledger if new is None else new)
         except ConflictError as err:
             last = err
             run.sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
             continue
+        if new is None and not changed:
+            return state, state.ledger, info, False
         return state, final, info, changed
     raise ConflictError("gave up writing %s/%s after %d conflicting concurrent writes (%s)"
                         % (target[0], target[1], attempts, last), "re-run: the ledger makes the retry safe")
@@ -306,14 +370,19 @@ def _report_changes(run, state):
 
 
 def _wait_followed(run, state, final):
-    """Rancher owns spec.hard: wait until it applied the annotation; if it does not in time and did not refuse,
-    write spec.hard ourselves (conditional)."""
+    """Rancher owns spec.hard: wait until it applied the namespace annotation. Each poll compares spec.hard with
+    the ledger as it is NOW in the store (another job may have changed it since this one wrote), never with a
+    remembered one. kvquota never writes spec.hard of a Rancher-owned quota (that bypasses the project limit
+    and Rancher 2.14+ refuses it): if Rancher neither applies nor refuses in time, fail with the numbers."""
     if not _owned_by_namespace(state.backend) or run.check_mode:
         return None
     deadline = run.clock() + run.rancher_sync_timeout
+    expected = final
     while True:
         quota = run.cluster.get_quota(*state.target)
-        ok, wrong = state.backend.followed(quota, final)
+        stored, _configmap = run.store.read(quota)
+        expected = stored if stored is not None else (final if is_idle(final) else expected)
+        ok, wrong = state.backend.followed(quota, expected)
         if ok:
             return None
         namespace = run.cluster.get_namespace(state.target[0])
@@ -324,20 +393,17 @@ def _wait_followed(run, state, final):
         if run.clock() >= deadline:
             break
         run.sleep(1.0)
-    run.warn("Rancher did not apply %s of %s/%s within %ss; kvquota wrote spec.hard directly (the namespace "
-             "annotation stays the durable value)" % (", ".join(wrong), state.target[0], state.target[1],
-                                                      run.rancher_sync_timeout))
-    for _attempt in range(DEFAULT_ATTEMPTS):
-        quota = run.cluster.get_quota(*state.target)
-        if state.backend.followed(quota, final)[0]:
-            return None
-        try:
-            run.cluster.replace(state.backend.push(quota, final), "update resourcequota %s in namespace %s"
-                                % (state.target[1], state.target[0]))
-            return None
-        except ConflictError:
-            continue
-    return None
+    hard = hard_of(quota)
+    want = desired_strings(expected)
+    raise KvquotaError(
+        "Rancher did not apply the quota of namespace %s within %ss: %s (annotation %s is written; kvquota never "
+        "writes spec.hard of a Rancher-owned quota)"
+        % (state.target[0], run.rancher_sync_timeout,
+           ", ".join("%s is %s on %s/%s, should be %s" % (name, hard.get(name, "(none)"), state.target[0],
+                                                           state.target[1], want.get(name)) for name in wrong),
+           RANCHER_QUOTA_ANNOTATION),
+        "check that Rancher's cluster agent (cattle-cluster-agent) runs and syncs namespace %s, then re-run: the "
+        "ledger holds the reservation, so the re-run converges" % state.target[0])
 
 
 def _rancher_refusal(namespace):
@@ -356,7 +422,7 @@ def _rancher_refusal(namespace):
 
 
 def _owned_by_namespace(backend):
-    return getattr(backend, "ledger_on", None) == "namespace"
+    return getattr(backend, "written_on", None) == "namespace"
 
 
 def _harvester_opt_out(run, state, final):
@@ -401,7 +467,7 @@ def _quota_result(state, final, info, changed):
         "namespace": state.target[0],
         "quota": state.target[1],
         "backend": backend.name,
-        "ledger_on": getattr(backend, "ledger_on", None),
+        "written_on": getattr(backend, "written_on", None),
         "notes": backend.describe().get("notes", []),
         "changed": changed,
         "external_changes": list(state.changes),
@@ -432,7 +498,7 @@ def _diff(results):
 
 def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_seconds, margin=None, top_up=False,
             check_mode=False, replace=False, refs=None, lock=None, facts=None, clock=time.time, sleep=time.sleep,
-            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
     """Expand every quota of headroom_by_quota ({(ns, quota): ResourceList}) by its headroom (+ margin) for
     reservation_id, through the quota's backend.
 
@@ -441,8 +507,9 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     is read and checked first (missing quota, Rancher project limit, Harvester already scaling): any problem
     fails the call before anything is written. refs (optional): {"batch": ..., "migrations": [{namespace,
     name}], "sourcePods": [{namespace, name, uid}], "vms": [...]} recorded with the reservation for release.
-    lock (optional): {"holder": ..., "duration": seconds, "wait_timeout": 120} holds a Lease per namespace
-    meanwhile; the duration defaults to lock_duration(rancher_sync_timeout).
+    The call holds the Lease of every namespace it touches (in operator_namespace, where the ledgers live too);
+    lock (optional): {"holder": ..., "duration": seconds, "wait_timeout": 120} sets who holds it and how long
+    to wait for another job; the duration defaults to lock_duration(rancher_sync_timeout).
 
     Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
     skipped, warnings, diff}.
@@ -452,15 +519,9 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
         raise InputError("ttl_seconds must be a positive number of seconds, got %r" % (ttl_seconds,),
                          "give a ttl longer than the maintenance step, e.g. 3600")
     plan = dict((target, apply_margin(headroom, margin)) for target, headroom in parse_targets(headroom_by_quota).items())
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
-    if lock:
-        scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in plan]
-        with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
-                                 lock.get("duration") or lock_duration(rancher_sync_timeout),
-                                 lock.get("wait_timeout", 0), clock=clock, sleep=sleep,
-                                 on_wait=_lease_wait_noter(run)):
-            return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
-    return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    with run.locked([ns for ns, _q in plan]):
+        return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
 
 
 def lock_duration(rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
@@ -567,32 +628,52 @@ def _reserve_message(reservation_id, final, state, item):
 # ---------------------------------------------------------------------------
 # release
 
-def find_ledgers(cluster, warnings=None):
-    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for (two list requests). A ledger
-    that cannot be read is left out, with a warning appended to warnings (when given)."""
-    found = {}
-
-    def read(text, namespace, quota):
-        try:
-            return ledger_mod.load(text, namespace, quota)
-        except InputError as err:
-            if warnings is not None:
-                warnings.append(str(err))
-            return None
-
-    for quota in cluster.list_quotas():
-        meta = quota.get("metadata") or {}
-        text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
-        entry = read(text, meta.get("namespace"), meta.get("name")) if text else None
-        if entry is not None:
-            found[(meta.get("namespace"), meta.get("name"))] = entry
-    for namespace in cluster.list_namespaces():
-        meta = namespace.get("metadata") or {}
-        text = (meta.get("annotations") or {}).get(LEDGER_ANNOTATION)
-        entry = read(text, meta.get("name"), None) if text else None
-        if entry is not None and entry.quota:
-            found[(meta.get("name"), entry.quota)] = entry
+def find_ledgers(cluster, warnings=None, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for: the ConfigMaps of the operator
+    namespace, and 0.1.0 annotations not adopted yet that verify against their quota (three list requests). A
+    ledger that cannot be read, or whose quota is gone, is left out with a warning appended to warnings (when
+    given): it never stops the others from being read."""
+    found, _orphans, _legacy = _scan(cluster, warnings if warnings is not None else [], operator_namespace)
     return found
+
+
+def _scan(cluster, warnings, operator_namespace):
+    """(ledgers by (namespace, quota), [(Ledger, ConfigMap)] of ledgers whose quota no longer exists, the
+    (namespace, quota) of verified 0.1.0 ledgers not adopted yet)."""
+    store = store_mod.Store(cluster, operator_namespace)
+    stored = store.list(warnings)
+    quotas = cluster.list_quotas()
+    by_uid = dict(((q.get("metadata") or {}).get("uid"), q) for q in quotas)
+    found, orphans, legacy_targets = {}, [], []
+    for uid, (entry, configmap) in sorted(stored.items()):
+        quota = by_uid.get(uid)
+        if quota is None:
+            warnings.append("the kvquota ledger of %s/%s names a quota that no longer exists (uid %s); its "
+                            "reservations %s are void (the reaper deletes it)"
+                            % (entry.namespace, entry.quota, uid, ", ".join(sorted(entry.reservations)) or "none"))
+            orphans.append((entry, configmap))
+            continue
+        meta = quota.get("metadata") or {}
+        entry.namespace, entry.quota = meta.get("namespace"), meta.get("name")
+        found[(entry.namespace, entry.quota)] = entry
+    # 0.1.0 kept the ledger on the quota, or on the Namespace of a Rancher-managed quota
+    candidates = [q for q in quotas if (q.get("metadata") or {}).get("uid") not in stored and (
+        ledger_mod.LEDGER_ANNOTATION in ((q.get("metadata") or {}).get("annotations") or {}) or is_rancher_managed(q))]
+    namespaces = {}
+    if any(is_rancher_managed(q) for q in candidates):
+        namespaces = dict(((n.get("metadata") or {}).get("name"), n) for n in cluster.list_namespaces())
+    if candidates:
+        run = _Run(cluster, None, time.time, time.sleep, True, operator_namespace=operator_namespace)
+        for quota in candidates:
+            meta = quota.get("metadata") or {}
+            namespace = namespaces.get(meta.get("namespace")) or {}
+            backend = select_backend(quota, namespace, run.facts)
+            legacy = _legacy_ledger(run, quota, namespace, backend) if backend.writable else None
+            if legacy is not None:
+                found[(meta.get("namespace"), meta.get("name"))] = legacy
+                legacy_targets.append((meta.get("namespace"), meta.get("name")))
+        warnings.extend(w for w in run.warnings if w not in warnings)
+    return found, orphans, sorted(legacy_targets)
 
 
 def _pod_counts(pod, now):
@@ -633,17 +714,23 @@ def _ref_items(refs, key, namespace, only_namespace=False):
     return items
 
 
-def _launcher_vmi_name(pod):
-    """The name of the VMI a virt-launcher pod belongs to (owner reference, else label), or None."""
-    meta = pod.get("metadata") or {}
-    return next((ref.get("name") for ref in meta.get("ownerReferences") or ()
-                 if ref.get("kind") == "VirtualMachineInstance"), None) or (meta.get("labels") or {}).get(
-                     "vm.kubevirt.io/name")
+def _launcher_owner(pod):
+    """(name, uid) of the VMI a virt-launcher pod belongs to, from its controller ownerReference, or None.
+    Labels (kubevirt.io=virt-launcher, vm.kubevirt.io/name) are the tenant's to write: never identity."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == "VirtualMachineInstance" and str(ref.get("apiVersion", "")).startswith("kubevirt.io/") \
+                and ref.get("controller") and ref.get("uid"):
+            return ref.get("name"), ref.get("uid")
+    return None
 
 
 def _runs_on_launcher(vmi, pod):
-    """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher."""
-    node = ((vmi or {}).get("status") or {}).get("nodeName")
+    """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher: the pod must be
+    owned by exactly this VMI (uid), not by a namesake."""
+    owner = _launcher_owner(pod)
+    if vmi is None or owner is None or owner[1] != (vmi.get("metadata") or {}).get("uid"):
+        return False
+    node = (vmi.get("status") or {}).get("nodeName")
     return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
 
 
@@ -651,11 +738,11 @@ def _is_active_launcher(run, pod):
     """True while pod is still its VMI's active launcher pod: the VM never left it (its migration was never
     created, failed or was cancelled), so it is no lingering source and must not hold the release. Whatever
     a target pod still charges is caught by the usage check."""
-    name = _launcher_vmi_name(pod)
-    if not name:
+    owner = _launcher_owner(pod)
+    if not owner:
         return False
     try:
-        vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", name,
+        vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", owner[0],
                                      namespace=(pod.get("metadata") or {}).get("namespace"))
     except NotFoundError:
         return False
@@ -740,11 +827,12 @@ def _usage_may_still_drop(run, namespace, counted_pods):
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return True
-        if (meta.get("labels") or {}).get("kubevirt.io") == "virt-launcher":
+        owner = _launcher_owner(pod)
+        if owner is not None:
             if vmis is None:
                 vmis = dict((vmi["metadata"]["name"], vmi) for vmi in run.cluster.list_custom(
                     KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace=namespace))
-            if not _runs_on_launcher(vmis.get(_launcher_vmi_name(pod)), pod):
+            if not _runs_on_launcher(vmis.get(owner[0]), pod):
                 return True
     return False
 
@@ -795,32 +883,40 @@ def _release_one(run, target, reservation_id, state=None):
     return item
 
 
+def _release_locked(run, target, reservation_id):
+    """_release_one holding the namespace's Lease, from a fresh read: the change is made against the ledger as
+    it is now, never as it was before the lock was taken."""
+    with run.locked([target[0]]):
+        return _release_one(run, target, reservation_id)
+
+
 def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode=False, quotas=None, force=False,
             poll_interval=5.0, lock=None, facts=None, clock=time.time, sleep=time.sleep,
-            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
-    """Give reservation_id back on every quota holding it (or only on quotas=[(ns, quota)]).
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """Give reservation_id back on every quota holding it (or only on quotas=[(ns, quota)]), and finish any
+    change an interrupted run left half-written.
 
     A quota is restored (to base + the other active reservations, from the ledger, never by subtraction)
     only when the reservation's migrations are final, its recorded source pods are terminal or gone, and
     status.used fits under the value to write. wait_for_pods=True waits for that up to timeout seconds,
     polling every poll_interval; False checks once. Quotas that are still not ready raise WaitTimeoutError
     naming the pods that still count (quotas already released stay released). force=True skips the checks.
-    Releasing an id that is not active is a no-op that says so.
+    Releasing an id that is not active is a no-op that says so. Each quota's write holds the Lease of its
+    namespace (lock: as for reserve), taken only for the write, not while waiting for pods.
     """
     _check_id(reservation_id)
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
     if quotas is not None:
         targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
     else:
-        targets = sorted(target for target, entry in find_ledgers(cluster, run.warnings).items()
-                         if ledger_mod.holding(entry, reservation_id))
-    if lock:
-        scopes = [(ns, lock.get("name") or lease_mod.DEFAULT_LEASE_NAME) for ns, _q in targets]
-        with lease_mod.held_many(cluster, scopes, lock.get("holder") or lease_mod.default_holder(),
-                                 lock.get("duration") or lock_duration(rancher_sync_timeout),
-                                 lock.get("wait_timeout", 0), clock=clock, sleep=sleep):
-            return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+        targets = sorted(target for target, entry in find_ledgers(cluster, run.warnings, operator_namespace).items()
+                         if ledger_mod.holding(entry, reservation_id) or _unfinished(entry))
     return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+
+
+def _unfinished(entry):
+    """Whether a stored ledger is left half-written by an interrupted run (idle, or a write under way)."""
+    return is_idle(entry) or entry.previous is not None
 
 
 def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, raise_on_wait):
@@ -841,7 +937,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             if not state.backend.writable:
                 continue
             if state.ledger is None or not ledger_mod.holding(state.ledger, reservation_id):
-                results.append(_release_one(run, target, reservation_id, state))
+                results.append(_release_locked(run, target, reservation_id))
                 continue
             reasons = [] if force else _release_blockers(run, state, reservation_id, now)
             if reasons and not run.check_mode:
@@ -851,7 +947,8 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                 else:
                     lasting.pop(target, None)
                 continue
-            item = _release_one(run, target, reservation_id, state)
+            item = _release_one(run, target, reservation_id, state) if run.check_mode else \
+                _release_locked(run, target, reservation_id)
             if reasons:
                 item["would_wait_for"] = reasons
             results.append(item)
@@ -919,13 +1016,16 @@ def _lasting_overuse_error(reservation_id, lasting, results, others, result):
 
 def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,
                     poll_interval=5.0, facts=None, clock=time.time, sleep=time.sleep,
-                    rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+                    rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
+                    operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
     """The reaper: release every reservation whose expiry is at or before now (default: the clock). Ones that
-    cannot be released yet (pods still counted) are reported under "deferred", not raised."""
+    cannot be released yet (pods still counted) are reported under "deferred", not raised. It also finishes
+    what interrupted runs left half-written, adopts 0.1.0 ledgers, and deletes ledgers whose quota is gone."""
     when = clock() if now is None else ledger_mod.parse_time(now)
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    found, orphans, legacy = _scan(cluster, run.warnings, operator_namespace)
     by_id = {}
-    for target, entry in sorted(find_ledgers(cluster, run.warnings).items()):
+    for target, entry in sorted(found.items()):
         for rid in ledger_mod.expired(entry, when):
             by_id.setdefault(rid, []).append(target)
     results, deferred, released = [], [], []
@@ -937,23 +1037,48 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
                 released.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"]})
         for item in outcome["pending"]:
             deferred.append(dict(item, id=rid))
-    return {"changed": any(item["changed"] for item in results), "released": released, "deferred": deferred,
-            "quotas": results, "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
+    touched = set((item["namespace"], item["quota"]) for item in results)
+    for target in sorted(set(legacy) | set(t for t, entry in found.items() if _unfinished(entry))):
+        if target not in touched:
+            results.append(_settle_ledger(run, target))
+    removed = []
+    for entry, configmap in orphans:
+        removed.append({"namespace": entry.namespace, "quota": entry.quota, "uid": entry.uid,
+                        "reservations": sorted(entry.reservations), "base": dict(entry.base)})
+        if not run.check_mode:
+            _settle(run.store.delete, configmap)
+    return {"changed": any(item["changed"] for item in results) or bool(removed), "released": released,
+            "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
             "now": ledger_mod.format_time(when)}
+
+
+def _settle_ledger(run, target):
+    """Bring one quota in line with its ledger (adopting a 0.1.0 one, finishing an interrupted write), holding
+    its namespace's Lease; reservations are neither added nor released."""
+    def mutate(state, now):
+        return None, {"outcome": "reconciled" if state.changes else "in-sync"}
+
+    with run.locked([target[0]]):
+        state, final, info, changed = _transact(run, target, mutate)
+    if state.backend.writable:
+        _report_changes(run, state)
+    return _quota_result(state, final, info, changed)
 
 
 # ---------------------------------------------------------------------------
 # reconcile and inspect
 
 def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.time, sleep=time.sleep,
-              rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+              rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+              lock=None):
     """Re-apply every ledger (or those of quotas=[(ns, quota)]): a revert is re-applied, an administrator's
     change becomes the new base. Returns {changed, quotas, warnings, diff}."""
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
     if quotas is not None:
         targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
     else:
-        targets = sorted(find_ledgers(cluster, run.warnings))
+        targets = sorted(find_ledgers(cluster, run.warnings, operator_namespace))
 
     def mutate(state, now):
         if state.stored is None:
@@ -962,7 +1087,8 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
 
     results = []
     for target in targets:
-        state, final, info, changed = _transact(run, tuple(target), mutate)
+        with run.locked([target[0]]):
+            state, final, info, changed = _transact(run, tuple(target), mutate)
         if not state.backend.writable:
             continue
         _report_changes(run, state)
@@ -974,11 +1100,12 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
 
 
-def list_reservations(cluster, now=None, clock=time.time):
+def list_reservations(cluster, now=None, clock=time.time, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                      warnings=None):
     """Every active reservation in the cluster, flat, with an expired flag (for kvquota_check and reports)."""
     when = clock() if now is None else ledger_mod.parse_time(now)
     rows = []
-    for (namespace, quota), entry in sorted(find_ledgers(cluster).items()):
+    for (namespace, quota), entry in sorted(find_ledgers(cluster, warnings, operator_namespace).items()):
         for rid, item in sorted(entry.reservations.items()):
             expires_at = item.expires_at()
             rows.append({"id": rid, "namespace": namespace, "quota": quota, "backend": entry.backend,

@@ -69,6 +69,7 @@ POD_CIDR = "10.244.0.1/16"
 _TESTS_LAB = Path(__file__).resolve().parent.parent          # tests/lab
 REPO_ROOT = _TESTS_LAB.parent.parent                         # collection root
 DEFAULT_RBAC_FILE = REPO_ROOT / "rbac" / "clusterrole.yml"
+OPERATOR_NAMESPACE_RBAC = "operator-namespace.yml"   # beside the RBAC file: namespace kvquota-system + its Role
 
 
 class LabError(RuntimeError):
@@ -406,6 +407,21 @@ class Lab:
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                 "subjects": subjects,
             })
+        # the Role of the operator namespace (ledgers and locks), bound in that namespace
+        state_file = path.parent / OPERATOR_NAMESPACE_RBAC
+        if state_file.exists():
+            self.kubectl("apply", "-f", str(state_file))
+            for doc in (d for d in yaml.safe_load_all(state_file.read_text()) if d and d.get("kind") == "Role"):
+                manifests.append({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": f"{RBAC_BINDING}-{doc['metadata']['name']}",
+                                 "namespace": doc["metadata"]["namespace"],
+                                 "labels": {"app.kubernetes.io/managed-by": "kvqlab"}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                "name": doc["metadata"]["name"]},
+                    "subjects": subjects,
+                })
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
         self.state["rbac_file"] = str(path)
         self.state["cluster_roles"] = roles

@@ -38,9 +38,10 @@ PROJECT = {"apiVersion": "management.cattle.io/v3", "kind": "Project",
                     "namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "2", "limitsMemory": "4Gi"}}}}
 
 
-def step(backend, q, ns, rid, delta, now=T0, release=False):
-    """What reservations.py does for one quota: read ledger, observe, reserve/release, render."""
-    ledger = backend.read_ledger(q, ns) or L.new_ledger("tenant-a", q["metadata"]["name"], backend.name)
+def step(backend, q, ns, rid, delta, now=T0, release=False, book=None):
+    """What reservations.py does for one quota: take its ledger (book: the one the previous step returned, as the
+    operator namespace's store would), observe, reserve/release, render."""
+    ledger = book or L.new_ledger("tenant-a", q["metadata"]["name"], backend.name, q["metadata"]["uid"])
     current = backend.durable_hard(q, ns)
     ledger, _ignored = L.observe(ledger, current, now)
     if release:
@@ -57,20 +58,20 @@ def step(backend, q, ns, rid, delta, now=T0, release=False):
 
 def test_select_plain():
     backend = B.select_backend(quota(name="compute"), namespace(), {})
-    assert isinstance(backend, B.PlainBackend) and backend.name == "plain" and backend.ledger_on == "quota"
+    assert isinstance(backend, B.PlainBackend) and backend.name == "plain" and backend.written_on == "quota"
 
 
 @pytest.mark.parametrize("labels", [RANCHER_LABELS, {B.RANCHER_CREATOR_LABEL: "norman"}])
 def test_select_rancher(labels):
     backend = B.select_backend(quota(labels=labels), namespace(), {"rancher_projects": False})
-    assert backend.name == "rancher" and backend.ledger_on == "namespace"
+    assert backend.name == "rancher" and backend.written_on == "namespace"
     assert any("downstream" in note for note in backend.notes)
 
 
 def test_select_harvester_wraps_rancher():
     facts = {"harvester": True, "harvester_version": "v1.4.2"}
     backend = B.select_backend(quota(labels=RANCHER_LABELS), namespace(), facts)
-    assert backend.name == "harvester" and backend.inner.name == "rancher" and backend.ledger_on == "namespace"
+    assert backend.name == "harvester" and backend.inner.name == "rancher" and backend.written_on == "namespace"
     assert backend.describe()["owner"] == "rancher"
 
 
@@ -114,9 +115,10 @@ def test_plain_reserve_and_restore_exact():
     assert set(writes) == {"quota"}
     assert written["spec"]["hard"] == {"limits.cpu": "3500m", "limits.memory": "6024Mi", "pods": "10"}
     assert written["metadata"]["resourceVersion"] == "7"
-    assert L.load(written["metadata"]["annotations"][L.LEDGER_ANNOTATION]) == ledger
+    # the ledger is not written on the tenant's objects: it lives in the operator namespace
+    assert L.LEDGER_ANNOTATION not in written["metadata"]["annotations"]
     assert q["spec"]["hard"]["limits.cpu"] == "3"  # input untouched
-    _ignored, writes = step(backend, written, ns, "n1", None, release=True)
+    _ignored, writes = step(backend, written, ns, "n1", None, release=True, book=ledger)
     assert writes["quota"]["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "5000Mi", "pods": "10"}
     assert L.LEDGER_ANNOTATION not in writes["quota"]["metadata"]["annotations"]
 
@@ -150,7 +152,7 @@ def test_rancher_durable_values_come_from_the_annotation_then_spec():
     assert restricted.durable_hard(q, ns) == {"limits.cpu": "3000m", "limits.memory": "5000Mi"}
 
 
-def test_rancher_reserve_writes_namespace_annotation_and_ledger():
+def test_rancher_reserve_writes_only_the_namespace_annotation():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW, "other": "x"})
     ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "4015m", "limits.memory": "8940039936"})
@@ -159,18 +161,27 @@ def test_rancher_reserve_writes_namespace_annotation_and_ledger():
     assert json.loads(annotations[B.RANCHER_QUOTA_ANNOTATION]) == {
         "limit": {"limitsCpu": "7015m", "limitsMemory": "14182919936"}}
     assert annotations["other"] == "x"
-    assert L.load(annotations[L.LEDGER_ANNOTATION]).reservations["n1"].delta == {
-        "limits.cpu": "4015m", "limits.memory": "8940039936"}
+    assert L.LEDGER_ANNOTATION not in annotations
+    assert ledger.reservations["n1"].delta == {"limits.cpu": "4015m", "limits.memory": "8940039936"}
     assert writes["namespace"]["metadata"]["resourceVersion"] == "11"
-    # the quota is rebuilt by Rancher; push() is the fallback that writes it directly
-    assert backend.push(q, ledger)["spec"]["hard"]["limits.cpu"] == "7015m"
+    # Rancher owns the quota: kvquota has no way to write its spec.hard
+    assert not hasattr(backend, "push")
+
+
+def test_a_0_1_0_ledger_annotation_is_dropped_by_the_next_write():
+    backend = B.RancherBackend()
+    legacy = L.dump(L.new_ledger("tenant-a", "default-abcde"))
+    q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW,
+                                                     L.LEDGER_ANNOTATION: legacy})
+    _ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    assert L.LEDGER_ANNOTATION not in writes["namespace"]["metadata"]["annotations"]
 
 
 def test_rancher_release_restores_the_original_annotation_byte_for_byte():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
-    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
     annotations = writes["namespace"]["metadata"]["annotations"]
     assert annotations[B.RANCHER_QUOTA_ANNOTATION] == RANCHER_RAW
     assert L.LEDGER_ANNOTATION not in annotations
@@ -179,23 +190,23 @@ def test_rancher_release_restores_the_original_annotation_byte_for_byte():
 def test_rancher_release_removes_an_annotation_that_was_absent():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace()
-    _ignored, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi"})
+    ledger, writes = step(backend, q, ns, "n1", {"limits.memory": "1Gi"})
     assert json.loads(writes["namespace"]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION]) == {
         "limit": {"limitsMemory": "6024Mi"}}
-    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True)
+    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
     assert writes["namespace"]["metadata"]["annotations"] == {}
 
 
 def test_rancher_release_keeps_an_admin_change_and_other_keys():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    book, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
     edited = writes["namespace"]
     doc = json.loads(edited["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION])
     doc["limit"]["limitsCpu"] = "6"          # an administrator raised it in the Rancher UI
     doc["limit"]["pods"] = "20"              # and set a key kvquota does not manage
     edited["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = json.dumps(doc)
-    ledger, writes = step(backend, q, edited, "n1", None, release=True)
+    ledger, writes = step(backend, q, edited, "n1", None, release=True, book=book)
     assert json.loads(writes["namespace"]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION]) == {
         "limit": {"limitsCpu": "6", "limitsMemory": "5000Mi", "pods": "20"}}
     assert ledger.history[-1]["kind"] == L.ADMIN_CHANGE
@@ -204,19 +215,12 @@ def test_rancher_release_keeps_an_admin_change_and_other_keys():
 def test_rancher_revert_is_seen_as_revert():
     backend = B.RancherBackend()
     q, ns = quota(labels=RANCHER_LABELS), namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
-    _ignored, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
     reverted = writes["namespace"]
     reverted["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = RANCHER_RAW
-    ledger = backend.read_ledger(q, reverted)
     observed, changes = L.observe(ledger, backend.durable_hard(q, reverted), T0)
     assert [c["kind"] for c in changes] == [L.REVERTED]
     assert L.desired_strings(observed)["limits.cpu"] == "4"
-
-
-def test_rancher_ledger_of_another_quota_is_ignored():
-    backend = B.RancherBackend()
-    other = L.dump(L.new_ledger("tenant-a", "someone-else"))
-    assert backend.read_ledger(quota(labels=RANCHER_LABELS), namespace({L.LEDGER_ANNOTATION: other})) is None
 
 
 def test_project_fit_names_the_numbers():
@@ -268,7 +272,7 @@ def test_harvester_with_plain_owner_writes_opt_out_with_the_quota():
     q = quota(name="extra", annotations={B.HARVESTER_SKIP_ANNOTATION: "false"})
     ledger, writes = step(backend, q, namespace(), "n1", {"limits.cpu": "1"})
     assert writes["quota"]["metadata"]["annotations"][B.HARVESTER_SKIP_ANNOTATION] == "true"
-    _ignored, writes = step(backend, writes["quota"], namespace(), "n1", None, release=True)
+    _ignored, writes = step(backend, writes["quota"], namespace(), "n1", None, release=True, book=ledger)
     assert writes["quota"]["metadata"]["annotations"] == {B.HARVESTER_SKIP_ANNOTATION: "false"}
     assert writes["quota"]["spec"]["hard"] == q["spec"]["hard"]
 
@@ -296,13 +300,14 @@ def test_rancher_round_trip_restores_namespace(raw, reservations):
     original = json.loads(json.dumps(ns))
     current = ns
     held = []
+    book = None
     for rid, cpu, mem in reservations:
         if rid in held:
             continue
-        _ignored, writes = step(backend, q, current, rid, {"limits.cpu": cpu, "limits.memory": mem})
+        book, writes = step(backend, q, current, rid, {"limits.cpu": cpu, "limits.memory": mem}, book=book)
         current = writes["namespace"]
         held.append(rid)
     for rid in held:
-        _ignored, writes = step(backend, q, current, rid, None, release=True)
+        book, writes = step(backend, q, current, rid, None, release=True, book=book)
         current = writes["namespace"]
     assert current["metadata"]["annotations"] == original["metadata"]["annotations"]

@@ -107,21 +107,28 @@ def _seconds(text):
     return lg.parse_time(text)
 
 
-def _quota_with_reservations(*reservations, **kw):
-    book = lg.new_ledger("tenant-a", "compute")
+def _ledger_with_reservations(*reservations):
+    book = lg.new_ledger("tenant-a", "compute", uid="q-1")
     current = {"limits.memory": "5000Mi", "limits.cpu": "8"}
     for rid, created, ttl, refs in reservations:
         book, _outcome = lg.reserve(book, rid, {"limits.memory": "1Gi"}, current, _seconds(created),
                                     owner="job-1", reason="drain", ttl_seconds=ttl, refs=refs)
-    quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
-                          "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}},
-             "spec": {"hard": {"limits.memory": "6024Mi", "limits.cpu": "8"}}, "status": {}}
-    quota["metadata"].update(kw)
-    return quota
+    return lg.mark_written(book)
+
+
+def _quota(hard=None, annotations=None):
+    return {"metadata": {"name": "compute", "namespace": "tenant-a", "uid": "q-1",
+                         "annotations": dict(annotations or {})},
+            "spec": {"hard": dict(hard or {"limits.memory": "6024Mi", "limits.cpu": "8"})}, "status": {}}
+
+
+def _quota_with_reservations(*reservations):
+    """(quota, {uid: ledger}) as the snapshot holds them: the ledger comes from the operator namespace."""
+    return _quota(), {"q-1": _ledger_with_reservations(*reservations)}
 
 
 def test_expired_active_and_orphaned_reservations():
-    quota = _quota_with_reservations(
+    quota, ledgers = _quota_with_reservations(
         ("old", "2025-01-31T09:00:00Z", 3600, None),
         ("live", "2025-01-31T11:30:00Z", 3600, None),
         ("done", "2025-01-31T10:00:00Z", 86400, {"migrations": ["m1"], "sourcePods": ["virt-launcher-a"]}),
@@ -130,7 +137,7 @@ def test_expired_active_and_orphaned_reservations():
     vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
              {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
     blockers, warnings = c.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
-                                           c.parse_time(NOW), vmims, [])
+                                           c.parse_time(NOW), vmims, [], ledgers=ledgers)
     assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
         ("expired_reservation", "old"), ("orphaned_reservation", "done")]
     assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
@@ -141,22 +148,47 @@ def test_expired_active_and_orphaned_reservations():
 
 
 def test_finished_but_recent_reservation_is_not_orphaned():
-    quota = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW), [], [])
+    quota, ledgers = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW), [], [], ledgers=ledgers)
     assert blockers == [] and [w["kind"] for w in warnings] == ["active_reservation"]
 
 
-def test_unreadable_ledger_and_namespace_ledger_for_missing_quota():
-    quota = {"metadata": {"name": "compute", "namespace": "tenant-a",
-                          "annotations": {lg.LEDGER_ANNOTATION: "{not json"}}, "spec": {"hard": {}}}
-    blockers, _warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
-    assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
-    book, _outcome = lg.reserve(lg.new_ledger("tenant-a", "gone-quota"), "r1", {"limits.cpu": "1"},
-                                {"limits.cpu": "4"}, _seconds(NOW), ttl_seconds=60)
-    ns = {"metadata": {"name": "tenant-a", "annotations": {lg.LEDGER_ANNOTATION: lg.dump(book)}}}
-    blockers, _warnings = c.ledger_findings("tenant-a", ns, [], c.parse_time(NOW))
-    assert [b["kind"] for b in blockers] == ["orphaned_reservation"]
-    assert "gone-quota, which does not exist" in blockers[0]["message"]
+def test_tenant_written_annotations_are_never_ledgers():
+    """A ledger-looking annotation (0.1.0's place) counts only if it verifies against the quota: broken or forged
+    ones are named and ignored, never a blocker and never authority."""
+    broken = _quota(annotations={lg.LEDGER_ANNOTATION: "{not json"})
+    blockers, warnings = c.ledger_findings("tenant-a", None, [broken], c.parse_time(NOW))
+    assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
+    forged = lg.new_ledger("tenant-a", "compute")
+    forged, _outcome = lg.reserve(forged, "r1", {"limits.memory": "100Gi"}, {"limits.memory": "1Mi"},
+                                  _seconds(NOW), ttl_seconds=60)
+    data = lg.mark_written(forged).to_json()
+    data["v"] = lg.LEGACY_FORMAT_VERSION
+    quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})   # written 100Gi+1Mi != 6024Mi
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
+    assert "does not match the quota" in warnings[0]["message"]
+
+
+def test_a_0_1_0_ledger_that_matches_its_quota_is_read():
+    book = _ledger_with_reservations(("live", "2025-01-31T11:30:00Z", 3600, None))
+    data = book.to_json()
+    data["v"] = lg.LEGACY_FORMAT_VERSION
+    quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    assert blockers == [] and [(w["kind"], w["reservation"]) for w in warnings] == [("active_reservation", "live")]
+
+
+def test_the_plan_counts_active_reservations_as_taken():
+    """Headroom another run reserved is not free room: the plan sees hard minus every active delta."""
+    quota = _quota({"limits.memory": "6024Mi", "limits.cpu": "8"})
+    quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {"limits.memory": "4Gi"}}
+    book = _ledger_with_reservations(("other-job", "2025-01-31T11:30:00Z", 3600, None))
+    planned = c.without_reservations(quota, book)
+    assert planned["spec"]["hard"] == {"limits.memory": "5000Mi", "limits.cpu": "8"}
+    assert planned["status"]["hard"] == planned["spec"]["hard"]
+    assert quota["spec"]["hard"]["limits.memory"] == "6024Mi"   # input untouched
+    assert c.without_reservations(quota, None) is quota
 
 
 def test_parse_time():
@@ -181,6 +213,13 @@ class FakeCluster(object):
         self.forbidden = set(forbidden)
         self.core = _Api(self, "core")
         self.custom = _Api(self, "custom")
+
+    def request(self, method, path, body=None, query=None, content_type=None, what=None):
+        """cluster.Cluster.request for the one raw call the inventory makes: the operator namespace's ledgers."""
+        assert method == "GET" and path.endswith("/configmaps"), path
+        self.request_count += 1
+        self.calls.append(("request", (method, path), dict(query or {}), what))
+        return {"items": _select(self.objects.get("configmaps", []), (query or {}).get("labelSelector"), None)}
 
     def call(self, fn, *args, **kwargs):
         what = kwargs.pop("what", "")
@@ -289,7 +328,8 @@ def test_inventory_call_count_does_not_grow_with_objects():
     big = FakeCluster(_objects(40, 10), missing=["settings", "applicationawareresourcequotas"])
     snap_small = inv.read_inventory(small, None, {"page_size": 1000})
     snap_big = inv.read_inventory(big, None, {"page_size": 1000})
-    assert small.request_count == big.request_count == snap_big["requests"] == 9
+    # 9 lists of the cluster's objects, and 1 of the operator namespace's ledgers
+    assert small.request_count == big.request_count == snap_big["requests"] == 10
     assert sum(len(v) for v in snap_big["vmis"].values()) == 400
     assert snap_big["harvester_settings"] is None and snap_big["aaq_quotas"] is None
 
@@ -652,12 +692,12 @@ def test_rancher_project_limit_too_small():
 
 
 def test_expired_reservation_blocks_the_namespace():
-    quota = _quota_with_reservations(("old", "2025-01-31T09:00:00Z", 3600, None))
-    quota["metadata"]["namespace"] = "tenant-a"
+    quota, ledgers = _quota_with_reservations(("old", "2025-01-31T09:00:00Z", 3600, None))
     quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {}}
     quota["spec"]["hard"] = {"limits.memory": "100Gi"}
     quota["status"]["hard"] = {"limits.memory": "100Gi"}
     snap = snapshot({"tenant-a": ([quota], [make_vmi("vm1", "tenant-a")])})
+    snap["ledgers"] = ledgers
     report = c.evaluate(snap, {"now": NOW})
     ns = report["namespaces"]["tenant-a"]
     assert [b["kind"] for b in ns["blockers"]] == ["expired_reservation"]
@@ -679,7 +719,7 @@ def test_node_scope_report_and_check_entry_point():
     report = c.check(cluster, {"nodes": ["n0"]}, {"now": NOW})
     json.dumps(report)
     # one list more than read_inventory alone: every pod, for the free capacity of the nodes
-    assert report["requests"] == cluster.request_count == 10
+    assert report["requests"] == cluster.request_count == 11
     assert report["capacity"]["checked"]
     assert sorted(report["capacity"]["nodes"]) == ["n0", "n1"]  # all nodes, not only the scope's
     assert all(vm["node"] == "n0" for ns in report["namespaces"].values() for vm in ns["vms"])
@@ -738,14 +778,14 @@ def test_inventory_reads_refusal_events_only_when_needed():
                     "used: limits.cpu=9, limited: limits.cpu=10"}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
-    assert snap["migration_events"] == {} and cluster.request_count == 9
+    assert snap["migration_events"] == {} and cluster.request_count == 10
     objs["virtualmachineinstancemigrations"] = [
         {"metadata": {"name": "m1", "namespace": "t0"}, "spec": {"vmiName": "vm0"},
          "status": {"phase": "Pending", "conditions": [{"type": "migrationRejectedByResourceQuota",
                                                         "status": "True"}]}}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
-    assert cluster.request_count == 10
+    assert cluster.request_count == 11
     assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}
 
 

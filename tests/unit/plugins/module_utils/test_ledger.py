@@ -235,7 +235,7 @@ def test_dump_load_round_trip_and_format():
     ledger, _ignored = reserved(refs={"batch": "3"})
     text = L.dump(ledger)
     data = json.loads(text)
-    assert data["v"] == 1 and data["quota"] == "compute" and data["namespace"] == "tenant-a"
+    assert data["v"] == 2 and data["quota"] == "compute" and data["namespace"] == "tenant-a"
     assert data["base"] == {"limits.cpu": "30", "limits.memory": "5000Mi"}
     assert data["reservations"]["node-1"]["delta"] == FIELD_REPORT
     assert data["reservations"]["node-1"]["refs"] == {"batch": "3"}
