@@ -142,7 +142,7 @@ def held_message(namespace, name, status, now):
             % (namespace, name, status["holder"], status["expires"], left, status["renewed"] or status["acquired"]))
 
 
-def _path(namespace, name=None):
+def leases_path(namespace, name=None):
     path = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % namespace
     return path + ("/%s" % name if name else "")
 
@@ -160,13 +160,13 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
     while True:
         now = clock()
         try:
-            current = cluster.get(_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
+            current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
         except NotFoundError:
             current = None
         try:
             if current is None:
                 try:
-                    return cluster.create(_path(namespace), new_lease(namespace, name, holder, duration, now),
+                    return cluster.create(leases_path(namespace), new_lease(namespace, name, holder, duration, now),
                                           "create lease %s in namespace %s" % (name, namespace))
                 except NotFoundError:   # creating in a namespace that does not exist
                     raise NotFoundError("namespace %s does not exist" % namespace,
@@ -197,7 +197,7 @@ def renew(cluster, lease, holder, duration=None, clock=time.time):
     """Renew a lease we hold (re-read first); LeaseHeldError if another holder has it now."""
     meta = lease.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
-    current = cluster.get(_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
+    current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
     now = clock()
     status = lease_status(current, now)
     if status["holder"] != holder and not status["expired"]:
@@ -214,7 +214,7 @@ def renew(cluster, lease, holder, duration=None, clock=time.time):
 def release(cluster, namespace, name, holder):
     """Delete the lease if holder holds it. Returns {released: bool, message}."""
     try:
-        current = cluster.get(_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
+        current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
     except NotFoundError:
         return {"released": False, "message": "lease %s/%s does not exist: nothing to release" % (namespace, name)}
     holder_now = ((current.get("spec") or {}).get("holderIdentity"))
@@ -222,7 +222,7 @@ def release(cluster, namespace, name, holder):
         return {"released": False,
                 "message": "lease %s/%s is held by %s, not %s: left alone" % (namespace, name, holder_now, holder)}
     try:
-        cluster.delete(_path(namespace, name), "delete lease %s in namespace %s" % (name, namespace),
+        cluster.delete(leases_path(namespace, name), "delete lease %s in namespace %s" % (name, namespace),
                        resource_version=(current.get("metadata") or {}).get("resourceVersion"))
     except NotFoundError:
         pass

@@ -1041,6 +1041,7 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
     for target in sorted(set(legacy) | set(t for t, entry in found.items() if _unfinished(entry))):
         if target not in touched:
             results.append(_settle_ledger(run, target))
+    stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
     removed = []
     for entry, configmap in orphans:
         removed.append({"namespace": entry.namespace, "quota": entry.quota, "uid": entry.uid,
@@ -1049,8 +1050,31 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
             _settle(run.store.delete, configmap)
     return {"changed": any(item["changed"] for item in results) or bool(removed), "released": released,
             "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
+            "expired_locks_removed": stale_locks,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
             "now": ledger_mod.format_time(when)}
+
+
+def _delete_expired_locks(run, now):
+    """Delete the namespace locks of runs that were killed while holding them (expired Leases), each only if
+    unchanged since read; returns their names. A live lock is never touched."""
+    removed = []
+    listed = run.cluster.request("GET", lease_mod.leases_path(run.store.namespace),
+                                 what="list leases in namespace %s" % run.store.namespace) or {}
+    for lease in listed.get("items") or []:
+        meta = lease.get("metadata") or {}
+        if not str(meta.get("name", "")).startswith(lease_mod.NAMESPACE_LOCK_PREFIX):
+            continue
+        if not lease_mod.lease_status(lease, now)["expired"]:
+            continue
+        try:
+            run.cluster.delete(lease_mod.leases_path(run.store.namespace, meta["name"]),
+                               "delete lease %s in namespace %s" % (meta["name"], run.store.namespace),
+                               resource_version=meta.get("resourceVersion"))
+            removed.append(meta["name"])
+        except (ConflictError, NotFoundError):
+            continue
+    return removed
 
 
 def _settle_ledger(run, target):
