@@ -13,6 +13,7 @@ conftest.py makes) and authenticates only through K8S_AUTH_* variables.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import calendar
 import json
 import os
 import secrets
@@ -33,8 +34,8 @@ from kvqlab.emulator import _rest_for  # noqa: E402
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"
-LEDGER = "kvquota.maintenance/ledger"
-LEASE_NAME = "kvquota-maintenance"
+LEDGER = "kvquota.maintenance/ledger"   # where 0.1.0 kept ledgers (annotations); kvquota must not write it now
+OPERATOR_NS = "kvquota-system"           # where kvquota keeps ledgers (ConfigMaps) and locks (Leases)
 
 
 def required():
@@ -201,6 +202,34 @@ def namespace(r, ns):
     return r.get("/api/v1/namespaces/%s" % ns)
 
 
+def ledger(r, quota_obj):
+    """The ledger (decoded JSON) kvquota keeps for a quota in the operator namespace, or None."""
+    cm = r.get_or_none("/api/v1/namespaces/%s/configmaps/kvq-ledger-%s" % (OPERATOR_NS, quota_obj["metadata"]["uid"]))
+    return json.loads(cm["data"]["ledger"]) if cm else None
+
+
+def ledgers(r):
+    """{"ns/quota": ledger} of every ledger in the operator namespace."""
+    items = r.get("/api/v1/namespaces/%s/configmaps" % OPERATOR_NS, labelSelector="kvquota.maintenance/ledger=true")
+    return dict((cm["metadata"]["annotations"]["kvquota.maintenance/quota"], json.loads(cm["data"]["ledger"]))
+                for cm in items["items"])
+
+
+def locks(r, include_expired=False):
+    """Names of kvquota's namespace locks in the operator namespace (expired ones, left by a killed run and free
+    to take, only with include_expired)."""
+    now = time.time()
+    names = []
+    for lease in r.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % OPERATOR_NS)["items"]:
+        spec = lease.get("spec") or {}
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        expired = not spec.get("holderIdentity") or (renewed and calendar.timegm(time.strptime(
+            renewed.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S")) + int(spec.get("leaseDurationSeconds") or 0) <= now)
+        if lease["metadata"]["name"].startswith("kvq-lock-") and (include_expired or not expired):
+            names.append(lease["metadata"]["name"])
+    return sorted(names)
+
+
 def launcher_pods(r, ns):
     return r.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io=virt-launcher")["items"]
 
@@ -233,6 +262,7 @@ SNAPSHOT_KINDS = (
     ("virtualmachineinstances", KV + "/virtualmachineinstances"),
     ("virtualmachineinstancemigrations", KV + "/virtualmachineinstancemigrations"),
     ("leases", "/apis/coordination.k8s.io/v1/leases"),
+    ("configmaps", "/api/v1/namespaces/%s/configmaps" % OPERATOR_NS),
     ("kubevirts", KV + "/kubevirts"),
 )
 
@@ -250,7 +280,7 @@ def snapshot(r, namespaces=None):
                 continue
             if namespaces is not None and kind != "kubevirts":
                 ns = meta["name"] if kind == "namespaces" else meta.get("namespace")
-                if ns not in namespaces:
+                if ns not in namespaces and ns != OPERATOR_NS:
                     continue
             entries["%s/%s" % (meta.get("namespace") or "", meta["name"])] = meta["resourceVersion"]
         result[kind] = entries

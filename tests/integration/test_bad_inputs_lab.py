@@ -255,7 +255,7 @@ def test_duplicate_reservation_id_with_another_delta(r, ns, user):
         assert "%s/compute" % ns in msg
     finally:
         M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid}, user))
-    assert M.LEDGER not in (M.quota(r, ns, "compute")["metadata"].get("annotations") or {})
+    assert M.ledger(r, M.quota(r, ns, "compute")) is None
 
 
 def test_top_up_cap_exceeded(r, ns, user, rejected_migration):

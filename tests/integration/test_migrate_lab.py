@@ -41,13 +41,15 @@ def hard_by_quota(r, namespaces):
 
 
 def ledgers(r, namespaces):
-    found = []
+    """The quotas of namespaces kvquota holds a ledger for (in the operator namespace), and any tenant object that
+    carries a kvquota ledger annotation (which it must never write)."""
+    found = sorted(key for key in M.ledgers(r) if key.split("/")[0] in namespaces)
     for ns in namespaces:
         for q in M.quotas(r, ns):
             if M.LEDGER in (q["metadata"].get("annotations") or {}):
-                found.append("%s/%s" % (ns, q["metadata"]["name"]))
+                found.append("annotation on %s/%s" % (ns, q["metadata"]["name"]))
         if M.LEDGER in (M.namespace(r, ns)["metadata"].get("annotations") or {}):
-            found.append(ns)
+            found.append("annotation on namespace %s" % ns)
     return found
 
 

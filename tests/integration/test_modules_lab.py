@@ -63,17 +63,20 @@ def running_launcher(r, ns):
     return pods[0]
 
 
-def ledger_of(obj):
+def tenant_annotation(obj):
+    """A kvquota ledger annotation on a tenant's object (kvquota must never write one)."""
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(M.LEDGER)
 
 
 def assert_base_restored(r, ns, original):
-    """spec.hard exactly the original strings, no ledger on quota or namespace, no lease left."""
+    """spec.hard exactly the original strings, no ledger left in the operator namespace, nothing of kvquota's on
+    the tenant's quota or namespace, no lock held, no lease in the tenant's namespace."""
     now = M.quota(r, ns, "compute")
     assert now["spec"]["hard"] == original["spec"]["hard"]
     assert json.dumps(now["spec"], sort_keys=True) == json.dumps(original["spec"], sort_keys=True)
-    assert ledger_of(now) is None, ledger_of(now)
-    assert ledger_of(M.namespace(r, ns)) is None
+    assert M.ledger(r, now) is None, M.ledger(r, now)
+    assert tenant_annotation(now) is None and tenant_annotation(M.namespace(r, ns)) is None
+    assert M.locks(r) == []
     leases = r.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns)["items"]
     assert not leases, [item["metadata"]["name"] for item in leases]
 
@@ -159,7 +162,7 @@ def test_reserve_migrate_release_flow(lab, emu, r, user, tenant):
     assert '-                "limits.memory": "%s"' % original["spec"]["hard"]["limits.memory"] in res.stdout
     assert '+                "limits.memory": "%s"' % planned["limits.memory"] in res.stdout
     M.assert_unchanged(before, M.snapshot(r, {ns}))
-    assert ledger_of(M.quota(r, ns, "compute")) is None
+    assert M.ledger(r, M.quota(r, ns, "compute")) is None
 
     # the target pod is refused as things stand (the apiserver's own verdict)
     refused = M.create_vmim(r, ns, "vm-1")
@@ -176,7 +179,7 @@ def test_reserve_migrate_release_flow(lab, emu, r, user, tenant):
     assert item["outcome"] == "created" and parse_quantity(item["delta"]["limits.memory"]) == needed
     reserved = M.quota(r, ns, "compute")
     assert reserved["spec"]["hard"] == res["diff"]["after"][key]["spec"]["hard"] == planned
-    book = json.loads(ledger_of(reserved))
+    book = M.ledger(r, reserved)
     assert book["base"] == {"limits.memory": original["spec"]["hard"]["limits.memory"]}
     assert list(book["reservations"]) == [rid]
     assert book["reservations"][rid]["refs"]["sourcePods"][0]["name"] == source["metadata"]["name"]
@@ -260,7 +263,7 @@ def test_top_up_adds_exactly_the_refused_shortfall(lab, emu, r, user, tenant):
     assert res["changed"] is True and res["headroom"] == {"%s/compute" % ns: {"limits.memory": "100Mi"}}
     topped = M.quota(r, ns, "compute")
     assert parse_quantity(topped["spec"]["hard"]["limits.memory"]) == hard["limits.memory"] + needed
-    book = json.loads(ledger_of(topped))
+    book = M.ledger(r, topped)
     assert parse_quantity(book["reservations"][rid]["delta"]["limits.memory"]) == needed
     assert len(book["reservations"][rid]["topUps"]) == 1
 
@@ -295,7 +298,7 @@ def test_expired_reservations_are_released_only_by_the_reaper(lab, emu, r, user,
     res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": unrelated}, user))
     assert res["changed"] is False and unrelated in res["message"]
     M.assert_unchanged(before, M.snapshot(r, {ns}))
-    assert set(json.loads(ledger_of(M.quota(r, ns, "compute")))["reservations"]) == {expiring, live}
+    assert set(M.ledger(r, M.quota(r, ns, "compute"))["reservations"]) == {expiring, live}
 
     # the reaper in check mode: says what it would release, writes nothing
     dry = M.assert_ok(M.run_module("kvquota_release", {"expired": True}, user, check=True))
@@ -310,7 +313,7 @@ def test_expired_reservations_are_released_only_by_the_reaper(lab, emu, r, user,
     after = M.quota(r, ns, "compute")
     assert parse_quantity(after["spec"]["hard"]["limits.memory"]) == base["limits.memory"] + 512 * 1024 ** 2
     assert parse_quantity(after["spec"]["hard"]["limits.cpu"]) == base["limits.cpu"] + 1
-    assert list(json.loads(ledger_of(after))["reservations"]) == [live]
+    assert list(M.ledger(r, after)["reservations"]) == [live]
 
     # a second reaper run finds nothing
     res = M.assert_ok(M.run_module("kvquota_release", {"expired": True}, user))

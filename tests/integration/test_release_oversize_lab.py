@@ -16,7 +16,6 @@ way, no lingering source pod) can lower it. Release must:
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 import re
 import secrets
 import time
@@ -68,7 +67,7 @@ def test_release_stops_early_with_the_fix_when_usage_stays_above_the_base(lab, e
     assert res.seconds < RELEASE_TIMEOUT / 2, "took %.0fs of a %ss timeout: %s" % (res.seconds, RELEASE_TIMEOUT, msg)
     # nothing written: the reservation stays, the quota stays expanded under it
     held = M.quota(r, ns, "compute")
-    assert rid in json.loads(held["metadata"]["annotations"][M.LEDGER])["reservations"]
+    assert rid in M.ledger(r, held)["reservations"]
     used = parse_quantity(held["status"]["used"]["limits.memory"])
     assert used > parse_quantity(base["limits.memory"])
 
@@ -79,5 +78,5 @@ def test_release_stops_early_with_the_fix_when_usage_stays_above_the_base(lab, e
     r.patch("/api/v1/namespaces/%s/resourcequotas/compute" % ns, {"spec": {"hard": raised}})
     M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid, "wait": True, "wait_timeout": 60}, user))
     after = M.quota(r, ns, "compute")
-    assert M.LEDGER not in (after["metadata"].get("annotations") or {})
+    assert M.ledger(r, after) is None
     assert after["spec"]["hard"] == dict(base, **{"limits.memory": fits})

@@ -85,6 +85,17 @@ def raw_namespace(admin, name):
     return json.loads(admin.read_namespace(name, _preload_content=False).data)
 
 
+def ledger(admin, quota):
+    """The ledger kvquota keeps for a quota in its operator namespace (decoded), or None."""
+    try:
+        cm = admin.read_namespaced_config_map("kvq-ledger-" + quota["metadata"]["uid"], "kvquota-system")
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return json.loads(cm.data["ledger"])
+
+
 def events(admin, namespace):
     return json.loads(admin.list_namespaced_event(namespace, _preload_content=False).data)["items"]
 
@@ -130,6 +141,7 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
     assert result["changed"] and result["quotas"][0]["outcome"] == "released"
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == base
+    assert ledger(admin, quota) is None
     assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
 
     again = R.release(cl, "mig-1")
@@ -146,7 +158,7 @@ def test_check_mode_changes_nothing(lab, admin, cl, ns):
     assert result["changed"] and result["quotas"][0]["after"] == {"limits.cpu": "3"}
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == {"limits.cpu": "2"}
-    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+    assert ledger(admin, quota) is None
 
 
 def test_margin_and_top_up(lab, admin, cl, ns):
@@ -238,7 +250,9 @@ def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(
     assert not any("directly" in w for w in result["warnings"])   # Rancher applied it, not us
     assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "3Gi"}
     namespace = raw_namespace(admin, ns)
-    assert LEDGER_ANNOTATION in namespace["metadata"]["annotations"]
+    # the ledger lives in the operator namespace, never on the Namespace a project member can annotate
+    assert LEDGER_ANNOTATION not in namespace["metadata"]["annotations"]
+    assert list(ledger(admin, raw_quota(admin, ns, name))["reservations"]) == ["r1"]
     assert json.loads(namespace["metadata"]["annotations"][RANCHER_QUOTA])["limit"] == {
         "limitsCpu": "3", "limitsMemory": "3Gi"}
 
@@ -261,6 +275,7 @@ def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(
     assert namespace["metadata"]["annotations"][RANCHER_QUOTA] == raw      # byte for byte
     assert LEDGER_ANNOTATION not in namespace["metadata"]["annotations"]
     quota = raw_quota(admin, ns, name)
+    assert ledger(admin, quota) is None
     assert quota["spec"]["hard"] in ({"limits.cpu": "2", "limits.memory": "2Gi"},
                                      {"limits.cpu": "2000m", "limits.memory": "2Gi"})
     assert SKIP not in (quota["metadata"].get("annotations") or {})
@@ -286,7 +301,7 @@ def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, n
         assert "limitsCpu to 4" in text and "5" in text and "nothing was changed" in text
         after = raw_namespace(admin, ns)["metadata"]["annotations"]
         assert after.get(RANCHER_QUOTA) == before.get(RANCHER_QUOTA)
-        assert LEDGER_ANNOTATION not in after
+        assert ledger(admin, raw_quota(admin, ns, name)) is None
     finally:
         admin.delete_namespace(cluster_ns)
 
@@ -324,12 +339,11 @@ def test_two_processes_reserving_at_once_lose_nothing(lab, admin, ns):
     _run_workers(lab, ns, groups, release=False)
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == {"limits.cpu": "2200m", "pods": "112"}
-    ledger = json.loads(quota["metadata"]["annotations"][LEDGER_ANNOTATION])
-    assert sorted(ledger["reservations"]) == sorted(groups[0] + groups[1])
+    assert sorted(ledger(admin, quota)["reservations"]) == sorted(groups[0] + groups[1])
     _run_workers(lab, ns, [list(reversed(groups[1])), groups[0]], release=True)
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == base
-    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+    assert ledger(admin, quota) is None
 
 
 # ---------------------------------------------------------------------------
@@ -408,21 +422,28 @@ def test_lease_waits_then_names_the_holder_and_expires_for_a_crashed_holder(lab,
 
 
 def test_reserve_under_a_lock(lab, admin, cl, ns):
+    """The lock of a tenant namespace is a Lease in the operator namespace: another job's holds us off; a Lease
+    the tenant creates in its own namespace under the old name means nothing."""
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
-    LS.acquire(cl, ns, LS.DEFAULT_LEASE_NAME, "other-job", duration=60)
+    lock = LS.namespace_lock_name(ns)
+    LS.acquire(cl, "kvquota-system", lock, "other-job", duration=60)
     with pytest.raises(LeaseHeldError, match="other-job"):
         R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60,
                   lock={"holder": "me", "wait_timeout": 0})
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
-    LS.release(cl, ns, LS.DEFAULT_LEASE_NAME, "other-job")
-    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60, lock={"holder": "me"})
+    LS.release(cl, "kvquota-system", lock, "other-job")
+    # a tenant (as admin here) squats the old lock name in its namespace, for ever: nothing waits for it
+    client.CoordinationV1Api(lab.api_client()).create_namespaced_lease(ns, {
+        "metadata": {"name": "kvquota-maintenance"},
+        "spec": {"holderIdentity": "tenant", "leaseDurationSeconds": 1000000000}})
+    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60, lock={"holder": "me", "wait_timeout": 0})
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3"}
     R.release(cl, "a", lock={"holder": "me"}, timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
-    with pytest.raises(ApiException) as err:     # the lease is gone again
-        client.CoordinationV1Api(lab.api_client()).read_namespaced_lease(LS.DEFAULT_LEASE_NAME, ns)
+    with pytest.raises(ApiException) as err:     # the lock is gone again
+        client.CoordinationV1Api(lab.api_client()).read_namespaced_lease(lock, "kvquota-system")
     assert err.value.status == 404
 
 
@@ -432,10 +453,12 @@ def test_reserve_under_a_lock(lab, admin, cl, ns):
 def _reserve_then_release_forever(kubeconfig, targets, mode):
     cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
     plan = dict((t, {"limits.cpu": "250m", "limits.memory": "100Mi"}) for t in targets)
+    # the same job identity re-runs (as an AWX job's retry does): the killed run's locks are its own
+    lock = {"holder": "crashy", "wait_timeout": 30}
     if mode == "reserve":
-        R.reserve(cluster, "crash", plan, "crashy", "interrupted", 600)
+        R.reserve(cluster, "crash", plan, "crashy", "interrupted", 600, lock=lock)
     else:
-        R.release(cluster, "crash", timeout=30, poll_interval=0.2)
+        R.release(cluster, "crash", timeout=30, poll_interval=0.2, lock=lock)
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
@@ -461,11 +484,10 @@ def test_interrupted_runs_converge_when_run_again(lab, admin, cl, delay):
                 quota = raw_quota(admin, name)
                 if mode == "reserve":
                     assert quota["spec"]["hard"] == {"limits.cpu": "2250m", "limits.memory": "1124Mi"}
-                    ledger = json.loads(quota["metadata"]["annotations"][LEDGER_ANNOTATION])
-                    assert list(ledger["reservations"]) == ["crash"]
+                    assert list(ledger(admin, quota)["reservations"]) == ["crash"]
                 else:
                     assert quota["spec"]["hard"] == base
-                    assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
+                    assert ledger(admin, quota) is None
     finally:
         for name in namespaces:
             try:
