@@ -268,8 +268,9 @@ SNAPSHOT_KINDS = (
 
 
 def snapshot(r, namespaces=None):
-    """{kind: {namespace/name: resourceVersion}} of every quota, namespace, VM, VMI, VMIM, lease and KubeVirt CR
-    (leases of kube-node-lease, renewed by kwok's heartbeats, left out), plus the events kvquota created."""
+    """{kind: {namespace/name: resourceVersion}} of every namespace, VM, VMI, VMIM, lease, KubeVirt CR and operator
+    namespace ConfigMap (leases of kube-node-lease, renewed by kwok's heartbeats, left out), the spec and
+    metadata of every quota, plus the events kvquota created."""
     result = {}
     for kind, path in SNAPSHOT_KINDS:
         items = r.get(path)["items"]
@@ -282,7 +283,14 @@ def snapshot(r, namespaces=None):
                 ns = meta["name"] if kind == "namespaces" else meta.get("namespace")
                 if ns not in namespaces and ns != OPERATOR_NS:
                     continue
-            entries["%s/%s" % (meta.get("namespace") or "", meta["name"])] = meta["resourceVersion"]
+            key = "%s/%s" % (meta.get("namespace") or "", meta["name"])
+            if kind == "resourcequotas":
+                # status.used moves with the tenant's pods (the quota controller writes it): what kvquota could
+                # write is the spec and the metadata
+                entries[key] = json.dumps([item.get("spec"), meta.get("annotations"), meta.get("labels")],
+                                          sort_keys=True)
+            else:
+                entries[key] = meta["resourceVersion"]
         result[kind] = entries
     events = r.get("/api/v1/events", labelSelector="app.kubernetes.io/managed-by=kvquota.maintenance")["items"]
     result["kvquota_events"] = dict(("%s/%s" % (e["metadata"]["namespace"], e["metadata"]["name"]),
