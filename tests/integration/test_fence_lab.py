@@ -137,6 +137,12 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
     note = F.fence_note("2026-01-01T00:00:00Z", "2026-01-01T02:00:00Z", "platform team (#ops)")
 
     assert try_pod(tenant, ns) is None                       # not fenced yet: the tenant may start pods
+    resizable = pod_body(ns, name="resizable")
+    resizable["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                       "limits": {"cpu": "200m", "memory": "64Mi"}}
+    # never scheduled: the API server refuses resizes of pods on nodes that do not support them (kwok's)
+    resizable["spec"]["nodeSelector"] = {"kvqlab.io/no-such-node": "true"}
+    tenant.create("/api/v1/namespaces/%s/pods" % ns, resizable)
     dry = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER, check_mode=True)
     assert dry["changed"] and r.get_or_none("/api/v1/namespaces/%s/configmaps/kvq-fence" % OPERATOR_NS) is None
     result = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER)
@@ -159,13 +165,12 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
     # the lab admin is not KubeVirt either
     assert "is fenced" in try_pod(r, ns, owner=vm1)
     # a pod resize is charged to the quota too: refused while fenced
-    launcher = [p for p in M.launcher_pods(r, ns) if M.phase(p) == "Running"][0]
     with pytest.raises(ApiException) as err:
-        r.request("PATCH", "/api/v1/namespaces/%s/pods/%s/resize" % (ns, launcher["metadata"]["name"]),
-                  {"dryRun": "All"}, body={"spec": {"containers": [{"name": "compute", "resources": {
-                      "limits": {"cpu": "3"}, "requests": {"cpu": "300m"}}}]}},
+        r.request("PATCH", "/api/v1/namespaces/%s/pods/resizable/resize" % ns, {"dryRun": "All"},
+                  body={"spec": {"containers": [{"name": "c", "resources": {
+                      "requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}},
                   content_type="application/strategic-merge-patch+json")
-    assert err.value.status == 403 and "is fenced" in str(err.value.body)
+    assert err.value.status == 403 and "is fenced" in str(err.value.body), err.value.body
 
     # end to end: the emulator creates target pods as KubeVirt's controller
     mig1 = M.create_vmim(r, ns, "vm-1")
@@ -227,28 +232,36 @@ def test_rancher_lockdown_refuses_everyone_but_rancher(lab, r, emu):
         # Rancher creates and changes its quota
         rancher.create(quotas, {"metadata": {"name": "default-abcde", "labels": label},
                                 "spec": {"hard": {"limits.cpu": "2"}}})
-        mine = rancher.get(quotas + "/default-abcde")
-        mine["spec"]["hard"]["limits.cpu"] = "3"
-        rancher.replace(quotas + "/default-abcde", mine)
+        rancher.patch(quotas + "/default-abcde", {"spec": {"hard": {"limits.cpu": "3"}}})
 
         def refused(fn, *args):
             with pytest.raises(ApiException) as err:
                 fn(*args)
             assert err.value.status == 403 and "managed by Rancher" in str(err.value.body), err.value
-        current = r.get(quotas + "/default-abcde")
-        current["spec"]["hard"]["limits.cpu"] = "30"
-        refused(r.replace, quotas + "/default-abcde", current)          # the lab admin
-        refused(user.replace, quotas + "/default-abcde", current)       # kvquota's least-privilege identity
-        current["metadata"]["labels"] = {}
-        refused(r.replace, quotas + "/default-abcde", current)          # demotion
+
+        def replace(rest, name, hard=None, labels=None):
+            """PUT the quota as stored now with changes; again when the quota controller's status update
+            came in between (409)."""
+            for _attempt in range(20):
+                obj = r.get(quotas + "/" + name)
+                obj["spec"]["hard"].update(hard or {})
+                if labels is not None:
+                    obj["metadata"]["labels"] = labels
+                try:
+                    return rest.replace(quotas + "/" + name, obj)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+            raise AssertionError("quota %s kept changing" % name)
+        refused(replace, r, "default-abcde", {"limits.cpu": "30"})       # the lab admin
+        refused(replace, user, "default-abcde", {"limits.cpu": "30"})    # kvquota's least-privilege identity
+        refused(replace, r, "default-abcde", None, {})                   # demotion
         refused(r.delete, quotas + "/default-abcde")
         refused(r.create, quotas, {"metadata": {"name": "forged", "labels": label}, "spec": {"hard": {"pods": "1"}}})
         # quotas without the label stay the administrator's; adding the label is refused (promotion)
-        plain = r.create(quotas, {"metadata": {"name": "plain"}, "spec": {"hard": {"pods": "5"}}})
-        plain["spec"]["hard"]["pods"] = "6"
-        plain = r.replace(quotas + "/plain", plain)
-        plain["metadata"]["labels"] = label
-        refused(r.replace, quotas + "/plain", plain)
+        r.create(quotas, {"metadata": {"name": "plain"}, "spec": {"hard": {"pods": "5"}}})
+        replace(r, "plain", {"pods": "6"})
+        refused(replace, r, "plain", None, label)
         assert r.get(quotas + "/default-abcde")["spec"]["hard"]["limits.cpu"] == "3"
 
         # the emulated agent writes as Rancher, so Rancher's sync still works under the lock-down
@@ -258,7 +271,8 @@ def test_rancher_lockdown_refuses_everyone_but_rancher(lab, r, emu):
                "Rancher's sync to apply the namespace limit")
         emulator.set_knobs(lab, rancher_lockdown=None)
         emulator.wait_lockdown(lab, False)
-        assert r.replace(quotas + "/plain", plain)  # off again: the administrator may write what they like
+        # off again: the administrator may write what they like
+        assert replace(r, "default-abcde", {"limits.cpu": "30"})
     finally:
         emulator.set_knobs(lab, rancher_lockdown=None)
         M.delete_namespace(r, ns)
