@@ -33,28 +33,16 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 CONTROLLER = emulator.kubevirt_controller_user("kubevirt")
 
 
-def _apply(r, obj):
-    kind = obj["kind"]
-    base = {"ValidatingAdmissionPolicy": ADMISSION + "/validatingadmissionpolicies",
-            "ValidatingAdmissionPolicyBinding": ADMISSION + "/validatingadmissionpolicybindings",
-            "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles"}[kind]
-    cur = r.get_or_none(base + "/" + obj["metadata"]["name"])
-    if cur is None:
-        return r.create(base, obj)
-    obj = dict(obj, metadata=dict(obj["metadata"], resourceVersion=cur["metadata"]["resourceVersion"]))
-    return r.replace(base + "/" + obj["metadata"]["name"], obj)
-
-
 @pytest.fixture(scope="module")
 def installed(lab, r):
     """rbac/fence.yml applied by the administrator; the lab user may write the operator namespace's ConfigMaps
     (the lead's rbac/operator-namespace.yml grants the same) and read the fence's policy."""
-    with open(os.path.join(REPO, "rbac", "fence.yml")) as fh:
-        objects = [o for o in yaml.safe_load_all(fh) if o]
+    path = os.path.join(REPO, "rbac", "fence.yml")
+    with open(path) as fh:
+        objects = yaml.safe_load(fh)["items"]
     if r.get_or_none("/api/v1/namespaces/" + OPERATOR_NS) is None:
         r.create("/api/v1/namespaces", {"metadata": {"name": OPERATOR_NS}})
-    for obj in objects:
-        _apply(r, obj)
+    lab.kubectl("apply", "-f", path)            # the documented install
     user = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": lab.user_name}
     for path, body in (
             ("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles" % OPERATOR_NS, {
