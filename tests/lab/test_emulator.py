@@ -686,6 +686,7 @@ def test_scenarios_b_c_d(lab, rest, emu, name):
                              for c in (vmim(rest, "b-tenant", m).get("status") or {}).get("conditions") or []),
                  15, "rejected")
         if name == "c":
+            emulator.wait_lockdown(lab, True)    # Rancher scenarios run with Rancher 2.14+'s quota lock-down
             want = parse_rl({"limitsCpu": "5100m", "limitsMemory": "10524Mi"})
             wait(lambda: parse_rl((rest.get("/apis/management.cattle.io/v3/namespaces/local/projects/p-kvq")
                                    ["spec"]["resourceQuota"].get("usedLimit") or {}).get("limit")) == want,

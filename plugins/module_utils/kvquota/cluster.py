@@ -291,6 +291,12 @@ def map_error(exc, what, host=None):
                 return KvquotaError("an admission webhook refused to %s: %s" % (what, message),
                                     "read the webhook's message; for Rancher/Harvester-managed quotas change the "
                                     "limit in Rancher or wait until the migrations it names are over")
+            if "ValidatingAdmissionPolicy" in message and "denied request" in message:
+                # not RBAC: a policy (the headroom fence, Rancher 2.14+'s quota lock-down, a platform's own)
+                # refused this request for what it is, so binding more roles would not help
+                return KvquotaError("an admission policy refused to %s: %s" % (what, message),
+                                    "read the policy's message; a Rancher-managed quota is changed through its "
+                                    "namespace's Rancher limit, never written directly")
             return ForbiddenError("forbidden: cannot %s%s (%s)" % (what, where, message), RBAC_FIX)
         if status == 404:
             return NotFoundError("cannot %s: not found (%s)" % (what, message),

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from .emulator import (KNOBS_NAMESPACE, _rest_for, ensure_knobs, install_crds, render)
+from .emulator import (KNOBS_NAMESPACE, _rest_for, as_identity, ensure_knobs, install_crds, install_identities,
+                       rancher_user, render, set_knobs)
 from .emulator import rancher as rancher_mod
 from .emulator.controller import BULK_ANNOTATION, KV, NODE_LABEL, now_iso, path
 
@@ -147,6 +148,14 @@ def kubevirt_cr(data):
         "status": {"observedKubeVirtVersion": "v" + render.strip_v(str(kv.get("version", "1.5.0"))),
                    "phase": "Deployed"},
     }
+
+
+def has_rancher_quotas(data):
+    """True when the scenario has Rancher-managed quotas (a quota marked rancher, or a Rancher limit)."""
+    for ns in data.get("namespaces") or []:
+        if (ns.get("rancher") or {}).get("limit") or any(q.get("rancher") for q in ns.get("quotas") or []):
+            return True
+    return bool(data.get("projects"))
 
 
 def harvester_settings(data):
@@ -340,6 +349,12 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     hs = harvester_settings(data)
     knobs = dict(data.get("emulator") or {})
     knobs["harvester"] = bool(hs)
+    # Rancher 2.14+ refuses every write of a Rancher quota but Rancher's own: Rancher scenarios run with that
+    # lock-down unless they say rancher_lockdown: false. Not with Harvester, whose quota scaling writes
+    # those quotas itself (whether its bundled Rancher locks them is not established).
+    knobs.setdefault("rancher_lockdown", has_rancher_quotas(data) and not hs)
+    install_identities(rest)
+    rancher_rest = as_identity(rest, rancher_user())
     if hs:
         setting = hs[HARVESTER_RATIO]
         cur_s = rest.get_or_none("/apis/harvesterhci.io/v1beta1/settings/" + HARVESTER_RATIO)
@@ -406,7 +421,7 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
             rest.patch("/api/v1/namespaces/" + ns["name"], {"metadata": {"labels": labels, "annotations": first}})
         lim = (ns.get("rancher") or {}).get("limit")
         for q in rancher_quotas:
-            _ignore_conflict(rest.create, path("rq", ns["name"]), {
+            _ignore_conflict(rancher_rest.create, path("rq", ns["name"]), {
                 "metadata": {"name": q["name"], "labels": {rancher_mod.RANCHER_LABEL: "true"}},
                 "spec": {"hard": rancher_mod.rancher_limit_to_hard(lim or {}) or dict(q.get("hard") or {})}})
         if first != ann:
@@ -447,11 +462,15 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
                 spec["scopeSelector"] = q["scopeSelector"]
             body = {"metadata": {"name": q["name"], "namespace": ns["name"], "labels": labels,
                                  "annotations": dict(q.get("annotations") or {})}, "spec": spec}
-            if _ignore_conflict(rest.create, path("rq", ns["name"]), body) is None:
+            writer = rest
+            if _ignore_conflict(rancher_rest.create if q.get("rancher") else rest.create, path("rq", ns["name"]),
+                                body) is None:
                 cur = rest.get(path("rq", ns["name"], q["name"]))
+                if q.get("rancher") or rancher_mod.RANCHER_LABEL in (cur["metadata"].get("labels") or {}):
+                    writer = rancher_rest   # a Rancher quota: only Rancher may change it (or take it over)
                 cur["spec"] = spec
                 cur["metadata"]["labels"] = labels
-                rest.replace(path("rq", ns["name"], q["name"]), cur)
+                writer.replace(path("rq", ns["name"], q["name"]), cur)
             quota_names.append((ns["name"], q["name"]))
 
     with ThreadPoolExecutor(conc) as pool:
@@ -612,6 +631,10 @@ def delete(lab, scenario, wait=True, timeout=120):
     rest = _rest_for(lab)
     ex = scenario.expand()
     names = [ns["name"] for ns in ex["namespaces"]]
+    if has_rancher_quotas(scenario.data):
+        # back to the knob's default (off) for what runs next on this lab; the namespace controller may
+        # delete the Rancher quotas of terminating namespaces either way
+        set_knobs(rest, KNOBS_NAMESPACE, rancher_lockdown=None)
     for name in names:
         rest.delete("/api/v1/namespaces/" + name)
     for pr in ex["projects"]:

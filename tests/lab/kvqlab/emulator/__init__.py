@@ -17,8 +17,10 @@ import time
 
 from .knobs import KNOBS_CONFIGMAP, Knobs, knobs_to_data, parse_knobs
 
-__all__ = ["start", "attach", "install_crds", "ensure_knobs", "set_knobs", "get_knobs", "rancher_agent_restart",
-           "EmulatorHandle", "Knobs", "KNOBS_CONFIGMAP", "KNOBS_NAMESPACE", "parse_knobs", "knobs_to_data"]
+__all__ = ["start", "attach", "install_crds", "install_identities", "ensure_knobs", "set_knobs", "get_knobs",
+           "rancher_agent_restart", "lockdown_active", "wait_lockdown", "kubevirt_controller_user", "rancher_user",
+           "as_identity", "EmulatorHandle", "Knobs", "KNOBS_CONFIGMAP", "KNOBS_NAMESPACE", "parse_knobs",
+           "knobs_to_data"]
 
 KNOBS_NAMESPACE = "kvqlab-system"
 CRD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "crds")
@@ -67,6 +69,77 @@ def install_crds(target, timeout=60):
                 raise TimeoutError("CRD %s not Established after %ss" % (name, timeout))
             time.sleep(0.1)
     return names
+
+
+KUBEVIRT_CONTROLLER_SA = "kubevirt-controller"
+
+
+def kubevirt_controller_user(kubevirt_namespace="kubevirt"):
+    """The identity the emulated virt-controller creates pods as (KubeVirt's: the ServiceAccount
+    kubevirt-controller in the namespace of the KubeVirt CR)."""
+    return "system:serviceaccount:%s:%s" % (kubevirt_namespace, KUBEVIRT_CONTROLLER_SA)
+
+
+def rancher_user():
+    """The identity the emulated Rancher agent writes quotas as (cattle-system/cattle)."""
+    from .rancher import RANCHER_IDENTITY, service_account_user
+    return service_account_user(*RANCHER_IDENTITY)
+
+
+def install_identities(target, kubevirt_namespace="kubevirt"):
+    """Create the ServiceAccounts the emulator acts as (KubeVirt's controller in kubevirt_namespace,
+    Rancher's agent in cattle-system), each bound to cluster-admin as on real clusters; idempotent."""
+    from kubernetes.client.exceptions import ApiException
+    from .rancher import RANCHER_IDENTITY
+    rest = _rest_for(target)
+    for ns, name, binding in ((kubevirt_namespace, KUBEVIRT_CONTROLLER_SA, "kvqlab-kubevirt-controller-" + kubevirt_namespace),
+                              (RANCHER_IDENTITY[0], RANCHER_IDENTITY[1], "kvqlab-rancher-agent")):
+        for path, body in (
+                ("/api/v1/namespaces", {"metadata": {"name": ns}}),
+                ("/api/v1/namespaces/%s/serviceaccounts" % ns, {"metadata": {"name": name, "namespace": ns}}),
+                ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                    "metadata": {"name": binding, "labels": {"app.kubernetes.io/part-of": "kvqlab"}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]})):
+            try:
+                rest.create(path, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+def as_identity(target, username):
+    """A Rest acting as username through the lab admin's impersonation right (target: a lab, an admin
+    kubeconfig path or an admin Rest)."""
+    from .rest import Rest, impersonating
+    return Rest(impersonating(_rest_for(target).api, username))
+
+
+def lockdown_active(target):
+    """True when Rancher's quota lock-down refuses the admin: probed with a server-side dry run (nothing is
+    stored) that creates a labelled quota in the knobs namespace."""
+    from kubernetes.client.exceptions import ApiException
+    from .rancher import LOCKDOWN_POLICY, RANCHER_LABEL
+    rest = _rest_for(target)
+    try:
+        rest.request("POST", "/api/v1/namespaces/%s/resourcequotas" % KNOBS_NAMESPACE, {"dryRun": "All"},
+                     body={"metadata": {"name": "kvqlab-lockdown-probe", "labels": {RANCHER_LABEL: "true"}},
+                           "spec": {"hard": {"pods": "1"}}})
+        return False
+    except ApiException as exc:
+        if exc.status in (403, 422) and LOCKDOWN_POLICY in str(exc.body or ""):
+            return True
+        raise
+
+
+def wait_lockdown(target, on=True, timeout=30):
+    """Wait until the lock-down is (on=True) or is no longer (on=False) enforced by the API server."""
+    rest = _rest_for(target)
+    deadline = time.monotonic() + timeout
+    while lockdown_active(rest) != on:
+        if time.monotonic() > deadline:
+            raise TimeoutError("Rancher quota lock-down still %s after %ss" % ("off" if on else "on", timeout))
+        time.sleep(0.2)
 
 
 def ensure_knobs(target, namespace=KNOBS_NAMESPACE, **values):
@@ -263,6 +336,7 @@ def start(lab, knobs=None, workers=4, kubevirt_version=None, verbose=False, inst
     """
     if install:
         install_crds(lab)
+        install_identities(lab)
     ensure_knobs(lab, KNOBS_NAMESPACE, **(knobs or {}))
     handle = EmulatorHandle(lab, workers=workers, kubevirt_version=kubevirt_version, defaults=defaults,
                             verbose=verbose)

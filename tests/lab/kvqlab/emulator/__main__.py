@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from . import install_crds
+from . import install_crds, install_identities
 from .controller import DEFAULT_KV_VERSION, run
 from .knobs import parse_knobs
 from .rest import Rest, make_api_client
@@ -39,6 +39,7 @@ def main(argv=None):
     defaults = parse_knobs(dict(kv.split("=", 1) for kv in args.set))
     if not args.no_install_crds:
         install_crds(Rest(make_api_client(args.kubeconfig)))
+        install_identities(Rest(make_api_client(args.kubeconfig)))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

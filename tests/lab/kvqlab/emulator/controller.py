@@ -2,7 +2,12 @@
 
 One process, list/watch caches (rest.Informer), one work queue with a few workers.
 Keys: ("vm", ns, name) ("vmi", ns, name) ("vmim", ns, name) ("rancher", ns)
-("harvester", ns) ("node", name) ("project", ns, name).
+("harvester", ns) ("node", name) ("project", ns, name) ("lockdown",).
+
+Identities: pods are created as KubeVirt's controller (the ServiceAccount kubevirt-controller in the
+KubeVirt CR's namespace) and Rancher's quota writes are made as Rancher's agent (cattle-system/cattle),
+both through the admin's impersonation right, so admission policies (the kvquota headroom fence,
+Rancher's quota lock-down) see who writes; everything else is written as the lab admin.
 """
 import json
 import logging
@@ -15,9 +20,10 @@ from datetime import datetime, timezone
 
 from kubernetes.client.exceptions import ApiException
 
+from . import install_identities, kubevirt_controller_user
 from . import knobs as knobs_mod
 from . import rancher, render
-from .rest import Informer, Rest, WorkQueue, api_message, make_api_client
+from .rest import Informer, Rest, WorkQueue, api_message, impersonating_client, make_api_client
 
 log = logging.getLogger("kvqlab.emulator")
 vclog = logging.getLogger("virt-controller")
@@ -96,6 +102,9 @@ class Emulator:
                  default_kubevirt_version=DEFAULT_KV_VERSION):
         self.api_client = make_api_client(kubeconfig)
         self.rest = Rest(self.api_client)
+        self.kubeconfig = kubeconfig
+        self.rancher_rest = Rest(impersonating_client(kubeconfig, rancher.service_account_user(*rancher.RANCHER_IDENTITY)))
+        self._kubevirt_rests = {}     # KubeVirt CR namespace -> Rest acting as its kubevirt-controller
         self.knobs_namespace = knobs_namespace
         self.default_knobs = default_knobs or knobs_mod.Knobs()
         self.knobs = self.default_knobs
@@ -160,6 +169,7 @@ class Emulator:
                         for i in range(self.workers)]
         for t in self.threads:
             t.start()
+        self.queue.add(("lockdown",))
         log.info("emulator started (workers=%d)", self.workers)
 
     def stop(self):
@@ -177,6 +187,7 @@ class Emulator:
             for ns in self.namespaces.list():
                 self.queue.add(("rancher", ns["metadata"]["name"]))
         self._last_agent_restart = self.knobs.rancher_agent_restart
+        self.queue.add(("lockdown",))
         for m in self.vmims.list():
             self.queue.add(("vmim", m["metadata"]["namespace"], m["metadata"]["name"]))
         for v in self.vmis.list():
@@ -270,7 +281,8 @@ class Emulator:
     def _worker(self):
         handlers = {"vm": self.sync_vm, "vmi": self.sync_vmi, "vmim": self.sync_vmim,
                     "rancher": self.sync_rancher, "harvester": self.sync_harvester,
-                    "node": self.sync_node, "project": self.sync_project, "kubevirt": self.sync_kubevirt}
+                    "node": self.sync_node, "project": self.sync_project, "kubevirt": self.sync_kubevirt,
+                    "lockdown": self.sync_lockdown}
         while not self.stop_event.is_set():
             key = self.queue.get()
             if key is None:
@@ -327,6 +339,17 @@ class Emulator:
         self.next_try.pop(key, None)
 
     # ----------------------------------------------------------------- config
+    def kubevirt_rest(self):
+        """A Rest acting as KubeVirt's controller: the ServiceAccount kubevirt-controller in the namespace of
+        the KubeVirt CR (created with its binding the first time that namespace is seen)."""
+        ns = ((self.kubevirt_cr() or {}).get("metadata") or {}).get("namespace") or "kubevirt"
+        rest = self._kubevirt_rests.get(ns)
+        if rest is None:
+            install_identities(self.rest, ns)
+            rest = Rest(impersonating_client(self.kubeconfig, kubevirt_controller_user(ns)))
+            self._kubevirt_rests[ns] = rest
+        return rest
+
     def kubevirt_cr(self):
         cr = self.kubevirts.get("kubevirt", "kubevirt")
         if cr is None:
@@ -604,7 +627,7 @@ class Emulator:
         gen = self.quota_gen.get(ns, 0)
         body = self.render_pod(vmi, initial_node=initial)
         try:
-            pod = self.rest.create(path("pod", ns), body)
+            pod = self.kubevirt_rest().create(path("pod", ns), body)
         except ApiException as exc:
             if exc.status != 403:
                 raise
@@ -883,7 +906,7 @@ class Emulator:
                 return 2.0
             body = self.render_pod(vmi, migration=m)
             try:
-                pod = self.rest.create(path("pod", ns), body)
+                pod = self.kubevirt_rest().create(path("pod", ns), body)
             except ApiException as exc:
                 if exc.status != 403:
                     raise
@@ -908,7 +931,9 @@ class Emulator:
         vclog.info("reenqueuing Migration %s/%s: failed to create vmi migration target pod: %s", ns, name, msg)
         self.event(m, "FailedCreate", "Error creating pod: %s" % msg, "Warning")
         conds = list((m.get("status") or {}).get("conditions") or [])
-        if not any(c.get("type") == REJECTED for c in conds):
+        # virt-controller sets this condition only for a quota refusal, not for one by an admission policy
+        # (the headroom fence, another webhook): it retries those with backoff all the same
+        if "exceeded quota" in msg and not any(c.get("type") == REJECTED for c in conds):
             c = {"type": REJECTED, "status": "True", "lastProbeTime": now_iso(), "lastTransitionTime": None}
             if self.knobs.rejection_condition_message:
                 c.update({"reason": "FailedCreate", "message": msg})
@@ -1046,7 +1071,7 @@ class Emulator:
         want = rancher.rancher_limit_to_hard(limit)
         mine = [q for q in self.quotas.by_index("ns", nsname) if rancher.is_rancher_quota(q)]
         if not mine:
-            obj = self.rest.create(path("rq", nsname), {
+            obj = self.rancher_rest.create(path("rq", nsname), {
                 "metadata": {"name": "default-" + rand5(), "namespace": nsname,
                              "labels": {rancher.RANCHER_LABEL: "true"}},
                 "spec": {"hard": want}})
@@ -1060,7 +1085,7 @@ class Emulator:
             body = dict(q)
             body["spec"] = dict(q.get("spec") or {})
             body["spec"]["hard"] = want
-            obj = self.rest.replace(path("rq", nsname, q["metadata"]["name"]), body)
+            obj = self.rancher_rest.replace(path("rq", nsname, q["metadata"]["name"]), body)
             self.quotas._apply("MODIFIED", obj)
             rlog.info("namespace %s: ResourceQuota %s spec.hard reset from %s to %s", nsname,
                       q["metadata"]["name"], have, want)
@@ -1079,9 +1104,31 @@ class Emulator:
             return
         new["LastUpdateTime"] = now_iso()
         status["Conditions"] = conds + [new]
-        obj = self.rest.patch(path("ns", name=ns["metadata"]["name"]),
-                              {"metadata": {"annotations": {rancher.STATUS_ANNOTATION: json.dumps(status)}}})
+        obj = self.rancher_rest.patch(path("ns", name=ns["metadata"]["name"]),
+                                      {"metadata": {"annotations": {rancher.STATUS_ANNOTATION: json.dumps(status)}}})
         self.namespaces._apply("MODIFIED", obj)
+
+    def sync_lockdown(self):
+        """Rancher 2.14+'s quota lock-down, on while the knobs rancher and rancher_lockdown are."""
+        base = "/apis/admissionregistration.k8s.io/v1/"
+        policy, binding = rancher.lockdown_policy(), rancher.lockdown_binding()
+        items = ((base + "validatingadmissionpolicies", policy), (base + "validatingadmissionpolicybindings", binding))
+        if self.knobs.rancher and self.knobs.rancher_lockdown:
+            for collection_path, body in items:
+                cur = self.rest.get_or_none(collection_path + "/" + body["metadata"]["name"])
+                if cur is None:
+                    self.rest.create(collection_path, body)
+                    rlog.info("quota lock-down: created %s", collection_path.rsplit("/", 1)[1][:-1])
+                    continue
+                # the API server fills in defaults, so compare only what this emulator states
+                if any(cur["spec"].get(k) != v for k, v in body["spec"].items() if k != "matchConstraints"):
+                    body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                    self.rest.replace(collection_path + "/" + body["metadata"]["name"], body)
+            return None
+        for collection_path, body in reversed(items):
+            if self.rest.delete(collection_path + "/" + body["metadata"]["name"]) is not None:
+                rlog.info("quota lock-down: deleted %s", collection_path.rsplit("/", 1)[1][:-1])
+        return None
 
     def sync_project(self, pns, pname):
         if not self.knobs.rancher or not pns:

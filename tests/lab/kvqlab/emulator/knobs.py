@@ -57,6 +57,7 @@ class Knobs:
     rejection_condition_message: bool = False      # also put the apiserver message on the VMIM condition
     rancher: bool = True                           # Rancher quota emulation on
     rancher_agent_restart: str = ""                # change to any new value = "cattle-cluster-agent restarted"
+    rancher_lockdown: bool = False                 # Rancher 2.14+: only Rancher may write labelled quotas
     harvester: bool = False                        # Harvester emulation (ratio setting + quota scaling)
     eviction_pdb: bool = True                      # PDB per live-migratable VMI: evictions answered 429
 
@@ -85,6 +86,7 @@ _PARSERS = {
     "rejection_condition_message": parse_bool,
     "rancher": parse_bool,
     "rancher_agent_restart": str,
+    "rancher_lockdown": parse_bool,
     "harvester": parse_bool,
     "eviction_pdb": parse_bool,
 }

@@ -27,6 +27,16 @@ STATUS_ANNOTATION = "cattle.io/status"
 HARVESTER_SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"
 HARVESTER_MIGRATING_PREFIX = "harvesterhci.io/migratingUID-"
 
+# Rancher 2.14.6+/2.15.2+ (rancher/webhook validators for resourcequotas): any create, update or delete
+# of a quota bearing RANCHER_LABEL, and any update adding or removing the label, is refused unless
+# it comes from Rancher itself (which sends its own quota writes past the webhook). The namespace
+# controller may still delete such quotas when their namespace is deleted. The lab states the same
+# rule as a ValidatingAdmissionPolicy, with the Rancher agent's ServiceAccount as Rancher's identity.
+RANCHER_IDENTITY = ("cattle-system", "cattle")
+LOCKDOWN_POLICY = "kvqlab-rancher-quota-lockdown"
+LOCKDOWN_MESSAGE = ("rancher webhook: resource quotas labelled %s are managed by Rancher; change the "
+                    "project or namespace limit in Rancher instead" % RANCHER_LABEL)
+
 # Rancher's camelCase keys -> ResourceQuota resource names
 RANCHER_KEYS = {
     "pods": "pods",
@@ -158,3 +168,50 @@ def harvester_desired_hard(rq, ns_limit_hard):
     hard = dict((rq.get("spec") or {}).get("hard") or {})
     hard.update(resources.format_resource_list(want))
     return hard
+
+
+def service_account_user(namespace, name):
+    return "system:serviceaccount:%s:%s" % (namespace, name)
+
+
+def lockdown_policy(rancher_user=None):
+    """The ValidatingAdmissionPolicy of Rancher's quota lock-down (see RANCHER_IDENTITY)."""
+    rancher_user = rancher_user or service_account_user(*RANCHER_IDENTITY)
+    # bearing the label at all (whatever its value) is what the webhook looks at
+    labelled = "has({0}.metadata.labels) && '%s' in {0}.metadata.labels" % RANCHER_LABEL
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": LOCKDOWN_POLICY, "labels": {"app.kubernetes.io/part-of": "kvqlab"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["resourcequotas"]}]},
+            "matchConditions": [
+                {"name": "not-rancher", "expression": "request.userInfo.username != '%s'" % rancher_user},
+            ],
+            "variables": [
+                # what the namespace controller does while a namespace is deleted
+                {"name": "teardown", "expression":
+                    "request.operation == 'DELETE' && namespaceObject != null && "
+                    "has(namespaceObject.status.phase) && namespaceObject.status.phase == 'Terminating'"},
+                {"name": "labelledBefore", "expression": "oldObject != null && (%s)" % labelled.format("oldObject")},
+                {"name": "labelledAfter", "expression": "object != null && (%s)" % labelled.format("object")},
+            ],
+            "validations": [{
+                "expression": "variables.teardown || (!variables.labelledBefore && !variables.labelledAfter)",
+                "reason": "Forbidden",
+                "message": LOCKDOWN_MESSAGE,
+            }],
+        },
+    }
+
+
+def lockdown_binding():
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": LOCKDOWN_POLICY, "labels": {"app.kubernetes.io/part-of": "kvqlab"}},
+        "spec": {"policyName": LOCKDOWN_POLICY, "validationActions": ["Deny"]},
+    }

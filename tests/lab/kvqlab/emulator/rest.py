@@ -29,6 +29,22 @@ def make_api_client(kubeconfig, pool_size=64):
     return k8s_client.ApiClient(cfg)
 
 
+def impersonating(api_client, username):
+    """A new ApiClient with api_client's configuration (an admin's) that acts as username (Impersonate-User).
+
+    For a ServiceAccount username (system:serviceaccount:<ns>:<name>) the apiserver adds the groups
+    system:serviceaccounts, system:serviceaccounts:<ns> and system:authenticated itself, so the request is
+    authorised and admitted exactly as that ServiceAccount's would be."""
+    api = k8s_client.ApiClient(api_client.configuration)
+    api.set_default_header("Impersonate-User", username)
+    return api
+
+
+def impersonating_client(kubeconfig, username, pool_size=16):
+    """impersonating() for the credentials of a kubeconfig."""
+    return impersonating(make_api_client(kubeconfig, pool_size), username)
+
+
 class Rest:
     """JSON requests against API paths; raises kubernetes ApiException on non-2xx."""
 

@@ -1,0 +1,278 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The headroom fence: which namespaces hold a reservation and which VMIs may use its headroom.
+
+rbac/fence.yml (a ValidatingAdmissionPolicy and its binding, installed once by the administrator) refuses
+every new pod in a fenced namespace unless KubeVirt's controller creates it for a reserved VMI. Its
+parameters are one ConfigMap in the operator namespace, written only here:
+
+    kvquota.controller       KubeVirt's controller identity (system:serviceaccount:<ns>:kubevirt-controller)
+    ns.<namespace>           the namespace is fenced; the value (window, who to ask) is shown in refusals
+    vmi.<namespace>.<uid>    a reserved VMI of that namespace; the value is the VMI's name
+
+Namespace names have no dots, so the three kinds of keys cannot collide. Every write is conditional on
+the ConfigMap's resourceVersion and retried on conflict (cluster.conditional_update); check_mode reads and
+reports what would change without writing. The pure helpers (fence_data, unfence_data, fenced_vmis, ...)
+work on the ConfigMap's data dict.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import re
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+
+FENCE_CONFIGMAP = "kvq-fence"
+POLICY_NAME = "kvquota-headroom-fence"
+DEFAULT_OPERATOR_NAMESPACE = "kvquota-system"
+CONTROLLER_KEY = "kvquota.controller"
+NAMESPACE_PREFIX = "ns."
+VMI_PREFIX = "vmi."
+CONTROLLER_SERVICE_ACCOUNT = "kubevirt-controller"
+# KubeVirt runs virt-controller as the ServiceAccount kubevirt-controller in the namespace of its KubeVirt CR
+PLATFORM_KUBEVIRT_NAMESPACES = {"kubevirt": "kubevirt", "harvester": "harvester-system",
+                                "openshift": "openshift-cnv"}
+DEFAULT_CONTROLLER = "system:serviceaccount:kubevirt:%s" % CONTROLLER_SERVICE_ACCOUNT
+LABELS = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.maintenance/fence": "true"}
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+INSTALL_FIX = "kubectl apply -f rbac/fence.yml (see docs/reservations.md, Headroom fence)"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_USERNAME = re.compile(r"^[^\s,]{1,253}$")
+
+
+# ---------------------------------------------------------------------------
+# pure helpers
+
+def controller_identity(kubevirt_namespace):
+    """The username KubeVirt's virt-controller acts as, from the namespace of the KubeVirt CR."""
+    _check_namespace(kubevirt_namespace, "kubevirt_namespace")
+    return "system:serviceaccount:%s:%s" % (kubevirt_namespace, CONTROLLER_SERVICE_ACCOUNT)
+
+
+def namespace_key(namespace):
+    return NAMESPACE_PREFIX + namespace
+
+
+def vmi_key(namespace, uid):
+    return "%s%s.%s" % (VMI_PREFIX, namespace, uid)
+
+
+def _check_namespace(namespace, what="namespace"):
+    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+        raise InputError("%s %r is not a namespace name" % (what, namespace),
+                         "give a DNS label (lower-case letters, digits and '-', at most 63 characters)")
+
+
+def normalize_vmis(vmis):
+    """{uid: name} for a list of VMIs given as {'name': ..., 'uid': ...} (or VMI objects with metadata)."""
+    if vmis is None:
+        return {}
+    if isinstance(vmis, (str, bytes, dict)) or not hasattr(vmis, "__iter__"):
+        raise InputError("vmis must be a list of {name, uid}, got %s" % type(vmis).__name__,
+                         "give a list such as [{'name': 'vm-a', 'uid': '<metadata.uid of the VMI>'}]")
+    out = {}
+    for item in vmis:
+        entry = item.get("metadata") if isinstance(item, dict) and isinstance(item.get("metadata"), dict) else item
+        if not isinstance(entry, dict):
+            raise InputError("a reserved VMI must be a dict with name and uid, got %r" % (item,),
+                             "give {'name': <VMI name>, 'uid': <VMI metadata.uid>}")
+        name, uid = entry.get("name"), entry.get("uid")
+        if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
+            raise InputError("reserved VMI name %r is not a valid object name" % (name,),
+                             "give the VMI's metadata.name")
+        if not isinstance(uid, str) or not _UID.match(uid):
+            raise InputError("reserved VMI %s has no valid uid (%r)" % (name, uid),
+                             "give the VMI's metadata.uid: the fence admits pods by owner uid, never by name alone")
+        if out.get(uid, name) != name:
+            raise InputError("uid %s is given for two VMIs (%s and %s)" % (uid, out[uid], name),
+                             "give each VMI once, with its own metadata.uid")
+        out[uid] = name
+    return out
+
+
+def fenced_vmis(data, namespace):
+    """{uid: name} of the VMIs reserved in namespace according to the ConfigMap data."""
+    prefix = "%s%s." % (VMI_PREFIX, namespace)
+    return dict((key[len(prefix):], value) for key, value in (data or {}).items() if key.startswith(prefix))
+
+
+def fenced_namespaces(data):
+    """{namespace: {'note': text, 'vmis': {uid: name}}} of every fenced namespace in the ConfigMap data."""
+    out = {}
+    for key, value in (data or {}).items():
+        if key.startswith(NAMESPACE_PREFIX):
+            namespace = key[len(NAMESPACE_PREFIX):]
+            out[namespace] = {"note": value, "vmis": fenced_vmis(data, namespace)}
+    return out
+
+
+def fence_note(since=None, expires=None, contact=None):
+    """The text shown in a refusal: the reservation window and who to ask."""
+    parts = []
+    if since and expires:
+        parts.append("reserved from %s until %s at the latest" % (since, expires))
+    elif expires:
+        parts.append("reserved until %s at the latest" % expires)
+    elif since:
+        parts.append("reserved since %s" % since)
+    else:
+        parts.append("reservation in progress")
+    if contact:
+        parts.append("contact: %s" % contact)
+    return "; ".join(parts)
+
+
+def fence_data(data, namespace, vmis, note, controller=None):
+    """New ConfigMap data with namespace fenced and vmis ({uid: name}) added; data itself is not changed.
+
+    controller: the identity to set (None keeps the one there, or sets DEFAULT_CONTROLLER when there is none).
+    """
+    new = dict(data or {})
+    if controller is not None:
+        new[CONTROLLER_KEY] = controller
+    elif not new.get(CONTROLLER_KEY):
+        new[CONTROLLER_KEY] = DEFAULT_CONTROLLER
+    new[namespace_key(namespace)] = note
+    for uid, name in vmis.items():
+        new[vmi_key(namespace, uid)] = name
+    return new
+
+
+def unfence_data(data, namespace, uids=None):
+    """New ConfigMap data with the given VMI uids (None: all) of namespace removed; the namespace itself is
+    unfenced once none of its VMIs is left."""
+    new = dict(data or {})
+    for uid in list(fenced_vmis(new, namespace)):
+        if uids is None or uid in uids:
+            del new[vmi_key(namespace, uid)]
+    if uids is None or not fenced_vmis(new, namespace):
+        new.pop(namespace_key(namespace), None)
+    return new
+
+
+def data_changes(old, new):
+    """(added or changed keys, removed keys) between two ConfigMap data dicts, sorted."""
+    old, new = old or {}, new or {}
+    return (sorted(k for k in new if old.get(k) != new[k]), sorted(k for k in old if k not in new))
+
+
+# ---------------------------------------------------------------------------
+# API
+
+def configmap_path(operator_namespace, name=None):
+    path = "/api/v1/namespaces/%s/configmaps" % operator_namespace
+    return path + "/" + name if name else path
+
+
+def read_fence(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
+    """The fence ConfigMap (a dict) or None when there is none."""
+    _check_namespace(operator_namespace, "operator_namespace")
+    return cluster.exists(configmap_path(operator_namespace, FENCE_CONFIGMAP),
+                          "get configmap %s in namespace %s" % (FENCE_CONFIGMAP, operator_namespace))
+
+
+def fences(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
+    """{namespace: {'note', 'vmis': {uid: name}}} of every fenced namespace (for the reaper and reports)."""
+    current = read_fence(cluster, operator_namespace)
+    return fenced_namespaces((current or {}).get("data"))
+
+
+def _update(cluster, operator_namespace, change, what, check_mode):
+    """Apply change(data) -> new data to the fence ConfigMap, conditionally, retrying on conflict.
+
+    Returns {'changed', 'added', 'removed' (ConfigMap keys), 'data' (after)}."""
+    outcome = {}
+
+    def read():
+        return read_fence(cluster, operator_namespace)
+
+    def compute(current):
+        old = (current or {}).get("data") or {}
+        new = change(old)
+        added, removed = data_changes(old, new)
+        outcome.update(changed=bool(added or removed), added=added, removed=removed, data=new)
+        if not (added or removed) or check_mode:
+            return None
+        if current is None:
+            return {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": FENCE_CONFIGMAP, "namespace": operator_namespace, "labels": dict(LABELS)},
+                    "data": new}
+        body = copy.deepcopy(current)
+        body["data"] = new
+        return body
+
+    def write(body):
+        if body["metadata"].get("resourceVersion"):
+            return cluster.replace(body, what=what)
+        # a concurrent creator makes this a 409, which conditional_update retries against its ConfigMap
+        return cluster.create(configmap_path(operator_namespace), body, what)
+
+    conditional_update(read, compute, write, what=what)
+    return outcome
+
+
+def fence(cluster, operator_namespace, namespace, vmis, note=None, controller=None, check_mode=False):
+    """Fence namespace and admit target pods of vmis (a list of {name, uid}) there; idempotent.
+
+    note: the text refusals show (fence_note(since, expires, contact)); controller: KubeVirt's controller
+    identity (controller_identity(<namespace of the KubeVirt CR>); None keeps the one in the ConfigMap).
+    Returns {'changed', 'namespace', 'vmis' ({uid: name} fenced after), 'added', 'removed'}."""
+    _check_namespace(operator_namespace, "operator_namespace")
+    _check_namespace(namespace)
+    wanted = normalize_vmis(vmis)
+    if controller is not None and (not isinstance(controller, str) or not _USERNAME.match(controller)):
+        raise InputError("fence controller identity %r is not a username" % (controller,),
+                         "give KubeVirt's controller identity, e.g. %s" % DEFAULT_CONTROLLER)
+    text = note if note is not None else fence_note()
+    result = _update(cluster, operator_namespace,
+                     lambda data: fence_data(data, namespace, wanted, str(text), controller),
+                     "fence namespace %s (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
+                                                                            operator_namespace),
+                     check_mode)
+    return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
+            "added": result["added"], "removed": result["removed"]}
+
+
+def unfence(cluster, operator_namespace, namespace, vmis=None, check_mode=False):
+    """Stop admitting target pods of vmis (a list of {name, uid}; None: all) in namespace; the namespace is
+    unfenced once none of its VMIs is left. Idempotent (nothing to do without the ConfigMap).
+    Returns {'changed', 'namespace', 'vmis' (left), 'fenced' (namespace still fenced), 'added', 'removed'}."""
+    _check_namespace(operator_namespace, "operator_namespace")
+    _check_namespace(namespace)
+    uids = None if vmis is None else set(normalize_vmis(vmis))
+    result = _update(cluster, operator_namespace, lambda data: unfence_data(data, namespace, uids),
+                     "unfence namespace %s (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
+                                                                              operator_namespace),
+                     check_mode)
+    return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
+            "fenced": namespace_key(namespace) in result["data"], "added": result["added"],
+            "removed": result["removed"]}
+
+
+def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
+    """True when rbac/fence.yml's policy and binding are installed, False when either is missing; an
+    InputError when the binding reads its parameters from another namespace than operator_namespace (the
+    fence would never see what this collection writes). Needs the ClusterRole kvquota-maintenance-fence."""
+    _check_namespace(operator_namespace, "operator_namespace")
+    try:
+        cluster.get(ADMISSION_API + "/validatingadmissionpolicies/" + POLICY_NAME,
+                    "get validatingadmissionpolicy %s" % POLICY_NAME)
+        binding = cluster.get(ADMISSION_API + "/validatingadmissionpolicybindings/" + POLICY_NAME,
+                              "get validatingadmissionpolicybinding %s" % POLICY_NAME)
+    except NotFoundError:
+        return False
+    ref = (binding.get("spec") or {}).get("paramRef") or {}
+    if ref.get("name") != FENCE_CONFIGMAP or ref.get("namespace") != operator_namespace:
+        raise InputError("the fence binding %s reads configmap %s/%s, not %s/%s"
+                         % (POLICY_NAME, ref.get("namespace"), ref.get("name"), operator_namespace, FENCE_CONFIGMAP),
+                         "set paramRef of the ValidatingAdmissionPolicyBinding %s to namespace %s, name %s (edit "
+                         "rbac/fence.yml and apply it), or give operator_namespace: %s"
+                         % (POLICY_NAME, operator_namespace, FENCE_CONFIGMAP, ref.get("namespace")))
+    return True

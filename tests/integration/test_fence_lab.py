@@ -1,0 +1,283 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The headroom fence (rbac/fence.yml + module_utils fence.py) and Rancher's quota lock-down, against the lab.
+
+The fence's parameters are written by fence.py as the least-privilege identity (the lab user, given here what
+the operator namespace's Role and the ClusterRole kvquota-maintenance-fence grant); pods are tried as a tenant
+(a ServiceAccount bound to edit, kvqlab.tenants), as KubeVirt's controller (the emulator's identity) and as the
+lab admin. Pod creations that only probe admission are server-side dry runs (nothing is stored).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+import secrets
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+import modlab as M
+from kvqlab import emulator, tenants  # noqa: E402  (modlab puts tests/lab on sys.path)
+from kvqlab.emulator import rancher as rancher_mod
+from kvqlab.emulator.rest import Rest
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
+
+OPERATOR_NS = "kvquota-system"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+CONTROLLER = emulator.kubevirt_controller_user("kubevirt")
+
+
+@pytest.fixture(scope="module")
+def installed(lab, r):
+    """rbac/fence.yml applied by the administrator; the lab user may write the operator namespace's ConfigMaps
+    (the lead's rbac/operator-namespace.yml grants the same) and read the fence's policy."""
+    path = os.path.join(REPO, "rbac", "fence.yml")
+    with open(path) as fh:
+        objects = yaml.safe_load(fh)["items"]
+    if r.get_or_none("/api/v1/namespaces/" + OPERATOR_NS) is None:
+        r.create("/api/v1/namespaces", {"metadata": {"name": OPERATOR_NS}})
+    lab.kubectl("apply", "-f", path)            # the documented install
+    user = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": lab.user_name}
+    for path, body in (
+            ("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles" % OPERATOR_NS, {
+                "metadata": {"name": "kvqlab-fence-test"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                           "verbs": ["get", "list", "create", "update", "delete"]}]}),
+            ("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % OPERATOR_NS, {
+                "metadata": {"name": "kvqlab-fence-test"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kvqlab-fence-test"},
+                "subjects": [user]}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                "metadata": {"name": "kvqlab-fence-test"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "kvquota-maintenance-fence"},
+                "subjects": [user]})):
+        try:
+            r.create(path, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    yield objects
+    r.delete("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
+
+
+@pytest.fixture(scope="module")
+def operator(lab, installed):
+    """A kvquota Cluster as the least-privilege lab user."""
+    return C.connect({"kubeconfig": str(lab.user_kubeconfig)})
+
+
+@pytest.fixture
+def tenant_ns(lab, emu, r, request):
+    ns = "fence-" + secrets.token_hex(3)
+    M.make_tenant(lab, ns, vms=2, hard={"limits.cpu": "40", "limits.memory": "80Gi", "pods": "20"})
+    yield ns
+    M.delete_namespace(r, ns)
+
+
+def pod_body(ns, owner=None, name=None):
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name or "probe-" + secrets.token_hex(3), "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/pause",
+                                     "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    if owner is not None:
+        body["metadata"]["ownerReferences"] = [dict({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                                     "controller": True, "blockOwnerDeletion": True}, **owner)]
+    return body
+
+
+def try_pod(rest, ns, owner=None):
+    """None when admission admits the pod (server-side dry run), else the refusal's message."""
+    try:
+        rest.request("POST", "/api/v1/namespaces/%s/pods" % ns, {"dryRun": "All"}, body=pod_body(ns, owner))
+        return None
+    except ApiException as exc:
+        assert exc.status in (403, 422), exc
+        return " ".join(str(exc.body).split())
+
+
+def vmi_ref(r, ns, name):
+    md = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name))["metadata"]
+    return {"name": md["name"], "uid": md["uid"]}
+
+
+def test_fence_yml_is_what_the_lab_serves(installed, r):
+    kinds = sorted(o["kind"] for o in installed)
+    assert kinds == ["ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    policy = r.get(ADMISSION + "/validatingadmissionpolicies/" + F.POLICY_NAME)
+    # the API server type-checked every expression against the ConfigMap and Pod schemas
+    warnings = (policy.get("status") or {}).get("typeChecking", {}).get("expressionWarnings") or []
+    assert warnings == []
+
+
+def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab, r, emu, operator, tenant_ns):
+    ns = tenant_ns
+    team = tenants.make(lab, ns)
+    tenant = Rest(team["edit"].api_client())
+    kubevirt = emulator.as_identity(r, CONTROLLER)
+    vm1, vm2 = vmi_ref(r, ns, "vm-1"), vmi_ref(r, ns, "vm-2")
+    note = F.fence_note("2026-01-01T00:00:00Z", "2026-01-01T02:00:00Z", "platform team (#ops)")
+
+    assert try_pod(tenant, ns) is None                       # not fenced yet: the tenant may start pods
+    resizable = pod_body(ns, name="resizable")
+    resizable["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                       "limits": {"cpu": "200m", "memory": "64Mi"}}
+    # never scheduled: the API server refuses resizes of pods on nodes that do not support them (kwok's)
+    resizable["spec"]["nodeSelector"] = {"kvqlab.io/no-such-node": "true"}
+    tenant.create("/api/v1/namespaces/%s/pods" % ns, resizable)
+    dry = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER, check_mode=True)
+    assert dry["changed"] and r.get_or_none("/api/v1/namespaces/%s/configmaps/kvq-fence" % OPERATOR_NS) is None
+    result = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER)
+    assert result["changed"] and result["vmis"] == {vm1["uid"]: "vm-1"}
+    assert F.installed(operator, OPERATOR_NS)
+
+    refusal = M.wait(lambda: try_pod(tenant, ns), 20, "the fence to refuse the tenant's pod")
+    for fragment in ("kvquota.maintenance", "namespace %s is fenced" % ns,
+                     "reserved from 2026-01-01T00:00:00Z until 2026-01-01T02:00:00Z at the latest",
+                     "contact: platform team (#ops)", "ask your cluster administrator"):
+        assert fragment in refusal, (fragment, refusal)
+    # a tenant cannot pass for a target pod by naming the reserved VMI as owner: the identity counts
+    assert "is fenced" in try_pod(tenant, ns, owner=vm1)
+    assert "is fenced" in try_pod(Rest(team["admin"].api_client()), ns, owner=vm1)
+    # KubeVirt's controller: the reserved VMI's pod is admitted, the other VMI's is not, nor a forged name
+    assert try_pod(kubevirt, ns, owner=vm1) is None
+    assert "is fenced" in try_pod(kubevirt, ns, owner=vm2)
+    assert "is fenced" in try_pod(kubevirt, ns, owner={"name": "vm-2", "uid": vm1["uid"]})
+    assert "is fenced" in try_pod(kubevirt, ns)
+    # the lab admin is not KubeVirt either
+    assert "is fenced" in try_pod(r, ns, owner=vm1)
+    # a pod resize is charged to the quota too: refused while fenced
+    with pytest.raises(ApiException) as err:
+        r.request("PATCH", "/api/v1/namespaces/%s/pods/resizable/resize" % ns, {"dryRun": "All"},
+                  body={"spec": {"containers": [{"name": "c", "resources": {
+                      "requests": {"cpu": "150m"}, "limits": {"cpu": "300m"}}}]}},
+                  content_type="application/strategic-merge-patch+json")
+    assert err.value.status == 403 and "is fenced" in str(err.value.body), err.value.body
+
+    # end to end: the emulator creates target pods as KubeVirt's controller
+    mig1 = M.create_vmim(r, ns, "vm-1")
+    mig2 = M.create_vmim(r, ns, "vm-2")
+    M.wait(lambda: M.phase(M.vmim(r, ns, mig1)) == "Succeeded", 60, "the reserved VMI's migration")
+    M.wait(lambda: emu.count("is fenced") > 0, 30, "the emulator to see vm-2's target pod refused")
+    assert M.phase(M.vmim(r, ns, mig2)) in (None, "", "Pending")
+    # a fence refusal is not a quota refusal (virt-controller sets that condition only for exceeded quota)
+    assert not M.rejected(M.vmim(r, ns, mig2))
+
+    # unfencing the last VMI unfences the namespace: vm-2's migration goes through, tenants may start pods
+    left = F.unfence(operator, OPERATOR_NS, ns, [vm1])
+    assert left["changed"] and not left["fenced"] and left["vmis"] == {}
+    M.wait(lambda: try_pod(tenant, ns) is None, 20, "the fence to let the tenant's pod in")
+    M.wait(lambda: M.phase(M.vmim(r, ns, mig2)) == "Succeeded", 60, "vm-2's migration after unfence")
+    assert not F.unfence(operator, OPERATOR_NS, ns)["changed"]
+
+
+def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, installed, tenant_ns):
+    other = "fence-other-" + secrets.token_hex(3)
+    r.create("/api/v1/namespaces", {"metadata": {"name": other, "labels": {"kvqlab/test": "true"}}})
+    try:
+        tenant_other = Rest(tenants.make(lab, other, roles=("edit",))["edit"].api_client())
+        tenant = Rest(tenants.make(lab, tenant_ns, roles=("edit",))["edit"].api_client())
+        F.fence(operator, OPERATOR_NS, tenant_ns, [vmi_ref(r, tenant_ns, "vm-1")], note="window",
+                controller=CONTROLLER)
+        M.wait(lambda: try_pod(tenant, tenant_ns), 20, "the fence to refuse the tenant's pod")
+        assert try_pod(tenant_other, other) is None          # a namespace that holds no reservation
+        # parameters gone (or never written): parameterNotFoundAction Allow, nothing is fenced
+        r.delete("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
+        M.wait(lambda: try_pod(tenant, tenant_ns) is None, 20, "the fence to allow all without parameters")
+        # installed() tells when the administrator removed the binding (opt-out)
+        binding = r.get(ADMISSION + "/validatingadmissionpolicybindings/" + F.POLICY_NAME)
+        r.delete(ADMISSION + "/validatingadmissionpolicybindings/" + F.POLICY_NAME)
+        try:
+            assert not F.installed(operator, OPERATOR_NS)
+        finally:
+            binding["metadata"] = {"name": binding["metadata"]["name"], "labels": binding["metadata"].get("labels")}
+            r.create(ADMISSION + "/validatingadmissionpolicybindings", binding)
+        assert F.installed(operator, OPERATOR_NS)
+    finally:
+        M.delete_namespace(r, other)
+        tenants.remove(lab, other)
+
+
+# ---------------------------------------------------------------------------
+# Rancher 2.14+'s quota lock-down (emulator knob rancher_lockdown)
+
+def test_rancher_lockdown_refuses_everyone_but_rancher(lab, r, emu):
+    ns = "lockdown-" + secrets.token_hex(3)
+    r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
+    rancher = emulator.as_identity(r, emulator.rancher_user())
+    user = Rest(lab.api_client(admin=False))
+    label = {rancher_mod.RANCHER_LABEL: "true"}
+    quotas = "/api/v1/namespaces/%s/resourcequotas" % ns
+    try:
+        emulator.set_knobs(lab, rancher_lockdown=True)
+        emulator.wait_lockdown(lab, True)
+        # Rancher creates and changes its quota
+        rancher.create(quotas, {"metadata": {"name": "default-abcde", "labels": label},
+                                "spec": {"hard": {"limits.cpu": "2"}}})
+        rancher.patch(quotas + "/default-abcde", {"spec": {"hard": {"limits.cpu": "3"}}})
+
+        def refused(fn, *args):
+            with pytest.raises(ApiException) as err:
+                fn(*args)
+            assert err.value.status == 403 and "managed by Rancher" in str(err.value.body), err.value
+
+        def replace(rest, name, hard=None, labels=None):
+            """PUT the quota as stored now with changes; again when the quota controller's status update
+            came in between (409)."""
+            for _attempt in range(20):
+                obj = r.get(quotas + "/" + name)
+                obj["spec"]["hard"].update(hard or {})
+                if labels is not None:
+                    obj["metadata"]["labels"] = labels
+                try:
+                    return rest.replace(quotas + "/" + name, obj)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+            raise AssertionError("quota %s kept changing" % name)
+        refused(replace, r, "default-abcde", {"limits.cpu": "30"})       # the lab admin
+        refused(replace, user, "default-abcde", {"limits.cpu": "30"})    # kvquota's least-privilege identity
+        refused(replace, r, "default-abcde", None, {})                   # demotion
+        refused(r.delete, quotas + "/default-abcde")
+        refused(r.create, quotas, {"metadata": {"name": "forged", "labels": label}, "spec": {"hard": {"pods": "1"}}})
+        # quotas without the label stay the administrator's; adding the label is refused (promotion)
+        r.create(quotas, {"metadata": {"name": "plain"}, "spec": {"hard": {"pods": "5"}}})
+        replace(r, "plain", {"pods": "6"})
+        refused(replace, r, "plain", None, label)
+        assert r.get(quotas + "/default-abcde")["spec"]["hard"]["limits.cpu"] == "3"
+
+        # the emulated agent writes as Rancher, so Rancher's sync still works under the lock-down
+        r.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {
+            rancher_mod.QUOTA_ANNOTATION: '{"limit": {"limitsCpu": "4000m"}}'}}})
+        M.wait(lambda: r.get(quotas + "/default-abcde")["spec"]["hard"]["limits.cpu"] in ("4", "4000m"), 30,
+               "Rancher's sync to apply the namespace limit")
+        emulator.set_knobs(lab, rancher_lockdown=None)
+        emulator.wait_lockdown(lab, False)
+        # off again: the administrator may write what they like
+        assert replace(r, "default-abcde", {"limits.cpu": "30"})
+    finally:
+        emulator.set_knobs(lab, rancher_lockdown=None)
+        M.delete_namespace(r, ns)
+
+
+def test_rancher_lockdown_lets_namespace_deletion_remove_rancher_quotas(lab, r, emu):
+    ns = "lockdown-del-" + secrets.token_hex(3)
+    r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
+    try:
+        emulator.set_knobs(lab, rancher_lockdown=True)
+        emulator.wait_lockdown(lab, True)
+        emulator.as_identity(r, emulator.rancher_user()).create(
+            "/api/v1/namespaces/%s/resourcequotas" % ns,
+            {"metadata": {"name": "default-xyz12", "labels": {rancher_mod.RANCHER_LABEL: "true"}},
+             "spec": {"hard": {"pods": "3"}}})
+        r.delete("/api/v1/namespaces/" + ns)
+        M.wait(lambda: r.get_or_none("/api/v1/namespaces/" + ns) is None, 60, "namespace %s to be deleted" % ns)
+    finally:
+        emulator.set_knobs(lab, rancher_lockdown=None)
+        emulator.wait_lockdown(lab, False)
