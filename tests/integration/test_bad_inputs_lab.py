@@ -92,6 +92,12 @@ def reduced(lab, r, tmp_path_factory):
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": variant, "namespace": home}]})
+        # the operator namespace's Role (ledgers and locks) stays whole
+        r.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % M.OPERATOR_NS, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": M.OPERATOR_NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kvquota-state"},
+            "subjects": [{"kind": "ServiceAccount", "name": variant, "namespace": home}]})
         made.append(name)
         token = r.create("/api/v1/namespaces/%s/serviceaccounts/%s/token" % (home, variant), {
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -314,6 +320,7 @@ def test_rbac_forbidden_write(r, ns, reduced):
                          reduced["no-update-quotas"], "forbidden", "resourcequotas", "rbac/clusterrole.yml")
     assert "update" in msg
     assert not r.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns)["items"]
+    assert M.locks(r) == [] and M.ledger(r, M.quota(r, ns, "compute")) is None
 
 
 # ---------------------------------------------------------------------------

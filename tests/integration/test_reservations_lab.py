@@ -503,6 +503,9 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
     from kvqlab import scenarios
     custom = client.CustomObjectsApi(lab.api_client(admin=True))
     rancher.set_knobs(lab, harvester="true")
+    custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
+        "apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting", "metadata": {"name": "server-version"},
+        "value": "v1.6.0"})   # how kvquota recognises Harvester
     try:
         raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
         name = _rancher_namespace(lab, admin, ns, raw)
@@ -545,3 +548,4 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
         assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
     finally:
         rancher.set_knobs(lab, harvester=None)
+        custom.delete_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", "server-version")

@@ -606,7 +606,8 @@ def cluster_facts(snapshot):
         server = settings.get("server-version") or {}
         version = server.get("value") or server.get("default")
     return {
-        "harvester": settings is not None,
+        # the settings API alone is no Harvester (a CRD left behind): every Harvester has server-version
+        "harvester": bool(settings) and "server-version" in settings,
         "harvester_version": version,
         "rancher_projects": snapshot.get("rancher_projects") is not None,
         "aaq": snapshot.get("aaq_quotas") is not None,

@@ -563,10 +563,13 @@ class Cluster(object):
             "kubevirt": "kubevirt.io" in groups,
         }
         if facts["harvester"]:
+            # the settings API alone is no Harvester (a CRD left behind, a lab): every Harvester has server-version
             try:
                 setting = self.get_custom("harvesterhci.io", "v1beta1", "settings", "server-version")
                 facts["harvester_version"] = setting.get("value") or setting.get("default")
-            except (NotFoundError, ForbiddenError):
+            except NotFoundError:
+                facts["harvester"] = False
+            except ForbiddenError:
                 pass
         self._facts = facts
         return dict(facts)

@@ -25,10 +25,10 @@ import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 
 FENCE_CONFIGMAP = "kvq-fence"
 POLICY_NAME = "kvquota-headroom-fence"
-DEFAULT_OPERATOR_NAMESPACE = "kvquota-system"
 CONTROLLER_KEY = "kvquota.controller"
 NAMESPACE_PREFIX = "ns."
 VMI_PREFIX = "vmi."

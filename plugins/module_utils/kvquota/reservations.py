@@ -21,6 +21,7 @@ import random
 import time
 from fractions import Fraction
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
@@ -154,6 +155,7 @@ class _Run(object):
         self.check_mode = check_mode
         self.rancher_sync_timeout = rancher_sync_timeout
         self.lock = dict(lock or {})
+        self.fence_state = None   # None: not looked up yet; False: not installed (or not visible); True
         self.projects = {}
         self.namespaces = None
         self.warnings = []
@@ -172,6 +174,28 @@ class _Run(object):
     def warn(self, text):
         if text not in self.warnings:
             self.warnings.append(text)
+
+    def fence_installed(self):
+        """Whether rbac/fence.yml is installed (looked up once per call). Without the fence, a pod a tenant
+        starts during the window can take the headroom: say so once."""
+        if self.fence_state is None:
+            try:
+                self.fence_state = fence_mod.installed(self.cluster, self.store.namespace)
+            except ForbiddenError:
+                self.fence_state = False
+                self.warn("the headroom fence could not be checked (bind the ClusterRole kvquota-maintenance-fence "
+                          "of rbac/fence.yml): namespaces are not fenced while they hold a reservation")
+        return self.fence_state
+
+    def controller(self):
+        """KubeVirt's controller identity, from the namespace of the KubeVirt CR (fence.DEFAULT_CONTROLLER when
+        it cannot be read)."""
+        try:
+            found = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        except (NotFoundError, ForbiddenError):
+            found = []
+        namespace = ((found[0].get("metadata") or {}).get("namespace")) if found else None
+        return fence_mod.controller_identity(namespace) if namespace else fence_mod.DEFAULT_CONTROLLER
 
     def project_for(self, namespace):
         ref = project_ref(namespace)
@@ -294,11 +318,17 @@ def _commit(run, state, ledger):
         if not (is_idle(final) and configmap is None):
             configmap = run.store.save(state.quota, final, configmap)
         writes = backend.render(state.quota, state.namespace, final)
-        for kind in ("quota", "namespace"):
-            if kind in writes:
-                what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
-                        if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
-                run.cluster.replace(writes[kind], what)
+        try:
+            for kind in ("quota", "namespace"):
+                if kind in writes:
+                    what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
+                            if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
+                    run.cluster.replace(writes[kind], what)
+        except ConflictError:
+            raise   # _transact re-reads: the ledger's intent is resolved against the quota as it is then
+        except KvquotaError:
+            _take_back(run, state, configmap)   # refused (RBAC, a webhook): leave no intent behind
+            raise
     if is_idle(final):
         if configmap is not None:
             _settle(run.store.delete, configmap)
@@ -307,6 +337,18 @@ def _commit(run, state, ledger):
     else:
         run.store.save(state.quota, confirmed(final), configmap)
     return confirmed(final), True
+
+
+def _take_back(run, state, configmap):
+    """Put the ledger back as it was before a quota write that was refused (best effort: if this fails too,
+    the next read sees the quota at `previous` and resolves it)."""
+    try:
+        if state.configmap is None or state.stored is None:
+            run.store.delete(configmap)
+        else:
+            run.store.save(state.quota, state.stored, configmap)
+    except KvquotaError:
+        pass
 
 
 def _settle(write, *args):
@@ -557,7 +599,28 @@ def _project_of(backend):
     return getattr(backend, "project", None) or getattr(getattr(backend, "inner", None), "project", None)
 
 
+def _with_vmi_uids(run, refs):
+    """refs with the uid of every VM in refs["vms"] (looked up where missing): a VM is identified by its VMI's uid,
+    which the fence admits and release unfences; a name alone could be another object's."""
+    if not (refs or {}).get("vms") or all(isinstance(v, dict) and v.get("uid") for v in refs["vms"]):
+        return refs
+    result = dict(refs)
+    result["vms"] = []
+    for item in _ref_items(refs, "vms", None):
+        entry = dict(item)
+        if not entry.get("uid") and entry.get("namespace"):
+            try:
+                vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", entry["name"],
+                                             namespace=entry["namespace"])
+                entry["uid"] = (vmi.get("metadata") or {}).get("uid")
+            except NotFoundError:
+                pass
+        result["vms"].append(entry)
+    return result
+
+
 def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs):
+    refs = _with_vmi_uids(run, refs)
     results, skipped, problems, states = [], [], [], {}
     mutations = dict((target, _reserve_mutation(reservation_id, plan[target], owner, reason, ttl_seconds, top_up,
                                                 replace, refs)) for target in plan)
@@ -587,6 +650,8 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
         raise InputError("cannot reserve '%s': %s" % (reservation_id, "; ".join(problems)),
                          "nothing was changed; raise the limit named above or reserve less (smaller batches), "
                          "then re-run")
+    # the fence first: the headroom never exists while a tenant's new pod could take it
+    fenced = _fence(run, reservation_id, states, owner, ttl_seconds, refs)
     # phase 2: write, quota by quota, each one atomic and retried on conflicts
     done = []
     for target in sorted(states):
@@ -613,9 +678,47 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
             run.warn("%s/%s: %s" % (target[0], target[1], note))
         results.append(item)
         done.append("%s/%s" % target)
-    changed = any(item["changed"] for item in results)
+    changed = any(item["changed"] for item in results) or any(item["changed"] for item in fenced)
     return {"changed": changed, "reservation_id": reservation_id, "quotas": results, "skipped": skipped,
-            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
+            "fence": fenced, "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
+
+
+def _reserved_vmis(refs, namespace):
+    """[{name, uid}] of the VMs in refs["vms"] (uids filled in by _with_vmi_uids) that live in namespace."""
+    return [{"name": item["name"], "uid": item["uid"]} for item in _ref_items(refs, "vms", namespace, True)
+            if item.get("uid")]
+
+
+def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
+    """Fence every namespace the reservation expands for its VMs (refs["vms"]); [] when the fence is not
+    installed or the reservation names no VM (explicit headroom: no pod can be told apart then)."""
+    if not (refs or {}).get("vms") or not states or not run.fence_installed():
+        return []
+    now = run.clock()
+    note = fence_mod.fence_note(ledger_mod.format_time(now), ledger_mod.format_time(now + int(ttl_seconds)),
+                                owner or None)
+    controller = run.controller()
+    results = []
+    for namespace in sorted(set(ns for ns, _q in states)):
+        vmis = _reserved_vmis(refs, namespace)
+        if vmis:
+            outcome = fence_mod.fence(run.cluster, run.store.namespace, namespace, vmis, note, controller,
+                                      run.check_mode)
+            outcome["reservation"] = reservation_id
+            results.append(outcome)
+    return results
+
+
+def _unfence(run, released):
+    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]});
+    a namespace is unfenced with its last VMI."""
+    results = []
+    if not released or not run.fence_installed():
+        return results
+    for namespace, vmis in sorted(released.items()):
+        if vmis:
+            results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, vmis, run.check_mode))
+    return results
 
 
 def _reserve_message(reservation_id, final, state, item):
@@ -890,6 +993,12 @@ def _release_locked(run, target, reservation_id):
         return _release_one(run, target, reservation_id)
 
 
+def _vms_of(state, reservation_id):
+    entry = state.ledger.reservations.get(reservation_id) if state.ledger is not None else None
+    return [dict(item) for item in _ref_items(entry.refs if entry else None, "vms", state.target[0], True)
+            if item.get("uid")]
+
+
 def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode=False, quotas=None, force=False,
             poll_interval=5.0, lock=None, facts=None, clock=time.time, sleep=time.sleep,
             rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
@@ -927,6 +1036,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                 "message": "no active reservation '%s' on any quota: nothing to release (already released or never "
                            "made)" % reservation_id, "check_mode": run.check_mode}
     pending = list(targets)
+    released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
     deadline = run.clock() + max(0, timeout or 0)
     lasting = {}   # target -> usage above the value to restore that nothing will lower (see _release_blockers)
     while pending:
@@ -947,8 +1057,12 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                 else:
                     lasting.pop(target, None)
                 continue
+            vms = _vms_of(state, reservation_id)
             item = _release_one(run, target, reservation_id, state) if run.check_mode else \
                 _release_locked(run, target, reservation_id)
+            if item.get("outcome") == ledger_mod.RELEASED:
+                released_vms.setdefault(target[0], []).extend(v for v in vms if v not in
+                                                              released_vms.get(target[0], []))
             if reasons:
                 item["would_wait_for"] = reasons
             results.append(item)
@@ -957,10 +1071,14 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         if not pending or not wait_for_pods or run.clock() >= deadline:
             break
         run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
+    # unfence only namespaces none of whose quotas still waits for this reservation
+    unfenced = _unfence(run, dict((ns, vms) for ns, vms in released_vms.items()
+                                  if not any(t[0] == ns for t in waiting)))
     result = {
-        "changed": any(item["changed"] for item in results),
+        "changed": any(item["changed"] for item in results) or any(item["changed"] for item in unfenced),
         "reservation_id": reservation_id,
         "quotas": results,
+        "fence": unfenced,
         "pending": [{"namespace": t[0], "quota": t[1], "reasons": waiting[t]} for t in sorted(waiting)],
         "warnings": list(run.warnings),
         "diff": _diff(results),
@@ -1042,17 +1160,33 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
         if target not in touched:
             results.append(_settle_ledger(run, target))
     stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
+    gone = set((item["id"], item["namespace"], item["quota"]) for item in released)
+    active = set(ns for (ns, quota), entry in found.items()
+                 if any((rid, ns, quota) not in gone for rid in entry.reservations))
+    unfenced = _unfence_idle(run, active)
     removed = []
     for entry, configmap in orphans:
         removed.append({"namespace": entry.namespace, "quota": entry.quota, "uid": entry.uid,
                         "reservations": sorted(entry.reservations), "base": dict(entry.base)})
         if not run.check_mode:
             _settle(run.store.delete, configmap)
-    return {"changed": any(item["changed"] for item in results) or bool(removed), "released": released,
+    return {"changed": any(item["changed"] for item in results + unfenced) or bool(removed) or bool(stale_locks),
+            "released": released,
             "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
-            "expired_locks_removed": stale_locks,
+            "expired_locks_removed": stale_locks, "unfenced": unfenced,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
             "now": ledger_mod.format_time(when)}
+
+
+def _unfence_idle(run, active):
+    """Unfence every fenced namespace that holds no active reservation any more (a run killed between its fence
+    and its quota write, or a release that could not unfence): a fence must never outlive its headroom."""
+    if not run.fence_installed():
+        return []
+    results = []
+    for namespace in sorted(set(fence_mod.fences(run.cluster, run.store.namespace)) - set(active)):
+        results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, None, run.check_mode))
+    return results
 
 
 def _delete_expired_locks(run, now):

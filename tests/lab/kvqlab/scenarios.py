@@ -26,6 +26,7 @@ from .emulator.controller import BULK_ANNOTATION, KV, NODE_LABEL, now_iso, path
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")
 HARVESTER_RATIO = render.HARVESTER_RATIO_SETTING
+HARVESTER_VERSION = "server-version"
 
 
 class ScenarioError(ValueError):
@@ -165,7 +166,11 @@ def harvester_settings(data):
     value = h.get("overheadRatio")
     return {HARVESTER_RATIO: {"apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting",
                               "metadata": {"name": HARVESTER_RATIO}, "default": "1.5",
-                              "value": "" if value is None else str(value)}}
+                              "value": "" if value is None else str(value)},
+            # every Harvester has it; its presence is how kvquota tells Harvester from a bare settings CRD
+            HARVESTER_VERSION: {"apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting",
+                                "metadata": {"name": HARVESTER_VERSION}, "default": "",
+                                "value": str(h.get("version") or "v1.6.0")}}
 
 
 def vm_template_spec(vm):
@@ -356,13 +361,15 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     install_identities(rest)
     rancher_rest = as_identity(rest, rancher_user())
     if hs:
-        setting = hs[HARVESTER_RATIO]
-        cur_s = rest.get_or_none("/apis/harvesterhci.io/v1beta1/settings/" + HARVESTER_RATIO)
-        if cur_s is None:
-            rest.create("/apis/harvesterhci.io/v1beta1/settings", setting)
-        else:
-            rest.patch("/apis/harvesterhci.io/v1beta1/settings/" + HARVESTER_RATIO,
-                       {"value": setting["value"], "default": setting["default"]})
+        for name, setting in sorted(hs.items()):
+            cur_s = rest.get_or_none("/apis/harvesterhci.io/v1beta1/settings/" + name)
+            if cur_s is None:
+                rest.create("/apis/harvesterhci.io/v1beta1/settings", setting)
+            else:
+                rest.patch("/apis/harvesterhci.io/v1beta1/settings/" + name,
+                           {"value": setting["value"], "default": setting["default"]})
+    elif rest.get_or_none("/apis/harvesterhci.io/v1beta1/settings/" + HARVESTER_VERSION) is not None:
+        rest.delete("/apis/harvesterhci.io/v1beta1/settings/" + HARVESTER_VERSION)   # not Harvester any more
     ensure_knobs(rest, KNOBS_NAMESPACE, **knobs)
     config = render.cluster_config(kv, hs)
     mark("kubevirt", t0)

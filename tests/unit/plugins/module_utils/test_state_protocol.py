@@ -27,6 +27,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import object_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
+    ForbiddenError,
     InputError,
     NotFoundError,
 )
@@ -357,3 +358,20 @@ def test_a_corrupt_ledger_is_named_and_skipped_by_readers_and_refused_by_writers
         run_step(FakeApi(objects), STEPS[0], Clock())
     assert "tenant-a/compute" in str(err.value)
     assert quota["spec"]["hard"] == BASE_HARD
+
+
+class RefusingApi(FakeApi):
+    """An API server whose admission refuses every quota write (missing RBAC, a webhook)."""
+
+    def replace(self, obj, what=None):
+        if obj.get("kind") == "ResourceQuota":
+            raise ForbiddenError("resourcequotas is forbidden")
+        return FakeApi.replace(self, obj, what)
+
+
+def test_a_refused_quota_write_leaves_no_ledger_behind():
+    objects = cluster_objects()
+    before = observable(objects)
+    with pytest.raises(ForbiddenError):
+        run_step(RefusingApi(objects), STEPS[0], Clock())
+    assert observable(objects) == before
