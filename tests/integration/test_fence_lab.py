@@ -207,6 +207,43 @@ def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, inst
 # ---------------------------------------------------------------------------
 # Rancher 2.14+'s quota lock-down (emulator knob rancher_lockdown)
 
+def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator, installed, tenant_ns):
+    """reserve (with the batch's VMs in its refs) fences the namespace before the quota grows; a tenant's new pod
+    is refused for the window, KubeVirt's target pod of the reserved VMI is admitted; release restores the
+    quota and then unfences; nothing of the fence is left."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
+    ns = tenant_ns
+    tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+    controller = emulator.as_identity(r, CONTROLLER)
+    vm = vmi_ref(r, ns, "vm-1")
+    other = vmi_ref(r, ns, "vm-2")
+    assert try_pod(tenant, ns) is None                          # no reservation: no fence
+    result = R.reserve(operator, "fence-window", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain",
+                       600, refs={"vms": [{"namespace": ns, "name": "vm-1"}]})
+    assert [(f["namespace"], f["changed"]) for f in result["fence"]] == [(ns, True)]
+    assert F.fences(operator, OPERATOR_NS)[ns]["vmis"] == {vm["uid"]: "vm-1"}
+    refused = try_pod(tenant, ns)
+    assert refused is not None and "kvquota" in refused
+    assert try_pod(controller, ns, vm) is None                  # the reserved VM's target pod
+    assert try_pod(controller, ns, other) is not None           # another VM's is not
+    released = R.release(operator, "fence-window", wait_for_pods=False, force=True)
+    assert released["quotas"][0]["outcome"] == "released"
+    assert [(f["namespace"], f["fenced"]) for f in released["fence"]] == [(ns, False)]
+    assert ns not in F.fences(operator, OPERATOR_NS)
+    assert try_pod(tenant, ns) is None
+
+
+def test_the_reaper_lifts_a_fence_that_outlived_its_reservation(lab, r, emu, operator, installed, tenant_ns):
+    """A run killed between its fence and its quota write leaves a fence with no reservation: the reaper
+    unfences it (a fence never outlives its headroom)."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
+    ns = tenant_ns
+    F.fence(operator, OPERATOR_NS, ns, [vmi_ref(r, ns, "vm-1")])
+    reaped = R.release_expired(operator)
+    assert [(f["namespace"], f["fenced"]) for f in reaped["unfenced"]] == [(ns, False)]
+    assert ns not in F.fences(operator, OPERATOR_NS)
+
+
 def test_rancher_lockdown_refuses_everyone_but_rancher(lab, r, emu):
     ns = "lockdown-" + secrets.token_hex(3)
     r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
