@@ -309,21 +309,23 @@ def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, n
 # ---------------------------------------------------------------------------
 # concurrency
 
-def _worker(kubeconfig, namespace, ids, barrier, release):
+def _worker(kubeconfig, namespace, ids, barrier, release, quota="compute", delta=None):
     cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
     barrier.wait(30)
     for rid in ids:
         if release:
-            R.release(cluster, rid, quotas=[(namespace, "compute")], timeout=30, poll_interval=0.2)
+            R.release(cluster, rid, quotas=[(namespace, quota)], timeout=30, poll_interval=0.2,
+                      rancher_sync_timeout=30, lock={"holder": "worker-%s" % rid, "wait_timeout": 60})
         else:
-            R.reserve(cluster, rid, {(namespace, "compute"): {"limits.cpu": "100m", "pods": "1"}}, "worker",
-                      "concurrency", 600)
+            R.reserve(cluster, rid, {(namespace, quota): delta or {"limits.cpu": "100m", "pods": "1"}}, "worker",
+                      "concurrency", 600, rancher_sync_timeout=30, lock={"holder": "worker-%s" % rid,
+                                                                         "wait_timeout": 60})
 
 
-def _run_workers(lab, ns, groups, release):
+def _run_workers(lab, ns, groups, release, quota="compute", delta=None):
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(len(groups))
-    procs = [ctx.Process(target=_worker, args=(str(lab.user_kubeconfig), ns, ids, barrier, release))
+    procs = [ctx.Process(target=_worker, args=(str(lab.user_kubeconfig), ns, ids, barrier, release, quota, delta))
              for ids in groups]
     for proc in procs:
         proc.start()
@@ -394,6 +396,38 @@ def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
         R.reserve(nobody, "x", plan, "t", "r", 60)
     assert "kvquota-maintenance" in str(err.value) and "forbidden" in str(err.value)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
+
+
+def test_two_jobs_on_a_rancher_quota_with_agent_restarts_leak_nothing(lab, admin, ns, rancher):
+    """Two jobs reserve and release on one Rancher-managed quota at once while the cluster agent restarts: every
+    change is made under the namespace's lock against the current ledger, and Rancher is waited for against it,
+    so the quota is never left above its base and the annotation ends byte for byte as it was."""
+    raw = '{"limit": {"limitsCpu": "3000m", "limitsMemory": "3Gi"}}'
+    name = _rancher_namespace(lab, admin, ns, raw)
+    groups = [["a%d" % i for i in range(3)], ["b%d" % i for i in range(3)]]
+    delta = {"limits.cpu": "250m", "limits.memory": "128Mi"}
+    restarter = threading.Timer(1.0, lambda: rancher.rancher_agent_restart(lab))
+    restarter.start()
+    try:
+        _run_workers(lab, ns, groups, False, name, delta)
+    finally:
+        restarter.join()
+    quota = raw_quota(admin, ns, name)
+    assert quota["spec"]["hard"] == {"limits.cpu": "4500m", "limits.memory": "3840Mi"}
+    assert sorted(ledger(admin, quota)["reservations"]) == sorted(groups[0] + groups[1])
+    restarter = threading.Timer(1.0, lambda: rancher.rancher_agent_restart(lab))
+    restarter.start()
+    try:
+        _run_workers(lab, ns, [list(reversed(groups[1])), groups[0]], True, name)
+    finally:
+        restarter.join()
+    lab.wait_quota(ns, name, lambda q: q.spec.hard.get("limits.cpu") in ("3", "3000m"),
+                   what="Rancher to apply the restored annotation")
+    quota = raw_quota(admin, ns, name)
+    assert quota["spec"]["hard"] in ({"limits.cpu": "3", "limits.memory": "3Gi"},
+                                     {"limits.cpu": "3000m", "limits.memory": "3Gi"})
+    assert ledger(admin, quota) is None
+    assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
 
 
 # ---------------------------------------------------------------------------

@@ -896,11 +896,38 @@ def _release_blockers(run, state, reservation_id, now):
                                                                    if len(pods) > 8 else "")
         reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
                        % (over, listed or "none listed"))
+        captured = _captured_headroom(entry, pods)
+        if captured:
+            reasons.append("pods started during the reservation that are no migration of its VMs hold its "
+                           "headroom: %s" % ", ".join(captured))
         # the pure check first: the API reads of the second are needed only once usage has settled
         if len(reasons) == 1 and _usage_is_settled(used, names, pods) \
                 and not _usage_may_still_drop(run, namespace, pods):
             state.overuse = _overuse(state, after, used, target, names)
     return reasons
+
+
+def _captured_headroom(entry, counted_pods):
+    """Labels of the counted pods created after the reservation that are no launcher of its VMs (by the VMI
+    uid of their controller ownerReference): what took the headroom when no fence kept it for the migrations.
+    Names the pod, its owner and when it was created."""
+    created = ledger_mod.parse_time(entry.created) if entry.created else None
+    if created is None:
+        return []
+    reserved = set(item.get("uid") for item in _ref_items(entry.refs, "vms", None) if item.get("uid"))
+    found = []
+    for pod in counted_pods:
+        meta = pod.get("metadata") or {}
+        stamp = meta.get("creationTimestamp")
+        if not stamp or ledger_mod.parse_time(stamp) < created:
+            continue
+        owner = _launcher_owner(pod)
+        if owner is not None and owner[1] in reserved:
+            continue
+        owners = ", ".join("%s %s" % (ref.get("kind"), ref.get("name")) for ref in meta.get("ownerReferences") or ())
+        found.append("%s (owner %s, created %s, after the reservation of %s)"
+                     % (meta.get("name"), owners or "none", stamp, entry.created))
+    return found
 
 
 def _usage_is_settled(used, names, counted_pods):
