@@ -29,6 +29,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -38,7 +39,7 @@ from typing import Any, Callable
 
 import yaml
 
-from . import pki, procs
+from . import pki, procs, virtapi
 
 LOOPBACK = "127.0.0.1"
 K8S_VERSION = os.environ.get("KVQ_K8S_VERSION", "v1.33.13")
@@ -474,6 +475,14 @@ class Lab:
         self._save_state()
         return cluster_roles + [r for _n, r in roles]
 
+    def api_service_available(self, name: str) -> bool:
+        out = self.kubectl("get", "apiservice", name, "-o", "json", check=False)
+        try:
+            conditions = json.loads(out).get("status", {}).get("conditions") or []
+        except ValueError:
+            return False
+        return any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions)
+
     # ------------------------------------------------------------------ audit
     @property
     def audit_log(self) -> Path:
@@ -712,7 +721,7 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
     ]
     _write_private(run_dir / "tokens.csv", "\n".join(rows) + "\n")
 
-    p_etcd, p_peer, p_api, p_kcm, p_sched = _free_ports(5)
+    p_etcd, p_peer, p_api, p_kcm, p_sched, p_virtapi = _free_ports(6)
     server = f"https://{LOOPBACK}:{p_api}"
     ca = files["ca_crt"]
 
@@ -737,7 +746,7 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
         "bin_dir": str(bins),
         "user_name": USER_NAME,
         "ports": {"etcd": p_etcd, "etcd-peer": p_peer, "kube-apiserver": p_api,
-                  "kube-controller-manager": p_kcm, "kube-scheduler": p_sched},
+                  "kube-controller-manager": p_kcm, "kube-scheduler": p_sched, "virt-api": p_virtapi},
         "nodes": [],
         "rbac_file": str(rbac_paths[0]),
         "rbac_files": [str(p) for p in rbac_paths],
@@ -797,6 +806,15 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
         # the 'kubernetes' Endpoints would point at a loopback address, which is invalid
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        # aggregated APIs (the lab's virt-api subresources): kube-apiserver authenticates to them with the
+        # front-proxy certificate and passes the user it authenticated in X-Remote-* headers
+        f"--requestheader-client-ca-file={ca}",
+        f"--requestheader-allowed-names={virtapi.FRONT_PROXY_CN}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files['front_proxy_crt']}",
+        f"--proxy-client-key-file={files['front_proxy_key']}",
         f"--audit-policy-file={run_dir / AUDIT_POLICY}",
         f"--audit-log-path={run_dir / AUDIT_LOG}",
         "--audit-log-format=json",
@@ -855,6 +873,18 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
 
     lab.apply_rbac(rbac_files=rbac_paths)
     mark("rbac")
+
+    # --- KubeVirt's subresource API (virtualmachines/start, /stop), as an aggregated API like virt-api
+    procs.spawn(run_dir, "virt-api", [
+        sys.executable, "-m", "kvqlab.virtapi", "--port", str(p_virtapi),
+        "--cert", str(files["serving_crt"]), "--key", str(files["serving_key"]), "--client-ca", str(ca),
+        "--admin-kubeconfig", str(kc_paths["admin"]),
+    ], env={**os.environ, "PYTHONPATH": str(_TESTS_LAB) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    lab.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(virtapi.api_service(p_virtapi)))
+    wait_for(lambda: lab.api_service_available(f"{virtapi.VERSION}.{virtapi.GROUP}"), 60,
+             "APIService subresources.kubevirt.io to be Available",
+             check=lambda: lab.check_processes(("kube-apiserver", "virt-api")))
+    mark("virt-api")
 
     names = [f"node-{i}" for i in range(1, nodes + 1)]
     per_node = _normalise_node_labels(names, node_labels)
