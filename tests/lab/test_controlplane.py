@@ -192,9 +192,12 @@ def test_add_node_labels_and_cordon(lab, lab_api, lab_namespace):
 # ---------------------------------------------------------------- RBAC
 
 def _role_rules(path: Path):
+    """(namespace or None, rule) of every ClusterRole and Role in an RBAC file."""
     for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc.get("kind") == "ClusterRole":
-            yield from doc.get("rules") or []
+        if doc and doc.get("kind") in ("ClusterRole", "Role"):
+            namespace = doc["metadata"].get("namespace") if doc["kind"] == "Role" else None
+            for rule in doc.get("rules") or []:
+                yield namespace, rule
 
 
 def test_user_identity_has_the_role_and_nothing_more(lab):
@@ -212,11 +215,11 @@ def test_user_identity_has_the_role_and_nothing_more(lab):
             "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "kvquota-operator"}]})
     assert err.value.status == 403
 
-    # everything the shipped ClusterRole grants is allowed for the user
+    # everything the shipped roles grant is allowed for the user (a Role's rules in its namespace)
     authz = client.AuthorizationV1Api(lab.api_client(admin=False))
-    rbac_file = Path(lab.state.get("rbac_file") or kvqlab.DEFAULT_RBAC_FILE)
+    rbac_files = [Path(p) for p in lab.state.get("rbac_files") or kvqlab.default_rbac_files()]
     checked = 0
-    for rule in _role_rules(rbac_file):
+    for namespace, rule in (item for path in rbac_files for item in _role_rules(path)):
         if rule.get("resourceNames") or rule.get("nonResourceURLs"):
             continue
         for group in rule.get("apiGroups", []):
@@ -224,9 +227,14 @@ def test_user_identity_has_the_role_and_nothing_more(lab):
                 for verb in rule.get("verbs", []):
                     if "*" in (group, resource, verb):
                         continue
-                    review = authz.create_self_subject_access_review({
-                        "spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}}})
-                    assert review.status.allowed, (group, resource, verb)
+                    base, _slash, sub = resource.partition("/")
+                    attributes = {"group": group, "resource": base, "verb": verb}
+                    if sub:
+                        attributes["subresource"] = sub
+                    if namespace:
+                        attributes["namespace"] = namespace
+                    review = authz.create_self_subject_access_review({"spec": {"resourceAttributes": attributes}})
+                    assert review.status.allowed, (namespace, group, resource, verb)
                     checked += 1
     assert checked > 0
 
