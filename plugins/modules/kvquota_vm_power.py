@@ -20,7 +20,7 @@ description:
   - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
     has the recorded uid, and deletes the record. A later run after an interruption starts exactly the VMs
     that an earlier run stopped; nothing a tenant writes can add a VM to the record or hide one from it.
-  - KubeVirt's semantics apply: C(spec.running) goes false and back to true; C(runStrategy) goes to
+  - KubeVirt's semantics apply, C(spec.running) goes false and back to true, C(runStrategy) goes to
     C(Halted) and, on start, to C(Always).
   - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
     (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
