@@ -239,6 +239,47 @@ def test_user_identity_has_the_role_and_nothing_more(lab):
     assert checked > 0
 
 
+def test_audit_log_records_the_user_with_the_role_that_allowed(lab, lab_namespace):
+    from kvqlab import rbacusage
+    offset = lab.audit_offset()
+    user = client.CoreV1Api(lab.api_client(admin=False))
+    user.list_namespaced_pod(lab_namespace)
+    with pytest.raises(ApiException):
+        user.list_namespaced_secret(lab_namespace)
+    client.CoreV1Api(lab.api_client()).list_namespaced_config_map(lab_namespace)   # admin: not audited
+    requests = kvqlab.wait_for(lambda: [r for r in rbacusage.read_audit(lab.audit_log, lab.user_name, offset)
+                                        if r.namespace == lab_namespace] or None, 10, "audit events")
+    assert [(r.verb, r.resource, r.code, r.decision) for r in requests] == [
+        ("list", "pods", 200, "allow"), ("list", "secrets", 403, "forbid")]
+    assert 'of ClusterRole "kvquota-read"' in requests[0].reason
+
+
+def _put(lab, path, admin):
+    """PUT {} to path as the admin or the least-privilege user; (status, body)."""
+    req = urllib.request.Request(lab.server + path, data=b"{}", method="PUT",
+                                 headers={"Authorization": "Bearer " + lab._token(admin),
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=str(lab.ca_file)),
+                                    timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_virt_api_subresources_are_served_and_authorised(lab, lab_namespace):
+    """The aggregated API answers the user (ClusterRole kvquota-shutdown): for a VM that does not exist,
+    virt-api's own 404, proxied by kube-apiserver. A verb the role does not grant is refused by kube-apiserver
+    (403) before the request gets there."""
+    out = lab.kubectl("get", "--raw", "/apis/subresources.kubevirt.io/v1", admin=False)
+    assert {r["name"] for r in json.loads(out)["resources"]} == {"virtualmachines/start", "virtualmachines/stop"}
+    base = f"/apis/subresources.kubevirt.io/v1/namespaces/{lab_namespace}/virtualmachines/none"
+    code, body = _put(lab, base + "/stop", admin=False)
+    assert code == 404 and f"virtualmachine {lab_namespace}/none" in body, (code, body)
+    code, body = _put(lab, base + "/restart", admin=False)
+    assert code == 403 and "virtualmachines/restart" in body, (code, body)
+
+
 # ---------------------------------------------------------------- CLI
 
 def _cli(*args, env_extra=None):

@@ -158,7 +158,7 @@ def make_handler(admin: Admin):
             vm_path = f"/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}"
             code, vm = admin.request("GET", vm_path)
             if code != 200:
-                self._status(code, vm.get("message") or f"virtualmachine {ns}/{name}: {code}")
+                self._status(code, f"virtualmachine {ns}/{name}: {vm.get('message') or code}")
                 return
             vmi_code, _vmi = admin.request("GET", f"/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}")
             code, change = power_change(vm, action, vmi_code == 200)
