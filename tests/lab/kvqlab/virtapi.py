@@ -108,9 +108,17 @@ class Admin:
             req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, context=self.tls, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
+                return resp.status, _decode(resp.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"{}")
+            return exc.code, _decode(exc.read())
+
+
+def _decode(raw: bytes) -> dict:
+    """A JSON body, or {'message': text} (e.g. '404 page not found' for an API that is not served)."""
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        return {"message": raw.decode(errors="replace").strip()}
 
 
 def make_handler(admin: Admin):
