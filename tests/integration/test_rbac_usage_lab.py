@@ -18,16 +18,27 @@ The analysis is kvqlab.rbacusage (reusable over any run: `python3 -m kvqlab.rbac
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import json
+import os
+import subprocess
 import time
 
 import pytest
 
 import modlab as M
-from test_roles_lab import KV, playbook, start_lab
+from test_roles_lab import KV, REPO, collections_path, playbook, start_lab
 
 from kvqlab import rbacusage
 
 PLAIN = "u-plain"
+MISC = "u-misc"
+STATE_ROLE = "Role kvquota-system/kvquota-state"
+# Rules of the operator-namespace Role that 0.1.0's code (ledgers as annotations, Leases in the tenant
+# namespaces) cannot use yet: the ledger ConfigMaps (list, update) and the Leases kvq-lock-<namespace> come
+# with store.py and the new lease.py. Not required here until then; the test fails as soon as one is used,
+# so that the entry is removed (the set is empty once the state lives in the operator namespace).
+PENDING_STATE_RULES = {(STATE_ROLE, "", "configmaps", "list"), (STATE_ROLE, "", "configmaps", "update")} | {
+    (STATE_ROLE, "coordination.k8s.io", "leases", verb) for verb in ("get", "create", "update", "delete")}
 RWO = "u-rwo"
 RANCHER = "c-tenant"
 AAQ_CRD = {
@@ -68,11 +79,38 @@ def _rwo_vm(lab, node):
              "rwo-vm running")
 
 
+def _stale_locks(lab, namespace):
+    """A lock left by a run that died long ago, where 0.1.0 keeps it (the tenant namespace) and where the
+    operator-namespace locks live: the next run takes it over (a Lease update)."""
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "spec": {"holderIdentity": "dead-run@nowhere:1", "leaseDurationSeconds": 1,
+                     "acquireTime": "2020-01-01T00:00:00.000000Z", "renewTime": "2020-01-01T00:00:00.000000Z"}}
+    for ns, name in ((namespace, "kvquota-maintenance"), ("kvquota-system", "kvq-lock-" + namespace)):
+        lab.rest.create("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns,
+                        dict(body, metadata={"name": name, "namespace": ns}))
+
+
+def _bare_pod(lab, node):
+    """A pod without a controller on node, in a namespace without quotas: the drain evicts it."""
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": MISC}})
+    lab.rest.create("/api/v1/namespaces/%s/pods" % MISC, {
+        "metadata": {"name": "bare"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                 "tolerations": [{"operator": "Exists"}]}})
+    lab.wait(lambda: (lab.get("/api/v1/namespaces/%s/pods/bare" % MISC).get("status") or {}).get("phase")
+             == "Running", 60, "bare pod running")
+
+
 def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     user = lab.lab.user_kubeconfig
     # AAQ is recognised (listed) when its API is served: serve it, as on a cluster with AAQ installed
     lab.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", AAQ_CRD)
     M.make_tenant(lab.lab, PLAIN, vms=2)
+    # a quota scoped to a priority class (no VM pod has it): the inventory then reads the PriorityClasses
+    lab.rest.create("/api/v1/namespaces/%s/resourcequotas" % PLAIN, {
+        "metadata": {"name": "high-priority"},
+        "spec": {"hard": {"pods": "5"}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["kvq-high"]}]}}})
     offset = lab.lab.audit_offset()
     started = time.monotonic()
 
@@ -80,7 +118,9 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     run = playbook(lab, "preflight", {"preflight_report_dir": str(tmp_path)})
     assert (tmp_path / "preflight.json").exists(), run
 
-    # reserve and release by hand (the modules), then an expired reservation for the reaper
+    # reserve and release by hand (the modules), over a dead run's lock; then an expired reservation for the
+    # reaper
+    _stale_locks(lab, PLAIN)
     reserved = M.run_module("kvquota_reserve", {"reservation_id": "rbac-1", "vms": [
         {"namespace": PLAIN, "name": "vm-1"}]}, str(user))
     M.assert_ok(reserved, "kvquota_reserve")
@@ -96,9 +136,13 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     node = _vm_node(lab, RANCHER, "c-vm-1")
     run = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
     assert run.rc == 0, run
+    # ... with a pod that is no VM's: drained through the eviction API
     node = _vm_node(lab, PLAIN, "vm-1")
-    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+    _bare_pod(lab, node)
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_drain_force": True})
     assert run.rc == 0, run
+    assert not [p for p in lab.get("/api/v1/namespaces/%s/pods" % MISC)["items"]
+                if not p["metadata"].get("deletionTimestamp")], "the bare pod was not evicted"
 
     # a top-up beyond its cap: the refused migration is cancelled (VMIM delete)
     node = _vm_node(lab, PLAIN, "vm-1")
@@ -124,4 +168,63 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     print(usage.summary())
     print("runs took %.0f s" % (time.monotonic() - started))
     assert usage.resource_requests, "the audit log recorded no request of %s" % lab.lab.user_name
-    assert usage.problems() == []
+    pending = [a for a in usage.required if (a.role, a.group, a.resource, a.verb) in PENDING_STATE_RULES]
+    print("not required until the state moves to the operator namespace: %s"
+          % ", ".join(a.describe() for a in pending))
+    now_used = [a.describe() for a in pending if usage.counts.get(a)]
+    assert not now_used, "used now, remove them from PENDING_STATE_RULES: %s" % now_used
+    assert [p for p in usage.problems() if not any(p == "rule never used: " + a.describe() for a in pending)] == []
+
+
+def _install(lab, extra_vars, check=False):
+    """ansible-playbook playbooks/install.yml as the lab's administrator; (rc, stdout)."""
+    cmd = ["ansible-playbook", str(REPO / "playbooks" / "install.yml"), "-e", json.dumps(extra_vars)]
+    if check:
+        cmd.append("--check")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+               K8S_AUTH_KUBECONFIG=str(lab.lab.admin_kubeconfig))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env,
+                          cwd=str(lab.run_dir), timeout=300, check=False)
+    return proc.returncode, proc.stdout
+
+
+def _can(lab, subject, *args):
+    return lab.lab.kubectl("auth", "can-i", "--as", subject, *args, check=False).strip()
+
+
+def test_install_playbook_binds_the_roles(lab):
+    ops, sa = "kvq-ops", "system:serviceaccount:u-install:runner"
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": "u-install"}})
+    lab.rest.create("/api/v1/namespaces/u-install/serviceaccounts", {"metadata": {"name": "runner"}})
+    variables = {"kvquota_subject_kind": "ServiceAccount", "kvquota_subject_name": "runner",
+                 "kvquota_subject_namespace": "u-install", "kvquota_operator_namespace": ops,
+                 "kvquota_bind_shutdown": True}
+
+    rc, out = _install(lab, dict(variables, kvquota_subject_namespace=""))
+    assert rc != 0 and "kvquota_subject_namespace" in out, out
+
+    rc, out = _install(lab, variables, check=True)
+    assert rc == 0, out
+    assert "changed=" in out and "changed=0" not in out, out
+    assert _can(lab, sa, "update", "resourcequotas", "-A") == "no"
+    assert "NotFound" in lab.lab.kubectl("get", "namespace", ops, check=False)
+
+    rc, out = _install(lab, variables)
+    assert rc == 0, out
+    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-tenant-locks, kvquota-state" in out, out
+    assert "fence not shipped" in out or "fence applied" in out, out
+    expected = {
+        ("update", "resourcequotas", "-A"): "yes", ("patch", "nodes"): "yes", ("create", "pods", "--subresource=eviction", "-A"): "yes",
+        ("list", "virtualmachineinstances.kubevirt.io", "-A"): "yes",
+        ("update", "virtualmachines.subresources.kubevirt.io", "--subresource=stop", "-A"): "yes",
+        ("create", "configmaps", "-n", ops): "yes", ("update", "leases.coordination.k8s.io", "-n", ops): "yes",
+        # not granted: Rancher's namespace write (flag off), VM spec patches, configmaps elsewhere, watch, secrets
+        ("update", "namespaces"): "no", ("patch", "virtualmachines.kubevirt.io", "-A"): "no",
+        ("create", "configmaps", "-n", "default"): "no", ("watch", "pods", "-A"): "no",
+        ("get", "secrets", "-A"): "no", ("update", "leases.coordination.k8s.io", "-n", "kube-system"): "no",
+    }
+    assert dict((args, _can(lab, sa, *args)) for args in expected) == expected
+
+    rc, out = _install(lab, variables)
+    assert rc == 0 and "changed=0" in out, out
