@@ -10,7 +10,8 @@ import tempfile
 FORBIDDEN_PARTS = ("tests/output/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/",
                    "tests/lab/.runs/")
 REQUIRED = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/modules/kvquota_check.py",
-            "plugins/module_utils/kvquota/sizing.py", "rbac/clusterrole.yml")
+            "plugins/module_utils/kvquota/sizing.py", "rbac/clusterrole.yml",
+            "rbac/operator-namespace.yml", "playbooks/install.yml")
 
 
 def main(path):

@@ -140,9 +140,16 @@ def test_policy_shutdown_stops_and_restarts(lab, base, rwo_vm, tmp_path):
     print(run.stdout[-3000:])
     assert run.rc == 0, run
     assert seen.read_text() == "0", "the VM that cannot migrate must be stopped during the hook"
+    # stopped and started through KubeVirt's subresources (the lab's virt-api logs each, by user)
+    virt_api = (lab.run_dir / "logs" / "virt-api.log").read_text()
+    assert "stop a-rwo/rwo-vm: spec {'running': False}" in virt_api
+    assert "start a-rwo/rwo-vm: spec {'running': True}" in virt_api
     vm = lab.get(KV + "/namespaces/a-rwo/virtualmachines/rwo-vm")
     assert vm["spec"].get("running") is True and "runStrategy" not in vm["spec"]
     assert "kvquota.io/stopped-for-maintenance" not in (vm["metadata"].get("labels") or {})
+    # the record of stopped VMs in the operator namespace is gone once they run again
+    records = [c["metadata"]["name"] for c in lab.get("/api/v1/namespaces/kvquota-system/configmaps")["items"]]
+    assert "kvq-stopped-%s" % node not in records, records
     assert (lab.get(KV + "/namespaces/a-rwo/virtualmachineinstances/rwo-vm").get("status") or {}).get("phase") \
         == "Running"
     lab.assert_restored(base, [NS])

@@ -81,9 +81,11 @@ AUTH_OPTIONS = (
 )
 BOOL_OPTIONS = ("validate_certs", "persist_config")
 PROXY_HEADER_OPTIONS = ("proxy_basic_auth", "basic_auth", "user_agent")
-RBAC_FIX = ("bind the ClusterRole kvquota-maintenance from rbac/clusterrole.yml to this identity: kubectl apply -f "
-            "rbac/clusterrole.yml, then kubectl create clusterrolebinding kvquota-maintenance "
-            "--clusterrole=kvquota-maintenance --serviceaccount=<namespace>:<name> (or --user=<name>)")
+RBAC_FIX = ("bind the roles of rbac/clusterrole.yml and rbac/operator-namespace.yml to this identity with the "
+            "install playbook (as an administrator): ansible-playbook kvquota.maintenance.install "
+            "-e kvquota_subject_kind=ServiceAccount -e kvquota_subject_name=<name> "
+            "-e kvquota_subject_namespace=<namespace> (kvquota_bind_rancher=true on Rancher, "
+            "kvquota_bind_shutdown=true for the shutdown policy)")
 TLS_FIX = ("give the API server's CA with ca_cert (K8S_AUTH_SSL_CA_CERT) or in the kubeconfig "
            "(certificate-authority-data); set validate_certs: false only for a throw-away lab")
 DEFAULT_TIMEOUT = (10, 60)

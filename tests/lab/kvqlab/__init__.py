@@ -11,11 +11,13 @@ See docs/lab.md. The KubeVirt emulator (kvqlab.emulator) and scenarios
 from .controlplane import (  # noqa: F401
     DEFAULT_NODE_LABELS,
     DEFAULT_RBAC_FILE,
+    RBAC_DIR,
     KWOK_ANNOTATION,
     USER_NAME,
     Lab,
     LabError,
     attach,
+    default_rbac_files,
     default_run_dir,
     down,
     find_bin_dir,

@@ -8,7 +8,9 @@ holds all state:
     pki/                     ca.crt (trust this), serving cert, service-account keys
     tokens.csv               static tokens for the apiserver (admin, user, components)
     admin.kubeconfig         system:masters identity
-    user.kubeconfig          least-privilege identity bound to rbac/clusterrole.yml
+    user.kubeconfig          least-privilege identity bound to the roles of rbac/*.yml
+    audit-policy.yaml        kube-apiserver audit policy: Metadata level for the least-privilege user only
+    audit.log                its audit log (JSON lines; read with kvqlab.rbacusage)
     components/              kubeconfigs of the controller-manager, scheduler, kwok
     logs/<name>.log          one log per process
     pids/<name>.pid|.json    what lab-down stops (by pid, checked against start time)
@@ -27,6 +29,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -36,7 +39,7 @@ from typing import Any, Callable
 
 import yaml
 
-from . import pki, procs
+from . import pki, procs, virtapi
 
 LOOPBACK = "127.0.0.1"
 K8S_VERSION = os.environ.get("KVQ_K8S_VERSION", "v1.33.13")
@@ -68,8 +71,36 @@ POD_CIDR = "10.244.0.1/16"
 
 _TESTS_LAB = Path(__file__).resolve().parent.parent          # tests/lab
 REPO_ROOT = _TESTS_LAB.parent.parent                         # collection root
-DEFAULT_RBAC_FILE = REPO_ROOT / "rbac" / "clusterrole.yml"
-OPERATOR_NAMESPACE_RBAC = "operator-namespace.yml"   # beside the RBAC file: namespace kvquota-system + its Role
+RBAC_DIR = REPO_ROOT / "rbac"
+DEFAULT_RBAC_FILE = RBAC_DIR / "clusterrole.yml"
+# the kinds apply_rbac applies from an RBAC file; bindings in the files (placeholders) are the lab's own
+RBAC_KINDS = ("Namespace", "ClusterRole", "Role")
+AUDIT_POLICY = "audit-policy.yaml"
+AUDIT_LOG = "audit.log"
+
+
+def default_rbac_files() -> list[Path]:
+    """The collection's RBAC files the lab applies by default: every rbac/*.yml that defines a role."""
+    return [p for p in sorted(RBAC_DIR.glob("*.yml")) if _rbac_docs(p)]
+
+
+def _rbac_docs(path: Path) -> list[dict]:
+    """The Namespace, ClusterRole and Role documents of an RBAC file."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") in RBAC_KINDS]
+
+
+def audit_policy(user: str) -> dict:
+    """Metadata (who, verb, resource, response code, RBAC decision and reason) for requests by user; nothing
+    for any other identity, so the log stays small and holds only what the collection asked for."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "Metadata", "users": [user]},
+            {"level": "None"},
+        ],
+    }
 
 
 class LabError(RuntimeError):
@@ -384,49 +415,86 @@ class Lab:
             self._save_state()
 
     # ------------------------------------------------------------------ RBAC
-    def apply_rbac(self, rbac_file: Path | None = None) -> list[str]:
-        """Apply the collection's RBAC file and bind its ClusterRoles to the lab user.
+    def apply_rbac(self, rbac_file: Path | None = None, rbac_files: list | None = None) -> list[str]:
+        """Apply the collection's RBAC and bind its roles to the lab user.
 
-        Returns the ClusterRole names bound. Re-run after editing the file."""
-        path = Path(rbac_file or self.state.get("rbac_file") or DEFAULT_RBAC_FILE)
-        if not path.exists():
-            raise LabError(f"RBAC file {path} not found")
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        roles = [d["metadata"]["name"] for d in docs if d.get("kind") == "ClusterRole"]
-        if not roles:
-            raise LabError(f"{path} defines no ClusterRole; the lab user would have no permissions")
-        self.kubectl("apply", "-f", str(path))
+        Which files: rbac_files, else rbac_file alone, else the files of the last call (lab.json), else every
+        rbac/*.yml that defines a role (default_rbac_files). Their Namespaces, ClusterRoles and Roles are
+        applied; each ClusterRole is bound with a ClusterRoleBinding and each Role with a RoleBinding in its
+        namespace (bindings written in the files are skipped: they hold placeholders).
+        Returns the names of the roles bound (ClusterRoles, then Roles). Re-run after editing the files."""
+        if rbac_files:
+            paths = [Path(p) for p in rbac_files]
+        elif rbac_file:
+            paths = [Path(rbac_file)]
+        elif self.state.get("rbac_files"):
+            paths = [Path(p) for p in self.state["rbac_files"]]
+        else:
+            paths = default_rbac_files()
+        docs = []
+        for path in paths:
+            if not path.exists():
+                raise LabError(f"RBAC file {path} not found")
+            docs.extend(_rbac_docs(path))
+        cluster_roles = [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"]
+        roles = [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Role"]
+        if not cluster_roles and not roles:
+            raise LabError(f"{', '.join(map(str, paths))} define no ClusterRole or Role; "
+                           "the lab user would have no permissions")
+        namespaces = [d for d in docs if d["kind"] == "Namespace"]
+        for ns in sorted({n for n, _r in roles} - {d["metadata"]["name"] for d in namespaces}):
+            namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        # namespaces first: a Role in a namespace that does not exist yet is refused
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(namespaces + [
+            d for d in docs if d["kind"] != "Namespace"]))
         subjects = [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": self.user_name}]
+        labels = {"app.kubernetes.io/managed-by": "kvqlab"}
         manifests = []
-        for role in roles:
+        for role in cluster_roles:
             manifests.append({
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"{RBAC_BINDING}-{role}" if len(roles) > 1 else RBAC_BINDING,
-                             "labels": {"app.kubernetes.io/managed-by": "kvqlab"}},
+                "metadata": {"name": f"{RBAC_BINDING}-{role}" if len(cluster_roles) > 1 else RBAC_BINDING,
+                             "labels": labels},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                 "subjects": subjects,
             })
-        # the Role of the operator namespace (ledgers and locks), bound in that namespace
-        state_file = path.parent / OPERATOR_NAMESPACE_RBAC
-        if state_file.exists():
-            self.kubectl("apply", "-f", str(state_file))
-            for doc in (d for d in yaml.safe_load_all(state_file.read_text()) if d and d.get("kind") == "Role"):
-                manifests.append({
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "RoleBinding",
-                    "metadata": {"name": f"{RBAC_BINDING}-{doc['metadata']['name']}",
-                                 "namespace": doc["metadata"]["namespace"],
-                                 "labels": {"app.kubernetes.io/managed-by": "kvqlab"}},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                "name": doc["metadata"]["name"]},
-                    "subjects": subjects,
-                })
+        for namespace, role in roles:
+            manifests.append({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"{RBAC_BINDING}-{role}", "namespace": namespace, "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": subjects,
+            })
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
-        self.state["rbac_file"] = str(path)
-        self.state["cluster_roles"] = roles
+        self.state["rbac_file"] = str(paths[0])
+        self.state["rbac_files"] = [str(p) for p in paths]
+        self.state["cluster_roles"] = cluster_roles
+        self.state["roles"] = [f"{n}/{r}" for n, r in roles]
         self._save_state()
-        return roles
+        return cluster_roles + [r for _n, r in roles]
+
+    def api_service_available(self, name: str) -> bool:
+        out = self.kubectl("get", "apiservice", name, "-o", "json", check=False)
+        try:
+            conditions = json.loads(out).get("status", {}).get("conditions") or []
+        except ValueError:
+            return False
+        return any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions)
+
+    # ------------------------------------------------------------------ audit
+    @property
+    def audit_log(self) -> Path:
+        """The kube-apiserver audit log: one JSON event per request of the least-privilege user."""
+        return Path(self.state.get("audit_log") or self.run_dir / AUDIT_LOG)
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: give it to kvqlab.rbacusage.read_audit to read only what follows."""
+        try:
+            return self.audit_log.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     # ------------------------------------------------------------------ processes
     def spawn(self, name: str, argv: list[str], env: dict | None = None) -> int:
@@ -581,9 +649,11 @@ def up(run_dir: str | os.PathLike | None = None, nodes: int = 3, node_cpu: str =
     Stale leftovers (dead processes) are cleaned first. Nodes are node-1..node-N."""
     run_dir = Path(run_dir or default_run_dir()).expanduser().resolve()
     bins = find_bin_dir(bin_dir)
-    rbac_path = Path(rbac_file or os.environ.get("KVQ_LAB_RBAC_FILE") or DEFAULT_RBAC_FILE)
-    if not rbac_path.exists():
-        raise LabError(f"RBAC file {rbac_path} not found (the lab binds its user to the ClusterRole in it)")
+    given = rbac_file or os.environ.get("KVQ_LAB_RBAC_FILE")
+    rbac_paths = [Path(p) for p in str(given).split(os.pathsep) if p] if given else default_rbac_files()
+    for rbac_path in rbac_paths:
+        if not rbac_path.exists():
+            raise LabError(f"RBAC file {rbac_path} not found (the lab binds its user to the roles in it)")
     run_dir.mkdir(parents=True, exist_ok=True)
 
     if _running_core(run_dir):
@@ -603,7 +673,7 @@ def up(run_dir: str | os.PathLike | None = None, nodes: int = 3, node_cpu: str =
     timings: dict[str, float] = {}
     with _locked(run_dir):
         try:
-            lab = _start(run_dir, bins, rbac_path, nodes, node_cpu, node_memory, node_pods,
+            lab = _start(run_dir, bins, rbac_paths, nodes, node_cpu, node_memory, node_pods,
                          node_labels, log, t0, timings)
         except BaseException:
             log("start failed; stopping what was started")
@@ -622,7 +692,7 @@ def _stop_unlocked(run_dir: Path) -> None:
             procs.stop(run_dir, name)
 
 
-def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str, node_memory: str,
+def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_cpu: str, node_memory: str,
            node_pods: str, node_labels: dict | None, log: Callable[[str], None], t0: float,
            timings: dict) -> Lab:
     def mark(step: str) -> None:
@@ -651,7 +721,7 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
     ]
     _write_private(run_dir / "tokens.csv", "\n".join(rows) + "\n")
 
-    p_etcd, p_peer, p_api, p_kcm, p_sched = _free_ports(5)
+    p_etcd, p_peer, p_api, p_kcm, p_sched, p_virtapi = _free_ports(6)
     server = f"https://{LOOPBACK}:{p_api}"
     ca = files["ca_crt"]
 
@@ -676,9 +746,11 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
         "bin_dir": str(bins),
         "user_name": USER_NAME,
         "ports": {"etcd": p_etcd, "etcd-peer": p_peer, "kube-apiserver": p_api,
-                  "kube-controller-manager": p_kcm, "kube-scheduler": p_sched},
+                  "kube-controller-manager": p_kcm, "kube-scheduler": p_sched, "virt-api": p_virtapi},
         "nodes": [],
-        "rbac_file": str(rbac_path),
+        "rbac_file": str(rbac_paths[0]),
+        "rbac_files": [str(p) for p in rbac_paths],
+        "audit_log": str(run_dir / AUDIT_LOG),
         "k8s_version": K8S_VERSION,
         "started_at": time.time(),
     }
@@ -707,7 +779,10 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
     mark("etcd")
     log(f"etcd ready on {etcd_url}")
 
-    # --- kube-apiserver
+    # --- kube-apiserver (audit log: a fresh one per start, the previous one kept as .prev)
+    _write_private(run_dir / AUDIT_POLICY, yaml.safe_dump(audit_policy(USER_NAME), sort_keys=False))
+    if (run_dir / AUDIT_LOG).exists():
+        (run_dir / AUDIT_LOG).replace(run_dir / (AUDIT_LOG + ".prev"))
     procs.spawn(run_dir, "kube-apiserver", [
         str(bins / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
@@ -731,6 +806,20 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
         # the 'kubernetes' Endpoints would point at a loopback address, which is invalid
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+        # aggregated APIs (the lab's virt-api subresources): kube-apiserver authenticates to them with the
+        # front-proxy certificate and passes the user it authenticated in X-Remote-* headers
+        f"--requestheader-client-ca-file={ca}",
+        f"--requestheader-allowed-names={virtapi.FRONT_PROXY_CN}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files['front_proxy_crt']}",
+        f"--proxy-client-key-file={files['front_proxy_key']}",
+        f"--audit-policy-file={run_dir / AUDIT_POLICY}",
+        f"--audit-log-path={run_dir / AUDIT_LOG}",
+        "--audit-log-format=json",
+        # blocking (the default): each event is on disk when the response is sent, so a test reads all
+        "--audit-log-mode=blocking",
         "--v=1",
     ])
     lab.wait_ready(timeout=90)
@@ -782,8 +871,20 @@ def _start(run_dir: Path, bins: Path, rbac_path: Path, nodes: int, node_cpu: str
         f"--cidr={POD_CIDR}",
     ])
 
-    lab.apply_rbac(rbac_path)
+    lab.apply_rbac(rbac_files=rbac_paths)
     mark("rbac")
+
+    # --- KubeVirt's subresource API (virtualmachines/start, /stop), as an aggregated API like virt-api
+    procs.spawn(run_dir, "virt-api", [
+        sys.executable, "-m", "kvqlab.virtapi", "--port", str(p_virtapi),
+        "--cert", str(files["serving_crt"]), "--key", str(files["serving_key"]), "--client-ca", str(ca),
+        "--admin-kubeconfig", str(kc_paths["admin"]),
+    ], env={**os.environ, "PYTHONPATH": str(_TESTS_LAB) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    lab.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(virtapi.api_service(p_virtapi)))
+    wait_for(lambda: lab.api_service_available(f"{virtapi.VERSION}.{virtapi.GROUP}"), 60,
+             "APIService subresources.kubevirt.io to be Available",
+             check=lambda: lab.check_processes(("kube-apiserver", "virt-api")))
+    mark("virt-api")
 
     names = [f"node-{i}" for i in range(1, nodes + 1)]
     per_node = _normalise_node_labels(names, node_labels)

@@ -4,7 +4,8 @@ EC P-256 keys throughout (fast to generate). One CA; one serving certificate for
 every loopback endpoint (SANs 127.0.0.1, localhost and the in-cluster names of the
 kubernetes service), used by kube-apiserver, kube-controller-manager and
 kube-scheduler so that every TLS connection in the lab verifies against ca.crt;
-one key pair for signing service-account tokens.
+one client certificate for kube-apiserver's front proxy (aggregated APIs); one key pair for
+signing service-account tokens.
 """
 from __future__ import annotations
 
@@ -59,16 +60,30 @@ def make_pki(pki_dir: Path) -> dict[str, Path]:
     _openssl("x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
              "-CAcreateserial", "-days", "3650", "-sha256", "-extfile", "serving.ext",
              "-out", "serving.crt", cwd=d)
+    # kube-apiserver's front-proxy client certificate: how it authenticates to an aggregated API
+    # (the lab's virt-api subresources, kvqlab.virtapi)
+    (d / "front-proxy.ext").write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    _openssl("req", *ec, "-keyout", "front-proxy.key", "-out", "front-proxy.csr",
+             "-subj", "/CN=kvqlab-front-proxy", cwd=d)
+    _openssl("x509", "-req", "-in", "front-proxy.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "3650", "-sha256", "-extfile", "front-proxy.ext",
+             "-out", "front-proxy.crt", cwd=d)
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
              "-out", "sa.key", cwd=d)
     _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
-    for key in ("ca.key", "serving.key", "sa.key"):
+    for key in ("ca.key", "serving.key", "front-proxy.key", "sa.key"):
         (d / key).chmod(0o600)
     return {
         "ca_crt": d / "ca.crt",
         "ca_key": d / "ca.key",
         "serving_crt": d / "serving.crt",
         "serving_key": d / "serving.key",
+        "front_proxy_crt": d / "front-proxy.crt",
+        "front_proxy_key": d / "front-proxy.key",
         "sa_key": d / "sa.key",
         "sa_pub": d / "sa.pub",
     }

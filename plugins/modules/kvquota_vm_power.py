@@ -1,0 +1,142 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: kvquota_vm_power
+short_description: Stop VMs that cannot live-migrate for a node's maintenance, and start them again
+version_added: 0.2.0
+author:
+  - kvquota maintainers (@kvquota)
+description:
+  - The policy C(shutdown) of the node_maintenance role. With O(state=stopped) it records the VirtualMachines
+    owning the given VMIs (by their ownerReference, with their uid) in the ConfigMap C(kvq-stopped-<node>) of
+    the operator namespace, then stops each through KubeVirt's subresource API
+    (C(PUT .../virtualmachines/<name>/stop), what C(virtctl stop) does). The VM spec is never patched.
+  - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
+    has the recorded uid, and deletes the record. A later run after an interruption starts exactly the VMs
+    that an earlier run stopped; nothing a tenant writes can add a VM to the record or hide one from it.
+  - KubeVirt's semantics apply, C(spec.running) goes false and back to true, C(runStrategy) goes to
+    C(Halted) and, on start, to C(Always).
+  - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
+    (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
+extends_documentation_fragment:
+  - kvquota.maintenance.k8s_auth
+options:
+  node:
+    description: The node under maintenance; names the record.
+    type: str
+    required: true
+  state:
+    description: C(stopped) records and stops the VMs of O(vms); C(started) starts the recorded VMs.
+    type: str
+    choices: [stopped, started]
+    required: true
+  vms:
+    description: The VMIs to stop (O(state=stopped)), each C({namespace, name}).
+    type: list
+    elements: dict
+    default: []
+  operator_namespace:
+    description: The namespace only the operator writes, where the record lives.
+    type: str
+    default: kvquota-system
+attributes:
+  check_mode:
+    support: full
+    description: Reads the VMIs and the record, writes and stops/starts nothing.
+  diff_mode:
+    support: none
+'''
+
+EXAMPLES = r'''
+- name: Stop the VMs that cannot live-migrate
+  kvquota.maintenance.kvquota_vm_power:
+    node: worker-3
+    state: stopped
+    vms:
+      - {namespace: tenant-a, name: db-1}
+
+- name: Start them again after the maintenance
+  kvquota.maintenance.kvquota_vm_power:
+    node: worker-3
+    state: started
+'''
+
+RETURN = r'''
+vms:
+  description: The VirtualMachines concerned (recorded, or to start), each C({namespace, name, uid}).
+  returned: always
+  type: list
+  elements: dict
+stopped:
+  description: The VMs a stop was sent to (a VM already stopped is left out).
+  returned: state=stopped
+  type: list
+  elements: dict
+started:
+  description: The VMs a start was sent to (a VM already running is left out).
+  returned: state=started
+  type: list
+  elements: dict
+gone:
+  description: Recorded VMs that no longer exist with the recorded uid (deleted, or re-created); not started.
+  returned: state=started
+  type: list
+  elements: dict
+'''
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vmpower
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    auth_params,
+    new_module,
+    run,
+)
+
+
+def _vmi_refs(vms):
+    refs = []
+    for vm in vms:
+        if not isinstance(vm.get('namespace'), str) or not isinstance(vm.get('name'), str):
+            raise InputError('each entry of vms needs namespace and name, got %r' % (vm,),
+                             'give vms: [{namespace: tenant-a, name: db-1}]')
+        refs.append((vm['namespace'], vm['name']))
+    return refs
+
+
+def power(module):
+    params = module.params
+    cluster = cluster_mod.connect(auth_params(params))
+    if params['state'] == 'stopped':
+        vmis = [cluster.get_custom(vmpower.KUBEVIRT[0], vmpower.KUBEVIRT[1], 'virtualmachineinstances', name,
+                                   namespace=namespace) for namespace, name in _vmi_refs(params['vms'])]
+        return vmpower.stop(cluster, params['node'], vmis, operator_namespace=params['operator_namespace'],
+                            check_mode=module.check_mode)
+    if params['vms']:
+        raise InputError('vms is for state=stopped; state=started starts the VMs recorded for the node',
+                         'leave vms out')
+    return vmpower.start(cluster, params['node'], operator_namespace=params['operator_namespace'],
+                         check_mode=module.check_mode)
+
+
+def main():
+    module = new_module(
+        dict(
+            node=dict(type='str', required=True),
+            state=dict(type='str', required=True, choices=['stopped', 'started']),
+            vms=dict(type='list', elements='dict', default=[]),
+            operator_namespace=dict(type='str', default='kvquota-system'),
+        ),
+        supports_check_mode=True,
+    )
+    run(module, power)
+
+
+if __name__ == '__main__':
+    main()

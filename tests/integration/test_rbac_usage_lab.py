@@ -1,0 +1,245 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Least privilege by construction: every request the collection makes is allowed by the shipped roles, and
+every rule of the shipped roles is used.
+
+One lab (scenario c: a Rancher-managed namespace; plus a plain tenant and a VM that cannot live-migrate)
+records, in the kube-apiserver audit log, every request of the least-privilege user while a representative
+set of runs happens: preflight, kvquota_reserve/kvquota_release, node_maintenance on a plain and on a
+Rancher-managed namespace, node_maintenance with policy shutdown, a refused top-up whose migration is
+cancelled, and the reaper on an expired reservation. kvqlab.rbacusage then matches each request against
+the rules read from rbac/*.yml: none may be refused or fall outside the shipped rules, and every rule
+must have been used (the optional roles because their features ran here). The figures are printed.
+
+The analysis is kvqlab.rbacusage (reusable over any run: `python3 -m kvqlab.rbacusage --run-dir ...`).
+
+The install playbook, on the same lab as administrator: refuses an incomplete subject, --check creates
+nothing, a run binds exactly the asked-for roles to a ServiceAccount (SubjectAccessReviews say what it may and
+may not do), a second run changes nothing.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import modlab as M
+from test_roles_lab import KV, REPO, collections_path, playbook, start_lab
+
+from kvqlab import rbacusage
+
+PLAIN = "u-plain"
+MISC = "u-misc"
+STATE_ROLE = "Role kvquota-system/kvquota-state"
+# Rules of the operator-namespace Role that 0.1.0's code (ledgers as annotations, Leases in the tenant
+# namespaces) cannot use yet: the ledger ConfigMaps (list, update) and the Leases kvq-lock-<namespace> come
+# with store.py and the new lease.py. Not required here until then; the test fails as soon as one is used,
+# so that the entry is removed (the set is empty once the state lives in the operator namespace).
+PENDING_STATE_RULES = {(STATE_ROLE, "", "configmaps", "list"), (STATE_ROLE, "", "configmaps", "update")} | {
+    (STATE_ROLE, "coordination.k8s.io", "leases", verb) for verb in ("get", "create", "update", "delete")}
+RWO = "u-rwo"
+RANCHER = "c-tenant"
+AAQ_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "applicationawareresourcequotas.aaq.kubevirt.io"},
+    "spec": {"group": "aaq.kubevirt.io", "scope": "Namespaced",
+             "names": {"plural": "applicationawareresourcequotas", "singular": "applicationawareresourcequota",
+                       "kind": "ApplicationAwareResourceQuota"},
+             "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    started = start_lab(tmp_path_factory, "c")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _vm_node(lab, ns, name):
+    return lab.get(KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name))["status"]["nodeName"]
+
+
+def _rwo_vm(lab, node):
+    """A VM with a ReadWriteOnce volume (cannot live-migrate) on node, in namespace u-rwo."""
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": RWO}})
+    lab.rest.create("/api/v1/namespaces/%s/persistentvolumeclaims" % RWO, {
+        "metadata": {"name": "rwo-disk"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": "none"}})
+    vm = lab.scenarios.vm_object({"name": "rwo-vm", "namespace": RWO, "cpu": 1, "memory": "256Mi",
+                                  "node": node, "volumes": [{"name": "data", "pvc": "rwo-disk"}]})
+    lab.rest.create(KV + "/namespaces/%s/virtualmachines" % RWO, vm)
+    lab.wait(lambda: [v for v in lab.vmis(RWO) if (v.get("status") or {}).get("phase") == "Running"], 60,
+             "rwo-vm running")
+
+
+def _stale_locks(lab, namespace):
+    """A lock left by a run that died long ago, where 0.1.0 keeps it (the tenant namespace) and where the
+    operator-namespace locks live: the next run takes it over (a Lease update)."""
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "spec": {"holderIdentity": "dead-run@nowhere:1", "leaseDurationSeconds": 1,
+                     "acquireTime": "2020-01-01T00:00:00.000000Z", "renewTime": "2020-01-01T00:00:00.000000Z"}}
+    for ns, name in ((namespace, "kvquota-maintenance"), ("kvquota-system", "kvq-lock-" + namespace)):
+        lab.rest.create("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns,
+                        dict(body, metadata={"name": name, "namespace": ns}))
+
+
+def _bare_pod(lab, node):
+    """A pod without a controller on node, in a namespace without quotas: the drain evicts it."""
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": MISC}})
+    lab.rest.create("/api/v1/namespaces/%s/pods" % MISC, {
+        "metadata": {"name": "bare"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                 "tolerations": [{"operator": "Exists"}]}})
+    lab.wait(lambda: (lab.get("/api/v1/namespaces/%s/pods/bare" % MISC).get("status") or {}).get("phase")
+             == "Running", 60, "bare pod running")
+
+
+def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
+    user = lab.lab.user_kubeconfig
+    # AAQ is recognised (listed) when its API is served: serve it, as on a cluster with AAQ installed
+    lab.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", AAQ_CRD)
+    M.make_tenant(lab.lab, PLAIN, vms=2)
+    # a quota scoped to a priority class (no VM pod has it): the inventory then reads the PriorityClasses
+    lab.rest.create("/api/v1/namespaces/%s/resourcequotas" % PLAIN, {
+        "metadata": {"name": "high-priority"},
+        "spec": {"hard": {"pods": "5"}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["kvq-high"]}]}}})
+    offset = lab.lab.audit_offset()
+    started = time.monotonic()
+
+    # preflight over every node: the whole inventory, Rancher projects, Harvester settings, AAQ
+    run = playbook(lab, "preflight", {"preflight_report_dir": str(tmp_path)})
+    assert (tmp_path / "preflight.json").exists(), run
+
+    # reserve and release by hand (the modules), over a dead run's lock; then an expired reservation for the
+    # reaper
+    _stale_locks(lab, PLAIN)
+    reserved = M.run_module("kvquota_reserve", {"reservation_id": "rbac-1", "vms": [
+        {"namespace": PLAIN, "name": "vm-1"}]}, str(user))
+    M.assert_ok(reserved, "kvquota_reserve")
+    M.assert_ok(M.run_module("kvquota_release", {"reservation_id": "rbac-1"}, str(user)), "kvquota_release")
+    M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "rbac-reap", "ttl": "1s", "vms": [
+        {"namespace": PLAIN, "name": "vm-1"}]}, str(user)), "kvquota_reserve (ttl 1s)")
+    time.sleep(2)
+    run = playbook(lab, "reaper")
+    assert run.rc == 0, run
+    assert "rbac-reap" in run.stdout, run
+
+    # node_maintenance: the Rancher-managed namespace's node (Namespace annotation), then the plain tenant's
+    node = _vm_node(lab, RANCHER, "c-vm-1")
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+    assert run.rc == 0, run
+    # ... with a pod that is no VM's: drained through the eviction API
+    node = _vm_node(lab, PLAIN, "vm-1")
+    _bare_pod(lab, node)
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_drain_force": True})
+    assert run.rc == 0, run
+    assert not [p for p in lab.get("/api/v1/namespaces/%s/pods" % MISC)["items"]
+                if not p["metadata"].get("deletionTimestamp")], "the bare pod was not evicted"
+
+    # a top-up beyond its cap: the refused migration is cancelled (VMIM delete)
+    node = _vm_node(lab, PLAIN, "vm-1")
+    lab.set_knobs(oversize_percent=3)
+    try:
+        run = playbook(lab, "node_maintenance", {"node_maintenance_node": node,
+                                                 "node_maintenance_top_up_cap": {"limits.memory": "1Mi"},
+                                                 "node_maintenance_rescue_release_timeout": 20})
+        assert run.rc != 0 and "top_up_cap" in run.stdout, run
+    finally:
+        lab.set_knobs(oversize_percent=None)
+        lab.force_clean()
+
+    # policy shutdown: a VM that cannot live-migrate is stopped and started again (kvquota-shutdown)
+    node = _vm_node(lab, PLAIN, "vm-1")
+    _rwo_vm(lab, node)
+    run = playbook(lab, "node_maintenance", {"node_maintenance_node": node,
+                                             "node_maintenance_non_migratable": "shutdown"})
+    assert run.rc == 0, run
+
+    requests = rbacusage.read_audit(lab.lab.audit_log, lab.lab.user_name, offset)
+    usage = rbacusage.analyse(requests, rbacusage.load_roles(), features={"rancher", "shutdown"})
+    print(usage.summary())
+    print("runs took %.0f s" % (time.monotonic() - started))
+    assert usage.resource_requests, "the audit log recorded no request of %s" % lab.lab.user_name
+    pending = [a for a in usage.required if (a.role, a.group, a.resource, a.verb) in PENDING_STATE_RULES]
+    print("not required until the state moves to the operator namespace: %s"
+          % ", ".join(a.describe() for a in pending))
+    now_used = [a.describe() for a in pending if usage.counts.get(a)]
+    assert not now_used, "used now, remove them from PENDING_STATE_RULES: %s" % now_used
+    assert [p for p in usage.problems() if not any(p == "rule never used: " + a.describe() for a in pending)] == []
+
+
+def _install(lab, extra_vars, check=False):
+    """ansible-playbook playbooks/install.yml as the lab's administrator; (rc, stdout)."""
+    cmd = ["ansible-playbook", str(REPO / "playbooks" / "install.yml"), "-e", json.dumps(extra_vars)]
+    if check:
+        cmd.append("--check")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+               K8S_AUTH_KUBECONFIG=str(lab.lab.admin_kubeconfig))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env,
+                          cwd=str(lab.run_dir), timeout=300, check=False)
+    return proc.returncode, proc.stdout
+
+
+def _can(lab, sa, verb, resource, namespace=""):
+    """Whether ServiceAccount sa (namespace:name) may: a SubjectAccessReview (what kube-apiserver's RBAC says).
+    resource: 'group/resource[/subresource]' ('' group for core)."""
+    group, _slash, rest = resource.partition("/")
+    plural, _slash, sub = rest.partition("/")
+    ns, name = sa.split(":")
+    review = lab.rest.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": "system:serviceaccount:%s:%s" % (ns, name),
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"],
+                 "resourceAttributes": {"verb": verb, "group": group, "resource": plural, "subresource": sub,
+                                        "namespace": namespace}}})
+    return "yes" if review["status"].get("allowed") else "no"
+
+
+def test_install_playbook_binds_the_roles(lab):
+    ops, sa = "kvq-ops", "u-install:runner"
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": "u-install"}})
+    lab.rest.create("/api/v1/namespaces/u-install/serviceaccounts", {"metadata": {"name": "runner"}})
+    variables = {"kvquota_subject_kind": "ServiceAccount", "kvquota_subject_name": "runner",
+                 "kvquota_subject_namespace": "u-install", "kvquota_operator_namespace": ops,
+                 "kvquota_bind_shutdown": True}
+
+    rc, out = _install(lab, dict(variables, kvquota_subject_namespace=""))
+    assert rc != 0 and "kvquota_subject_namespace" in out, out
+
+    rc, out = _install(lab, variables, check=True)
+    assert rc == 0, out
+    assert "changed=" in out and "changed=0" not in out, out
+    assert _can(lab, sa, "update", "/resourcequotas") == "no"
+    assert "NotFound" in lab.lab.kubectl("get", "namespace", ops, check=False)
+
+    rc, out = _install(lab, variables)
+    assert rc == 0, out
+    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-tenant-locks, kvquota-state" in out, out
+    assert "fence not shipped" in out or "fence applied" in out, out
+    expected = {
+        ("update", "/resourcequotas"): "yes", ("patch", "/nodes"): "yes", ("create", "/pods/eviction"): "yes",
+        ("list", "kubevirt.io/virtualmachineinstances"): "yes",
+        ("update", "subresources.kubevirt.io/virtualmachines/stop"): "yes",
+        ("create", "/configmaps", ops): "yes", ("update", "coordination.k8s.io/leases", ops): "yes",
+        # not granted: Rancher's namespace write (flag off), VM spec patches, configmaps elsewhere, watch, secrets
+        ("update", "/namespaces"): "no", ("patch", "kubevirt.io/virtualmachines"): "no",
+        ("create", "/configmaps", "default"): "no", ("watch", "/pods"): "no",
+        ("get", "/secrets"): "no", ("update", "coordination.k8s.io/leases", "kube-system"): "no",
+    }
+    assert dict((args, _can(lab, sa, *args)) for args in expected) == expected
+
+    rc, out = _install(lab, variables)
+    assert rc == 0 and "changed=0" in out, out
