@@ -36,13 +36,6 @@ from kvqlab import rbacusage
 
 PLAIN = "u-plain"
 MISC = "u-misc"
-STATE_ROLE = "Role kvquota-system/kvquota-state"
-# Rules of the operator-namespace Role that 0.1.0's code (ledgers as annotations, Leases in the tenant
-# namespaces) cannot use yet: the ledger ConfigMaps (list, update) and the Leases kvq-lock-<namespace> come
-# with store.py and the new lease.py. Not required here until then; the test fails as soon as one is used,
-# so that the entry is removed (the set is empty once the state lives in the operator namespace).
-PENDING_STATE_RULES = {(STATE_ROLE, "", "configmaps", "list"), (STATE_ROLE, "", "configmaps", "update")} | {
-    (STATE_ROLE, "coordination.k8s.io", "leases", verb) for verb in ("get", "create", "update", "delete")}
 RWO = "u-rwo"
 RANCHER = "c-tenant"
 AAQ_CRD = {
@@ -84,8 +77,8 @@ def _rwo_vm(lab, node):
 
 
 def _stale_locks(lab, namespace):
-    """A lock left by a run that died long ago, where 0.1.0 keeps it (the tenant namespace) and where the
-    operator-namespace locks live: the next run takes it over (a Lease update)."""
+    """A lock left by a run that died long ago, in the operator namespace: the next run takes it over (a Lease
+    update), and a Lease named like 0.1.0's lock in the tenant namespace, which nothing reads any more."""
     body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "spec": {"holderIdentity": "dead-run@nowhere:1", "leaseDurationSeconds": 1,
                      "acquireTime": "2020-01-01T00:00:00.000000Z", "renewTime": "2020-01-01T00:00:00.000000Z"}}
@@ -172,12 +165,7 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     print(usage.summary())
     print("runs took %.0f s" % (time.monotonic() - started))
     assert usage.resource_requests, "the audit log recorded no request of %s" % lab.lab.user_name
-    pending = [a for a in usage.required if (a.role, a.group, a.resource, a.verb) in PENDING_STATE_RULES]
-    print("not required until the state moves to the operator namespace: %s"
-          % ", ".join(a.describe() for a in pending))
-    now_used = [a.describe() for a in pending if usage.counts.get(a)]
-    assert not now_used, "used now, remove them from PENDING_STATE_RULES: %s" % now_used
-    assert [p for p in usage.problems() if not any(p == "rule never used: " + a.describe() for a in pending)] == []
+    assert usage.problems() == []
 
 
 def _install(lab, extra_vars, check=False):
@@ -227,7 +215,7 @@ def test_install_playbook_binds_the_roles(lab):
 
     rc, out = _install(lab, variables)
     assert rc == 0, out
-    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-tenant-locks, kvquota-state" in out, out
+    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-state" in out, out
     assert "fence not shipped" in out or "fence applied" in out, out
     expected = {
         ("update", "/resourcequotas"): "yes", ("patch", "/nodes"): "yes", ("create", "/pods/eviction"): "yes",
