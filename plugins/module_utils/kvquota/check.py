@@ -22,6 +22,7 @@ import re
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
@@ -621,31 +622,19 @@ def default_priority_class(snapshot):
 # ---------------------------------------------------------------------------
 
 def _pods_by_owner(pods):
-    """{VMI uid: [live virt-launcher pods]} from the label kubevirt.io/created-by (or ownerReferences)."""
-    index = {}
-    for pod in pods:
-        if q.pod_is_terminal(pod) or _meta(pod).get("deletionTimestamp"):
-            continue
-        uids = set()
-        created_by = _labels(pod).get("kubevirt.io/created-by")
-        if created_by:
-            uids.add(created_by)
-        for owner in _meta(pod).get("ownerReferences") or ():
-            if owner.get("uid"):
-                uids.add(owner["uid"])
-        for uid in uids:
-            index.setdefault(uid, []).append(pod)
-    return index
+    """{VMI uid: [live virt-launcher pods]}, by the pods' controller ownerReference (labels such as
+    kubevirt.io/created-by are display only: a tenant may set them on any pod)."""
+    live = [pod for pod in pods if not q.pod_is_terminal(pod) and not _meta(pod).get("deletionTimestamp")]
+    return ownership.launchers_by_vmi_uid(live)
 
 
 def _source_pod(vmi, pods_by_owner):
-    """The live virt-launcher pod of a VMI on its current node (None if not seen)."""
-    candidates = pods_by_owner.get(_meta(vmi).get("uid")) or []
-    node = (vmi.get("status") or {}).get("nodeName")
-    for pod in candidates:
-        if (pod.get("spec") or {}).get("nodeName") == node:
+    """The live virt-launcher pod of a VMI that KubeVirt counts as active (status.activePods, else on the
+    VMI's node), None if not seen: a pod that merely names the VMI as its owner is not enough."""
+    for pod in pods_by_owner.get(_meta(vmi).get("uid")) or ():
+        if ownership.is_active_launcher_of(pod, vmi):
             return pod
-    return candidates[0] if candidates else None
+    return None
 
 
 def _sizing_key(vmi, ns_labels, tracks):
@@ -1038,11 +1027,14 @@ def evaluate(snapshot, options=None):
                 continue
             rejection = admission.migration_rejection(vmim)
             if rejection is not None and not rejection["refusals"]:
+                # an Event (verified by UID and reporter, see inventory.migration_events) names the quota only:
+                # anyone who may post Events could have written its amounts
                 event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(
                     _meta(vmim).get("name"))
                 if event_text:
                     try:
-                        rejection["refusals"] = admission.parse_exceeded_quota(event_text)
+                        rejection["refusals"] = [{"quota": r["quota"], "shortfall": {}}
+                                                 for r in admission.parse_exceeded_quota(event_text)]
                     except InputError:
                         pass
             if rejection is None:
@@ -1056,6 +1048,9 @@ def evaluate(snapshot, options=None):
             for refusal in rejection["refusals"]:
                 for name, value in sorted(refusal["shortfall"].items()):
                     short.append("%s %s short by %s" % (refusal["quota"], name, q.show(value, name)))
+                if not refusal["shortfall"]:
+                    short.append("by quota %s (amount not shown: only KubeVirt's own condition message is "
+                                 "trusted for it)" % refusal["quota"])
             blockers.append(_finding(
                 "migration_rejected_by_quota", namespace,
                 "migration %s/%s of VM %s is Pending, rejected by quota%s" % (
@@ -1063,8 +1058,8 @@ def evaluate(snapshot, options=None):
                 "reserve headroom for it (kvquota_reserve) or delete the migration "
                 "(kubectl delete vmim -n %s %s)" % (namespace, rejection["migration"]),
                 migration=rejection["migration"], vm=rejection["vmi"],
-                shortfall=dict((r["quota"], format_resource_list(r["shortfall"])) for r in rejection["refusals"])
-                or None))
+                shortfall=dict((r["quota"], format_resource_list(r["shortfall"])) for r in rejection["refusals"]
+                               if r["shortfall"]) or None))
 
         ledger_blockers, ledger_warnings = ledger_findings(
             namespace, ns_obj, ns_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),

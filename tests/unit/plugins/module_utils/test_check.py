@@ -259,7 +259,7 @@ def _select(items, labels, fields):
     return result
 
 
-def _objects(namespaces=4, vms_per_ns=3, nodes=3):
+def _objects(namespaces=4, vms_per_ns=3, nodes=3, lookalikes=False):
     objs = {"nodes": [{"metadata": {"name": "n%d" % i}} for i in range(nodes)],
             "namespaces": [{"metadata": {"name": "t%d" % i}} for i in range(namespaces)],
             "resourcequotas": [], "pods": [], "virtualmachineinstances": [],
@@ -279,7 +279,19 @@ def _objects(namespaces=4, vms_per_ns=3, nodes=3):
                 "status": {"phase": "Running", "nodeName": node}})
             objs["pods"].append({"metadata": {"name": "virt-launcher-vm%d" % j, "namespace": ns,
                                               "labels": {"kubevirt.io": "virt-launcher",
-                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j)}},
+                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j)},
+                                              "ownerReferences": [{"apiVersion": "kubevirt.io/v1",
+                                                                   "kind": "VirtualMachineInstance",
+                                                                   "name": "vm%d" % j, "uid": "%s-%d" % (ns, j),
+                                                                   "controller": True}]},
+                                 "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+            if not lookalikes:
+                continue
+            # a tenant's pod dressed as a launcher of the same VMI: the labels make it no launcher
+            objs["pods"].append({"metadata": {"name": "fake-launcher-vm%d" % j, "namespace": ns,
+                                              "labels": {"kubevirt.io": "virt-launcher",
+                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j),
+                                                         "vm.kubevirt.io/name": "vm%d" % j}},
                                  "spec": {"nodeName": node}, "status": {"phase": "Running"}})
     return objs
 
@@ -295,10 +307,11 @@ def test_inventory_call_count_does_not_grow_with_objects():
 
 
 def test_inventory_follows_pages():
-    cluster = FakeCluster(_objects(10, 10), missing=["settings", "applicationawareresourcequotas"])
+    cluster = FakeCluster(_objects(10, 10, lookalikes=True), missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, None, {"page_size": 30})
     assert sum(len(v) for v in snap["vmis"].values()) == 100
-    assert sum(len(v) for v in snap["pods"].values()) == 100
+    assert sum(len(v) for v in snap["pods"].values()) == 100   # the 100 labelled look-alikes are left out
+    assert not [p for items in snap["pods"].values() for p in items if p["metadata"]["name"].startswith("fake")]
     pages = [call for call in cluster.calls if call[3] == "list VirtualMachineInstances"]
     assert len(pages) == 4 and pages[1][2]["_continue"] == "30"
 
@@ -309,9 +322,9 @@ def test_inventory_node_scope_uses_selectors():
     calls = dict((call[3], call[2]) for call in cluster.calls)
     assert calls["list nodes"]["field_selector"] == "metadata.name=n1"
     assert calls["list VirtualMachineInstances"]["label_selector"] == "kubevirt.io/nodeName in (n1)"
-    assert calls["list virt-launcher pods"] == dict(calls["list virt-launcher pods"],
-                                                    label_selector="kubevirt.io=virt-launcher",
-                                                    field_selector="spec.nodeName=n1")
+    # pods are not narrowed by label (anyone can set it; a launcher is known by its ownerReference)
+    assert calls["list pods"] == dict(calls["list pods"], field_selector="spec.nodeName=n1")
+    assert "label_selector" not in calls["list pods"]
     nodes = set(v["status"]["nodeName"] for items in snap["vmis"].values() for v in items)
     assert nodes == {"n1"}
     assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
@@ -405,9 +418,14 @@ def launcher_manifest(vmi, config, tracks, name=None):
             "initContainers": [container(c) for c in pod.init_containers]}
     if vmi["spec"].get("priorityClassName"):
         spec["priorityClassName"] = vmi["spec"]["priorityClassName"]
-    return {"metadata": {"name": name or "virt-launcher-%s-abcde" % vmi["metadata"]["name"],
-                         "namespace": vmi["metadata"]["namespace"],
-                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"]}},
+    pod_name = name or "virt-launcher-%s-abcde" % vmi["metadata"]["name"]
+    # as virt-controller makes it: owned (controller) by the VMI; the labels are display only
+    return {"metadata": {"name": pod_name, "namespace": vmi["metadata"]["namespace"],
+                         "uid": "uid-pod-%s" % pod_name,
+                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"]},
+                         "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                              "name": vmi["metadata"]["name"], "uid": vmi["metadata"]["uid"],
+                                              "controller": True, "blockOwnerDeletion": True}]},
             "spec": spec, "status": {"phase": "Running"}}
 
 
@@ -740,12 +758,23 @@ def test_inventory_reads_refusal_events_only_when_needed():
     snap = inv.read_inventory(cluster)
     assert snap["migration_events"] == {} and cluster.request_count == 9
     objs["virtualmachineinstancemigrations"] = [
-        {"metadata": {"name": "m1", "namespace": "t0"}, "spec": {"vmiName": "vm0"},
+        {"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m1", "namespace": "t0", "uid": "m1-uid"},
+         "spec": {"vmiName": "vm0"},
          "status": {"phase": "Pending", "conditions": [{"type": "migrationRejectedByResourceQuota",
                                                         "status": "True"}]}}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
     assert cluster.request_count == 10
+    # neither Event carries the migration's UID nor says virt-controller reported it: none is taken
+    assert snap["migration_events"] == {}
+    for e in objs["events"]:
+        e["involvedObject"]["uid"] = "m1-uid"
+        e["source"] = {"component": "virt-controller"}
+    objs["events"].append(dict(objs["events"][1], metadata={"name": "e3", "namespace": "t0"},
+                               lastTimestamp="2999-01-01T00:00:00Z", source={"component": "tenant"},
+                               message="Error creating pod: exceeded quota: q, requested: limits.cpu=20, used: "
+                                       "limits.cpu=9, limited: limits.cpu=10"))
+    snap = inv.read_inventory(FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"]))
     assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}
 
 

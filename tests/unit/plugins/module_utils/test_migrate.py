@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""migrate.py, the pure parts: which batch may start (pipelining gate), the shortfall against the current hard,
-the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
+"""migrate.py, the pure parts: which batch may start (pipelining gate), which migrations are ours (by the UIDs
+the ledger recorded), the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
 (tests/integration/test_migrate_lab.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -104,36 +105,36 @@ def test_no_batch_left():
     assert m.next_batch([]) is None
 
 
-# -- shortfall against the current hard ----------------------------------------
+# -- our migrations, by UID ---------------------------------------------------------
 
-def test_shortfall_is_the_refused_amount_when_hard_did_not_change():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                     {"limits.memory": 5000 * MI})
-    assert short == {"limits.memory": 100 * MI}
-
-
-def test_a_stale_refusal_of_a_quota_topped_up_since_is_short_of_nothing():
-    # the refusal was against 5000Mi; the quota was topped up by the 100Mi since: nothing more to add
-    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                    {"limits.memory": 5100 * MI}) == {}
+class _Ledger(object):
+    def __init__(self, reservations):
+        self.reservations = reservations
 
 
-def test_only_what_the_current_hard_does_not_cover_is_added():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI, "limits.cpu": Fraction(1, 2)},
-                                     {"limits.memory": 5000 * MI, "limits.cpu": 4},
-                                     {"limits.memory": 5060 * MI, "limits.cpu": 4})
-    assert short == {"limits.memory": 40 * MI, "limits.cpu": Fraction(1, 2)}
+class _Entry(object):
+    def __init__(self, refs):
+        self.refs = refs
 
 
-def test_a_lower_hard_than_at_the_refusal_adds_the_refused_amount_only():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                     {"limits.memory": 4000 * MI})
-    assert short == {"limits.memory": 100 * MI}
+def _vmim(ns, name, uid, labels=None):
+    return {"metadata": {"namespace": ns, "name": name, "uid": uid, "labels": labels or {}}}
 
 
-def test_a_resource_the_quota_no_longer_names_keeps_its_shortfall():
-    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI}, {}) == \
-        {"limits.memory": 100 * MI}
+def test_our_migrations_are_those_whose_uid_our_reservations_recorded():
+    pattern = re.compile("^node-1-b[0-9]+$")
+    ledgers = {("t", "compute"): _Ledger({
+        "node-1-b0": _Entry({"migrations": [{"namespace": "t", "name": "vm-1-kvq-1", "uid": "u1"},
+                                            {"namespace": "t", "name": "vm-2-kvq-1"}]}),     # no UID: nothing
+        "node-2-b0": _Entry({"migrations": [{"namespace": "t", "name": "vm-3-kvq-1", "uid": "u3"}]})})}
+    uids = m.our_migration_uids(ledgers, pattern)
+    assert uids == {("t", "vm-1-kvq-1"): "u1"}
+    labels = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.io/node": "node-1"}
+    vmims = [_vmim("t", "vm-1-kvq-1", "u1", labels),
+             _vmim("t", "vm-1-kvq-1", "u-recreated", labels),    # same name, another object
+             _vmim("t", "vm-2-kvq-1", "u2", labels),             # our labels, no recorded UID
+             _vmim("t", "tenant-made", "u9", labels)]            # a tenant's, with our labels
+    assert [v["metadata"]["uid"] for v in m.ours(vmims, uids)] == ["u1"]
 
 
 # -- timeout rule ------------------------------------------------------------
@@ -169,9 +170,16 @@ def test_within_the_cap_and_a_resource_the_cap_does_not_name():
     assert problems == ["t/compute needs limits.cpu=500m (top_up_cap does not name it)"]
 
 
+def test_over_a_percentage_cap_of_the_charge():
+    charges = {("t", "compute"): {"limits.memory": 1024 * MI}}
+    assert m.over_cap({("t", "compute"): {"limits.memory": 256 * MI}}, "25%", charges) == []
+    assert m.over_cap({("t", "compute"): {"limits.memory": 257 * MI}}, "25%", charges) == [
+        "t/compute needs limits.memory=257Mi (top_up_cap 25% of the computed charge)"]
+
+
 BAD_CAPS = [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
             ({"limits.memory": "lots"}, "top_up_cap.limits.memory"),
-            ("1Gi", "top_up_cap must be a mapping")]
+            ("1Gi", "top_up_cap must be a percentage")]
 
 
 @pytest.mark.parametrize("cap, named", BAD_CAPS)
@@ -180,6 +188,11 @@ def test_a_bad_cap_is_refused_before_anything_moves(cap, named):
     with pytest.raises(InputError) as err:
         m.Executor(None, "node-1", [], top_up_cap=cap)
     assert named in str(err.value)
+
+
+def test_no_cap_given_is_the_default_share_of_the_charge():
+    assert m.Executor(None, "node-1", []).cap == "25%"
+    assert m.Executor(None, "node-1", [], top_up_cap={}).cap == "25%"
 
 
 def test_a_zero_cap_allows_no_top_up():
