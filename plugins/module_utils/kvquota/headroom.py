@@ -280,7 +280,7 @@ def top_up_amounts(exact, charge, cap=DEFAULT_TOP_UP_CAP, pointed=None, added=No
     - how "step": every quota has room for pods of the computed size, yet admission refused: the pods are larger
       than computed, by an amount nothing trustworthy states (the apiserver's numbers reach us only in Events,
       which tenants can write). Add, to the quotas pointed at (else every quota the pods charge), per charged
-      name, top_up_cap's limit.
+      name, top_up_cap's limit (object counts such as pods excepted: those are never larger than computed).
     In both, a quota's top-ups together never exceed the refused pods' computed charge of that quota; a step that
     can add nothing is a problem.
     """
@@ -301,7 +301,8 @@ def top_up_amounts(exact, charge, cap=DEFAULT_TOP_UP_CAP, pointed=None, added=No
     candidates = sorted(t for t in charge if charge[t] and (not pointed or t in set(pointed)))
     for target in candidates:
         limit = cap_limit(cap, charge[target])
-        step = dict((n, limit[n]) for n in charge[target] if limit.get(n, 0) > 0)
+        # a pod counts as exactly one object: counts are never larger than computed, so never stepped
+        step = dict((n, limit[n]) for n in charge[target] if limit.get(n, 0) > 0 and not _is_count(n))
         amount = _within_charge(step, charge[target], added.get(target) or {})
         if amount:
             amounts[target] = amount
@@ -309,6 +310,10 @@ def top_up_amounts(exact, charge, cap=DEFAULT_TOP_UP_CAP, pointed=None, added=No
         problems.append("the refused target pods are larger than computed and top_up_cap allows nothing more for %s"
                         % (", ".join("%s/%s" % t for t in candidates) or "the quotas they charge"))
     return amounts, problems, "step"
+
+
+def _is_count(name):
+    return name == "pods" or name.startswith("count/")
 
 
 def _within_charge(amount, charge, added):

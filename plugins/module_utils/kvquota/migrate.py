@@ -600,9 +600,10 @@ class Executor(object):
                              "webhook)")
         shown = headroom_text(amounts)
         if batch.rounds >= self.max_rounds:
-            missing = (shown if how == "exact" else "more than computed: the target pods are larger than the "
-                       "sizing says, by an amount only the apiserver's refusal states (not trusted; each top-up "
-                       "added top_up_cap's share of the computed charge)")
+            missing = (shown if how == "exact" else
+                       "an amount the sizing does not show: the target pods are larger than computed, and only the "
+                       "apiserver's refusal says by how much, which reaches this run only through Events tenants "
+                       "can write; each top-up added top_up_cap's share (%s), now %s" % (self.cap, shown))
             raise KvquotaError("%s: quota admission still refuses %s after %d top-up(s) of reservation %s; still "
                                "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, missing),
                                "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "

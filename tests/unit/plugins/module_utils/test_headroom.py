@@ -189,6 +189,15 @@ def test_top_ups_together_never_exceed_the_computed_charge():
     assert amounts == {("t", "compute"): {"limits.memory": 1536 * MI}} and problems == []
 
 
+def test_object_counts_are_never_stepped():
+    charge = {("t", "compute"): {"pods": Fraction(1), "limits.memory": 1024 * MI}}
+    amounts, _problems, _how = h.top_up_amounts({}, charge, "25%")
+    assert amounts == {("t", "compute"): {"limits.memory": 256 * MI}}
+    # but an exact need of one more pod (a tenant's pod took the room) is added as is
+    amounts, _problems, how = h.top_up_amounts({("t", "compute"): {"pods": Fraction(1)}}, charge, "100%")
+    assert (amounts, how) == ({("t", "compute"): {"pods": 1}}, "exact")
+
+
 def test_a_zero_cap_allows_no_top_up():
     amounts, problems, _how = h.top_up_amounts({}, CHARGE, {"limits.memory": "0"}, pointed=[("t", "compute")])
     assert amounts == {} and problems
