@@ -147,6 +147,13 @@ def ours(vmims, uids):
                                           (v.get("metadata") or {}).get("name"))) == uid_of(v) and uid_of(v)]
 
 
+def cap_text(cap):
+    """A top_up_cap as the user wrote it: '25%' or 'limits.memory=1Gi,requests.memory=50%'."""
+    if isinstance(cap, dict):
+        return ",".join("%s=%s" % (name, cap[name]) for name in sorted(cap))
+    return str(cap)
+
+
 def migration_phase(vmim):
     return (vmim.get("status") or {}).get("phase") or ""
 
@@ -603,7 +610,7 @@ class Executor(object):
             missing = (shown if how == "exact" else
                        "an amount the sizing does not show: the target pods are larger than computed, and only the "
                        "apiserver's refusal says by how much, which reaches this run only through Events tenants "
-                       "can write; each top-up added top_up_cap's share (%s), now %s" % (self.cap, shown))
+                       "can write; each top-up added top_up_cap's share (top_up_cap %s), now %s" % (cap_text(self.cap), shown))
             raise KvquotaError("%s: quota admission still refuses %s after %d top-up(s) of reservation %s; still "
                                "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, missing),
                                "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "

@@ -226,3 +226,66 @@ def test_namespace_extra_sums_per_namespace():
     extra = m.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
                                ("b", {"limits.cpu": 2})])
     assert extra == {"a": {"limits.memory": 2 * GI, "limits.cpu": 1}, "b": {"limits.cpu": 2}}
+
+
+# -- the top-up of the executor (trusted amounts, rounds, stale refusals) ------------------------------------
+
+class _Refused(object):
+    """refused_target_pods and reservations.reserve stand-ins: what trusted state shows, and what was reserved."""
+
+    def __init__(self, monkeypatch, exact=None, evidence=True):
+        self.found = {"refused": [{"namespace": "t", "name": "m1", "uid": "u1", "vmi": "vm-1"}],
+                      "exact": exact or {}, "charge": {("t", "compute"): {"limits.memory": 1024 * MI}},
+                      "pointed": [("t", "compute")], "key": "refused:k1", "evidence": evidence}
+        self.reserved = []
+        monkeypatch.setattr(m.headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
+        monkeypatch.setattr(m.reservations, "reserve", self.reserve)
+
+    def reserve(self, cluster, rid, headroom, *args, **kwargs):
+        self.reserved.append((rid, headroom, kwargs.get("top_up")))
+        return {"quotas": [{"namespace": "t", "quota": "compute", "delta": headroom[("t", "compute")]}]}
+
+
+def _executor(**options):
+    ex = m.Executor(None, "node-1", [["t/vm-1"]], clock=lambda: 0.0, **options)
+    return ex, ex.batches[0]
+
+
+def test_a_top_up_adds_the_caps_share_once_per_refusal(monkeypatch):
+    fake = _Refused(monkeypatch)
+    ex, batch = _executor()
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.memory": "256Mi"}}, "refused:k1")]
+    ex._top_up(batch, refused)               # the same refusal (no new verified Event): nothing more
+    assert len(fake.reserved) == 1 and "nothing shows a refusal since the last top-up" in ex.log[-1]
+    fake.found["key"] = "refused:k2"         # KubeVirt retried and was refused again
+    ex._top_up(batch, refused)
+    assert len(fake.reserved) == 2 and batch.added == {("t", "compute"): {"limits.memory": 512 * MI}}
+    fake.found["key"] = "refused:k3"
+    with pytest.raises(m.KvquotaError) as err:
+        ex._top_up(batch, refused)
+    text = str(err.value)
+    assert "after 2 top-up(s)" in text and "still missing" in text and "top_up_cap 25%" in text
+    assert len(fake.reserved) == 2
+
+
+def test_without_a_verified_event_each_settle_time_is_a_new_round(monkeypatch):
+    fake = _Refused(monkeypatch, evidence=False)
+    ex, batch = _executor(top_up_max_rounds=3)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    for _round in range(3):
+        ex._top_up(batch, refused)
+    assert [r[2] for r in fake.reserved] == ["refused:k1#round1", "refused:k1#round2", "refused:k1#round3"]
+    # three quarters of the charge added; a fourth round would have been bounded by the charge, but rounds end first
+    assert batch.added == {("t", "compute"): {"limits.memory": 768 * MI}}
+
+
+def test_an_exact_need_over_the_cap_stops_before_anything_is_added(monkeypatch):
+    fake = _Refused(monkeypatch, exact={("t", "compute"): {"limits.memory": 300 * MI}})
+    ex, batch = _executor()
+    with pytest.raises(InputError) as err:
+        ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+    assert "exceeds top_up_cap: t/compute needs limits.memory=300Mi (top_up_cap 25% of the computed charge)" \
+        in str(err.value)
+    assert fake.reserved == []
