@@ -732,7 +732,7 @@ class Executor(object):
         for batch in self.batches:
             if batch.state != RUNNING:
                 continue
-            mine = set((m["namespace"], m["name"]) for m in batch.migrations if not m["reused"])
+            mine = dict(((m["namespace"], m["name"]), m["uid"]) for m in batch.migrations if not m["reused"])
             for namespace in batch.namespaces:
                 try:
                     vmims = self._vmims(namespace)
@@ -740,7 +740,7 @@ class Executor(object):
                     continue
                 for vmim in vmims:
                     key = (namespace, vmim["metadata"]["name"])
-                    if key in mine and never_admitted(vmim):
+                    if key in mine and mine[key] == uid_of(vmim) and never_admitted(vmim):
                         try:
                             self._delete_vmim(*key)
                             self.cancelled.append("%s/%s" % key)
