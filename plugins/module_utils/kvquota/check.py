@@ -637,6 +637,23 @@ def _source_pod(vmi, pods_by_owner):
     return None
 
 
+def refused_shortfall(vm, quotas, named=()):
+    """{quota name: ResourceList} of what each quota's status (used, status.hard) lacks for vm's target pod of the
+    computed size (vm: a describe_vms entry; None gives {}); only the quotas in named when any is named."""
+    result = {}
+    if vm is None:
+        return result
+    for quota in quotas:
+        qname = _meta(quota).get("name")
+        if named and qname not in named:
+            continue
+        part = q.charged_part(quota, vm["charge"], vm["facts"])
+        need = q.headroom_needed(q.quota_used(quota), q.quota_enforced_hard(quota) or q.quota_hard(quota), part)
+        if need:
+            result[qname] = need
+    return result
+
+
 def _sizing_key(vmi, ns_labels, tracks):
     """What a launcher pod's size depends on besides the cluster config (for the sizing cache)."""
     meta = _meta(vmi)
@@ -1026,17 +1043,6 @@ def evaluate(snapshot, options=None):
             if phase in FINAL_MIGRATION_PHASES:
                 continue
             rejection = admission.migration_rejection(vmim)
-            if rejection is not None and not rejection["refusals"]:
-                # an Event (verified by UID and reporter, see inventory.migration_events) names the quota only:
-                # anyone who may post Events could have written its amounts
-                event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(
-                    _meta(vmim).get("name"))
-                if event_text:
-                    try:
-                        rejection["refusals"] = [{"quota": r["quota"], "shortfall": {}}
-                                                 for r in admission.parse_exceeded_quota(event_text)]
-                    except InputError:
-                        pass
             if rejection is None:
                 warnings.append(_finding(
                     "migration_in_progress", namespace,
@@ -1044,13 +1050,25 @@ def evaluate(snapshot, options=None):
                                                         (vmim.get("spec") or {}).get("vmiName"), phase or "new"),
                     None, migration=_meta(vmim).get("name")))
                 continue
+            # which quota refused: KubeVirt's condition message, else a verified Event (inventory.migration_events);
+            # how much: only what the quota's status lacks for the computed target pod (anyone who may post
+            # Events could have written the Event's amounts)
+            named = set(r["quota"] for r in rejection["refusals"])
+            event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(_meta(vmim).get("name"))
+            if not named and event_text:
+                try:
+                    named = set(r["quota"] for r in admission.parse_exceeded_quota(event_text))
+                except InputError:
+                    named = set()
+            vm = next((v for v in vms if v["name"] == rejection["vmi"]), None)
+            shortfall = refused_shortfall(vm, ns_quotas, named)
             short = []
-            for refusal in rejection["refusals"]:
-                for name, value in sorted(refusal["shortfall"].items()):
-                    short.append("%s %s short by %s" % (refusal["quota"], name, q.show(value, name)))
-                if not refusal["shortfall"]:
-                    short.append("by quota %s (amount not shown: only KubeVirt's own condition message is "
-                                 "trusted for it)" % refusal["quota"])
+            for qname, amount in sorted(shortfall.items()):
+                for name, value in sorted(amount.items()):
+                    short.append("%s %s short by %s" % (qname, name, q.show(value, name)))
+            for qname in sorted(named - set(shortfall)):
+                short.append("by quota %s, which has room for a target pod of the computed size: the pod is larger "
+                             "than computed" % qname)
             blockers.append(_finding(
                 "migration_rejected_by_quota", namespace,
                 "migration %s/%s of VM %s is Pending, rejected by quota%s" % (
@@ -1058,8 +1076,7 @@ def evaluate(snapshot, options=None):
                 "reserve headroom for it (kvquota_reserve) or delete the migration "
                 "(kubectl delete vmim -n %s %s)" % (namespace, rejection["migration"]),
                 migration=rejection["migration"], vm=rejection["vmi"],
-                shortfall=dict((r["quota"], format_resource_list(r["shortfall"])) for r in rejection["refusals"]
-                               if r["shortfall"]) or None))
+                shortfall=dict((name, format_resource_list(rl)) for name, rl in shortfall.items()) or None))
 
         ledger_blockers, ledger_warnings = ledger_findings(
             namespace, ns_obj, ns_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),

@@ -561,10 +561,12 @@ def test_not_live_migratable_by_policy():
 
 
 def test_pending_migration_rejected_by_quota_blocks():
-    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"})]
+    used = 104857600000
+    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"}, used={"limits.memory": str(used)})]
     snap = snapshot({"t": (quotas, [make_vmi("vm1", "t")])})
+    # the message names the quota; its amounts (here absurd) are never taken
     message = ('failed to create vmi migration target pod: pods "virt-launcher-vm1-x" is forbidden: exceeded quota: '
-               'compute, requested: limits.memory=4760765905, used: limits.memory=104857600000, '
+               'compute, requested: limits.memory=100Ti, used: limits.memory=104857600000, '
                'limited: limits.memory=100Gi')
     snap["vmims"]["t"] = [
         {"metadata": {"name": "vm1-migration", "namespace": "t"}, "spec": {"vmiName": "vm1"},
@@ -578,12 +580,30 @@ def test_pending_migration_rejected_by_quota_blocks():
     ]
     report = c.evaluate(snap, {"now": NOW})
     ns = report["namespaces"]["t"]
-    (blocker,) = ns["blockers"]
-    assert blocker["kind"] == "migration_rejected_by_quota" and blocker["migration"] == "vm1-migration"
-    short = 4760765905 + 104857600000 - 100 * Gi
+    blockers = [b for b in ns["blockers"] if b["kind"] == "migration_rejected_by_quota"]
+    (blocker,) = blockers
+    assert blocker["migration"] == "vm1-migration"
+    charge = q.parse_quantity(ns["vms"][0]["charge"]["limits.memory"])
+    short = used + charge - 100 * Gi      # status.used + the computed target pod - status.hard
     assert blocker["shortfall"] == {"compute": {"limits.memory": q.show(short, "limits.memory")}}
     assert "compute limits.memory short by" in blocker["message"]
     assert [w["kind"] for w in ns["warnings"]] == ["migration_in_progress"]
+
+
+def test_a_refused_pod_larger_than_computed_names_the_quota_without_an_amount():
+    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"})]
+    snap = snapshot({"t": (quotas, [make_vmi("vm1", "t")])})
+    snap["vmims"]["t"] = [
+        {"metadata": {"name": "vm1-migration", "namespace": "t"}, "spec": {"vmiName": "vm1"},
+         "status": {"phase": "Pending", "conditions": [
+             {"type": "migrationRejectedByResourceQuota", "status": "True"}]}}]
+    snap["migration_events"] = {"t": {"vm1-migration": "Error creating pod: exceeded quota: compute, requested: "
+                                                       "limits.memory=100Gi, used: limits.memory=1Gi, limited: "
+                                                       "limits.memory=100Gi"}}
+    report = c.evaluate(snap, {"now": NOW})
+    (blocker,) = [b for b in report["namespaces"]["t"]["blockers"] if b["kind"] == "migration_rejected_by_quota"]
+    assert blocker.get("shortfall") is None
+    assert "by quota compute, which has room for a target pod of the computed size" in blocker["message"]
 
 
 def test_priority_class_scoped_quotas():
