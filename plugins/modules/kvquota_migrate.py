@@ -19,7 +19,7 @@ description:
     a live one already under way for the VM), and follows them until every one is final.
   - When quota admission still refuses a target pod for longer than O(top_up_settle_seconds), the reservation
     is topped up from what only the control plane and KubeVirt write, never from Events (tenants can post
-    those): by what the quota's status (used, hard) lacks for target pods of the computed size, or, when
+    those), by what the quota's status (used, hard) lacks for target pods of the computed size, or, when
     that is nothing (the pods are larger than computed), by O(top_up_cap)'s share of their computed charge.
     An Event verified to be about the migration (its UID, reported by virt-controller) may only name which
     quota refused. A batch's top-ups of a quota never add up to more than the refused pods' computed charge;

@@ -74,7 +74,7 @@ options:
     description:
       - VirtualMachineInstanceMigrations that report C(migrationRejectedByResourceQuota). The reservation is
         topped up from what only the control plane and KubeVirt write (never from Events, which tenants can
-        post): by what each quota's status (used, hard) lacks for the migrations' target pods of the computed
+        post), by what each quota's status (used, hard) lacks for the migrations' target pods of the computed
         size, or, when that is nothing (the pods are larger than computed), by O(top_up_cap)'s share of their
         computed charge. A FailedCreate Event verified to be about the migration (its UID, reported by
         virt-controller) may only name which quota refused. A top-up never exceeds the refused pods' computed
