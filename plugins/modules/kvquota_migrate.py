@@ -18,9 +18,14 @@ description:
     M(kvquota.maintenance.kvquota_reserve) does), creates the batch's VirtualMachineInstanceMigrations (or follows
     a live one already under way for the VM), and follows them until every one is final.
   - When quota admission still refuses a target pod for longer than O(top_up_settle_seconds), the reservation
-    is topped up by exactly the refused shortfall minus what the quota's current C(spec.hard) already covers,
-    within O(top_up_cap), at most O(top_up_max_rounds) times per batch; past that the module fails with the
-    numbers.
+    is topped up from what only the control plane and KubeVirt write, never from Events (tenants can post
+    those), by what the quota's status (used, hard) lacks for target pods of the computed size, or, when
+    that is nothing (the pods are larger than computed), by O(top_up_cap)'s share of their computed charge.
+    An Event verified to be about the migration (its UID, reported by virt-controller) may only name which
+    quota refused. A batch's top-ups of a quota never add up to more than the refused pods' computed charge;
+    at most O(top_up_max_rounds) per batch; past that the module fails with the numbers.
+  - Recognises its own migrations, when resuming, only by the UIDs its reservations recorded (refs.migrations);
+    a migration that merely carries this collection's labels is not touched.
   - Each batch's reservation is released (as M(kvquota.maintenance.kvquota_release) does) as soon as its
     migrations are final and its source pods are gone, checked once per O(poll_interval) while the next batch
     migrates.
@@ -68,8 +73,14 @@ options:
     description: Added to each computed reservation, a percentage such as V(5%) or a resource list.
     type: raw
   top_up_cap:
-    description: The most one top-up may add per resource, as a resource list. A larger shortfall fails with the numbers.
-    type: dict
+    description:
+      - The most one top-up may add to a quota, per resource. A percentage of the refused target pods' computed
+        charge of that quota (V(25%), the default), or a mapping of resource names to quantities or percentages
+        (a resource it does not name may not be topped up). A larger shortfall fails with the numbers.
+      - Also the size of a top-up when the pods are larger than computed (the exact excess is stated only by
+        the apiserver's refusal, which reaches this module only through tenant-writable Events).
+    type: raw
+    default: 25%
   top_up_max_rounds:
     description: How many times a batch's reservation may be topped up.
     type: int
@@ -334,7 +345,7 @@ def main():
             reason=dict(type='str'),
             ttl=dict(type='str', default='2h'),
             safety_margin=dict(type='raw'),
-            top_up_cap=dict(type='dict'),
+            top_up_cap=dict(type='raw', default='25%'),
             top_up_max_rounds=dict(type='int', default=2),
             top_up_settle_seconds=dict(type='int', default=10),
             completion_timeout_per_gib=dict(type='int'),

@@ -74,8 +74,12 @@ options:
   migrations:
     description:
       - VirtualMachineInstanceMigrations that report C(migrationRejectedByResourceQuota). The reservation is
-        topped up by exactly the shortfall quota admission reported (requested + used - limited) for each
-        quota it names. The same refusal is never added twice.
+        topped up from what only the control plane and KubeVirt write (never from Events, which tenants can
+        post), by what each quota's status (used, hard) lacks for the migrations' target pods of the computed
+        size, or, when that is nothing (the pods are larger than computed), by O(top_up_cap)'s share of their
+        computed charge. A FailedCreate Event verified to be about the migration (its UID, reported by
+        virt-controller) may only name which quota refused. A top-up never exceeds the refused pods' computed
+        charge. The same refusal is never added twice.
     type: list
     elements: dict
     suboptions:
@@ -89,9 +93,11 @@ options:
         required: true
   top_up_cap:
     description:
-      - With O(migrations), the most a top-up may add per resource, as a resource list. A larger shortfall fails
-        with the numbers and changes nothing.
-    type: dict
+      - With O(migrations), the most a top-up may add to a quota per resource, a percentage of the refused pods'
+        computed charge of that quota (V(25%), the default) or a mapping of resource names to quantities or
+        percentages. A larger shortfall fails with the numbers and changes nothing.
+    type: raw
+    default: 25%
   safety_margin:
     description:
       - Added to the computed headroom. A percentage such as V(10%), or a resource list (for example
@@ -224,7 +230,6 @@ def reserve(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import parse_resource_list
 
     params = module.params
     given = [name for name in ('vms', 'headroom', 'migrations') if params[name]]
@@ -243,17 +248,13 @@ def reserve(module):
         for entry in params['headroom']:
             headroom[(entry['namespace'], entry['quota'])] = entry['resources']
     else:
-        headroom, top_up = headroom_mod.refused_headroom(cluster, params['migrations'])
+        headroom_mod.parse_top_up_cap(params['top_up_cap'])
+        options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)
+        options['operator_namespace'] = params['operator_namespace']
+        headroom, top_up = headroom_mod.refused_headroom(cluster, params['migrations'], params['top_up_cap'], options)
         if not headroom:
             return {'changed': False, 'reservation_id': params['reservation_id'], 'quotas': [], 'skipped': [],
                     'headroom': {}, 'message': 'none of the migrations reports a quota rejection: nothing to add'}
-        if params['top_up_cap'] is not None:
-            problems = headroom_mod.over_cap(dict((key, parse_resource_list(wanted, 'shortfall'))
-                                                  for key, wanted in headroom.items()), params['top_up_cap'])
-            if problems:
-                raise InputError('the shortfall quota admission reported exceeds top_up_cap: %s' % '; '.join(problems),
-                                 'nothing was changed; raise top_up_cap if that much is expected, or check why the '
-                                 'target pods are larger than planned (overhead ratio, sidecars)')
     result = reservations.reserve(cluster, params['reservation_id'], headroom, reservation_owner(params),
                                   params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
                                   check_mode=module.check_mode, refs=refs, lock=run_lock(params),
@@ -276,7 +277,7 @@ def main():
                 resources=dict(type='dict', required=True),
             )),
             migrations=dict(type='list', elements='dict', options=vm_spec),
-            top_up_cap=dict(type='dict'),
+            top_up_cap=dict(type='raw', default='25%'),
             safety_margin=dict(type='raw'),
             ttl=dict(type='str', default='4h'),
             owner=dict(type='str'),

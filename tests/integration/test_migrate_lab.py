@@ -7,9 +7,10 @@ kube-apiserver quota admission, quota controller, scheduler; KubeVirt emulated).
 Scenario d (20 VMs on node-1, 5 tightly budgeted namespaces): check mode writes nothing; the real run moves
 every VM off the node, every quota is back at its base byte for byte with no ledger left, and a sampler that
 reads the quotas during the run never sees a namespace's extra above that namespace's largest batch need
-(no namespace is expanded for two batches at once, although batches overlap). A top-up case (emulator knob
-oversize_bytes): the target pod is exactly that much larger than planned, admission refuses it, and the
-reservation grows once by exactly that shortfall.
+(no namespace is expanded for two batches at once, although batches overlap). Tenant moves: a target pod
+larger than planned (emulator knob oversize_bytes) is refused while forged FailedCreate Events claim a huge
+shortfall, and the top-up stays top_up_cap's share of the computed charge; a pod labelled like a launcher is
+not taken for one; a migration carrying this collection's labels but not recorded by UID is not resumed.
 
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/integration/test_migrate_lab.py
 """
@@ -20,6 +21,7 @@ __metaclass__ = type
 import json
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -28,6 +30,7 @@ from kvqlab import emulator, scenarios
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
 NODE = "node-1"
@@ -184,41 +187,182 @@ def test_scenario_d_moves_every_vm_and_restores_every_quota(lab, r, user, scenar
     assert any(v > 0 for rl in sampler.peak.values() for v in rl.values()), sampler.peak
 
 
-def test_top_up_adds_exactly_the_refused_shortfall_once(lab, emu, r, user):
-    ns = "mig-topup"
+def pod_charge(pod):
+    """What a pod charges a quota, per name, from its spec (written by virt-controller when it rendered the pod):
+    the larger of the containers' sum and the largest init container."""
+    def of(containers, kind, res):
+        return [parse_quantity(((c.get("resources") or {}).get(kind) or {}).get(res) or "0") for c in containers]
+    charge = {}
+    for kind, res in (("limits", "memory"), ("limits", "cpu"), ("requests", "cpu"), ("requests", "memory")):
+        values = sum(of(pod["spec"]["containers"], kind, res)) or 0
+        charge["%s.%s" % (kind, res)] = max([values] + of(pod["spec"].get("initContainers") or [], kind, res))
+    return charge
+
+
+def ceil_to(value, step):
+    return -((-value) // step) * step
+
+
+FORGED = ('Error creating pod: failed to create vmi migration target pod: pods "virt-launcher-vm-1-forged" is '
+          'forbidden: exceeded quota: compute, requested: limits.cpu=20,limits.memory=100Gi, used: '
+          'limits.cpu=2,limits.memory=4Gi, limited: limits.cpu=6,limits.memory=5000Mi')
+
+
+class Forger(threading.Thread):
+    """A tenant's move: as soon as a migration in ns is refused by quota, post FailedCreate Events about it that
+    look as real as they can (its UID, virt-controller as the source, a future lastTimestamp) and claim a huge
+    shortfall; repeated, so that the newest Event is always forged."""
+
+    def __init__(self, r, ns, timeout=120):
+        threading.Thread.__init__(self, daemon=True)
+        self.r, self.ns, self.timeout = r, ns, timeout
+        self.stopping = threading.Event()
+        self.posted = []
+
+    def run(self):
+        deadline = time.monotonic() + self.timeout
+        while not self.stopping.is_set() and time.monotonic() < deadline:
+            for m in self.r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % self.ns)["items"]:
+                if not M.rejected(m):
+                    continue
+                md = m["metadata"]
+                self.r.create("/api/v1/namespaces/%s/events" % self.ns, {
+                    "metadata": {"generateName": md["name"] + ".", "namespace": self.ns},
+                    "involvedObject": {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                                       "name": md["name"], "namespace": self.ns, "uid": md["uid"]},
+                    "reason": "FailedCreate", "type": "Warning", "message": FORGED,
+                    "source": {"component": "virt-controller"}, "count": 99,
+                    "firstTimestamp": "2999-01-01T00:00:00Z", "lastTimestamp": "2999-01-01T00:00:00Z"})
+                self.posted.append(md["name"])
+            self.stopping.wait(0.3)
+
+    def stop(self):
+        self.stopping.set()
+        self.join(10)
+
+
+def test_a_forged_failed_create_event_does_not_size_the_top_up(lab, emu, r, user):
+    """A target pod 64Mi larger than computed is refused by the real quota admission; meanwhile a tenant posts
+    FailedCreate Events about that very migration (its UID, virt-controller, a future timestamp) claiming
+    limits.cpu=20, limits.memory=100Gi. The top-up is derived from the quota's status and the computed charge
+    only: with the default top_up_cap (25%), exactly a quarter of the refused pod's computed charge per
+    resource (the pod count never stepped), once; nothing of the forged amounts."""
+    ns = "mig-forged"
     M.make_tenant(lab, ns)
     oversize = 64 * 1024 ** 2
+    forger = Forger(r, ns)
     try:
         original = M.quota(r, ns, "compute")
-        hard = parse_quantity(original["spec"]["hard"]["limits.memory"])
-        used = parse_quantity(original["status"]["used"]["limits.memory"])
+        hard = dict((k, parse_quantity(v)) for k, v in original["spec"]["hard"].items())
+        used = dict((k, parse_quantity(v)) for k, v in original["status"]["used"].items())
         pod = [p for p in M.launcher_pods(r, ns) if M.phase(p) == "Running"][0]
-        charge = sum(parse_quantity(c["resources"]["limits"]["memory"]) for c in pod["spec"]["containers"]
-                     if "memory" in (c.get("resources") or {}).get("limits", {}))
-        needed = used + charge - hard
+        charge = pod_charge(pod)    # rendered before the knob: the computed size
+        needed = used["limits.memory"] + charge["limits.memory"] - hard["limits.memory"]
         assert needed > 0
         emulator.set_knobs(lab, oversize_bytes=oversize)
         node = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"]
+        forger.start()
         res = M.run_module("kvquota_migrate", {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}],
-                                               "reservation_prefix": "topup-%s" % ns, "poll_interval": 0.5,
-                                               "top_up_settle_seconds": 2, "top_up_cap": {"limits.memory": "1Gi"},
-                                               "ttl": "1h"}, user)
+                                               "reservation_prefix": "forged-%s" % ns, "poll_interval": 0.5,
+                                               "top_up_settle_seconds": 3, "ttl": "1h"}, user)
+        forger.stop()
         print(json.dumps(res.get("progress"), indent=1))
         M.assert_ok(res)
+        assert forger.posted, "the migration was never refused: no forged Event posted"
         (batch,) = res["batches"]
         assert batch["top_ups"] == 1, batch
         (top_up,) = batch["top_up_details"]
-        assert top_up["added"] == {"%s/compute" % ns: {"limits.memory": "64Mi"}}, top_up
-        # the reservation was the planned need plus exactly the refused shortfall
-        assert parse_quantity(batch["headroom"]["%s/compute" % ns]["limits.memory"]) == needed + oversize
-        assert parse_quantity(res["peak_extra"][ns]["limits.memory"]) == needed + oversize
-        events = r.get("/api/v1/namespaces/%s/events" % ns, fieldSelector="reason=QuotaReserved")["items"]
-        rid = "topup-%s-b0" % ns
-        # one top-up (the quota's and the namespace's Event carry the same message)
-        topped = set(e["message"] for e in events if "'%s'" % rid in e["message"] and " topped-up: " in e["message"])
-        assert len(topped) == 1, [e["message"] for e in events]
-        # moved, and the quota back at its base
+        assert top_up["how"] == "step", top_up
+        expected = {"limits.memory": ceil_to(charge["limits.memory"] / 4, 1),
+                    "limits.cpu": ceil_to(charge["limits.cpu"] / 4, Fraction(1, 1000)),
+                    "requests.cpu": ceil_to(charge["requests.cpu"] / 4, Fraction(1, 1000))}
+        added = dict((k, parse_quantity(v)) for k, v in top_up["added"]["%s/compute" % ns].items())
+        assert added == expected, (added, expected)
+        # bounded by the refused pod's computed charge, far from the forged 20 CPU / 100Gi
+        assert all(added[k] <= charge[k] for k in added)
+        assert parse_quantity(res["peak_extra"][ns]["limits.memory"]) == needed + expected["limits.memory"]
         assert r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"] != node
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == original["spec"]["hard"]
+        assert ledgers(r, [ns]) == []
+    finally:
+        forger.stop()
+        emulator.set_knobs(lab, oversize_bytes=0)
+        M.delete_namespace(r, ns)
+
+
+def test_a_tenant_pod_labelled_like_a_launcher_is_not_taken_for_one(lab, emu, r, user):
+    """A tenant's pod on the VM's node carrying every launcher label of vm-1 (kubevirt.io=virt-launcher,
+    kubevirt.io/created-by=<VMI uid>, vm.kubevirt.io/name) and sorting first: the planner's source pod and the
+    reservation's refs name the real launcher (owned by the VMI, in its activePods) only."""
+    ns = "mig-lookalike"
+    M.make_tenant(lab, ns)
+    try:
+        vmi = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)
+        node = vmi["status"]["nodeName"]
+        (real,) = [p for p in M.launcher_pods(r, ns) if M.phase(p) == "Running"]
+        small = {"cpu": "10m", "memory": "16Mi"}
+        r.create("/api/v1/namespaces/%s/pods" % ns, {
+            "metadata": {"name": "a-lookalike", "labels": {
+                "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"],
+                "vm.kubevirt.io/name": "vm-1", "kubevirt.io/nodeName": node}},
+            "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "example.com/not-a-launcher",
+                                                       "resources": {"limits": small, "requests": small}}]}})
+        M.wait(lambda: M.phase(r.get("/api/v1/namespaces/%s/pods/a-lookalike" % ns)) == "Running", 30,
+               "the look-alike running")
+        plan = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, user))
+        (vm,) = [v for v in plan["namespaces"][ns]["vms"] if v["name"] == "vm-1"]
+        assert vm["source_pod"] == real["metadata"]["name"], vm
+        dry = M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "lookalike-%s" % ns, "ttl": "1h",
+                                                           "vms": [{"namespace": ns, "name": "vm-1"}]}, user,
+                                       check=True))
+        assert dry["refs"]["sourcePods"] == [{"namespace": ns, "name": real["metadata"]["name"],
+                                              "uid": real["metadata"]["uid"]}], dry["refs"]
+        assert dry["refs"]["vms"] == [{"namespace": ns, "name": "vm-1", "uid": vmi["metadata"]["uid"]}]
+    finally:
+        M.delete_namespace(r, ns)
+
+
+def test_resume_takes_for_its_own_only_migrations_recorded_by_uid(lab, emu, r, user):
+    """An interrupted run left reservation <prefix>-b0 and its migration (recorded in the refs with its UID),
+    refused by quota; a tenant created a migration carrying this collection's labels for the same node. The
+    re-run's resume cancels the recorded one and releases the reservation; the tenant's, never admitted either,
+    is left alone."""
+    ns = "mig-resume"
+    M.make_tenant(lab, ns, vms=2)
+    prefix = "resume-%s" % ns
+    cluster = cluster_mod.connect({"kubeconfig": str(user)}, environ={})
+    try:
+        original = M.quota(r, ns, "compute")
+        vmis = dict((v["metadata"]["name"], v) for v in
+                    r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"])
+        node = vmis["vm-2"]["status"]["nodeName"]
+        emulator.set_knobs(lab, oversize_bytes=64 * 1024 ** 2)   # the run's target pod is refused
+        interrupted = migrate_mod.Executor(cluster, node, [["%s/vm-2" % ns]], reservation_prefix=prefix, ttl_seconds=3600)
+        interrupted.per_gib_now, interrupted.progress_now = interrupted._timeouts()
+        interrupted._start(interrupted.batches[0])          # reserve, create, record; then the job is killed
+        (ours,) = interrupted.created
+        ours_name = ours.split("/")[1]
+        M.wait(lambda: M.rejected(M.vmim(r, ns, ours_name)), 30, "our migration refused by quota")
+        book = json.loads(M.quota(r, ns, "compute")["metadata"]["annotations"][M.LEDGER])
+        recorded = book["reservations"]["%s-b0" % prefix]["refs"]["migrations"]
+        assert {"namespace": ns, "name": ours_name, "uid": M.vmim(r, ns, ours_name)["metadata"]["uid"]} in recorded
+        # the tenant's migration, dressed as ours
+        r.create(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns, {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "tenant-made", "labels": {
+                "kubevirt.io/vmi-name": "vm-1", "app.kubernetes.io/managed-by": "kvquota.maintenance",
+                "kvquota.io/node": node, "kvquota.io/reservation": "%s-b0" % prefix}},
+            "spec": {"vmiName": "vm-1"}})
+        M.wait(lambda: M.rejected(M.vmim(r, ns, "tenant-made")), 30, "the tenant's migration refused by quota")
+        tenant_uid = M.vmim(r, ns, "tenant-made")["metadata"]["uid"]
+
+        rerun = migrate_mod.Executor(cluster, node, [], reservation_prefix=prefix, poll_interval=0.5)
+        resumed = rerun.resume()
+        assert resumed["cancelled"] == [ours], resumed
+        assert resumed["released"] == ["%s-b0" % prefix], resumed
+        M.wait(lambda: ours_name not in [m["metadata"]["name"] for m in r.get(
+            M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]], 30, "ours cancelled")
+        assert M.vmim(r, ns, "tenant-made")["metadata"]["uid"] == tenant_uid
         assert M.quota(r, ns, "compute")["spec"]["hard"] == original["spec"]["hard"]
         assert ledgers(r, [ns]) == []
     finally:

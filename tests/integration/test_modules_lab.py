@@ -232,7 +232,8 @@ def test_reserve_migrate_release_flow(lab, emu, r, user, tenant):
 
 def test_top_up_adds_exactly_the_refused_shortfall(lab, emu, r, user, tenant):
     """A reservation 100Mi short: the real apiserver refuses the target pod, the migration reports
-    migrationRejectedByResourceQuota, and a top-up from that migration adds exactly the 100Mi; a top_up_cap
+    migrationRejectedByResourceQuota, and a top-up from that migration adds exactly the 100Mi (what the quota's
+    status lacks for the computed target pod; no amount is read from the FailedCreate Event); a top_up_cap
     below it fails with the numbers and changes nothing."""
     ns, rid = tenant, "short-%s" % secrets.token_hex(2)
     original = M.quota(r, ns, "compute")

@@ -23,6 +23,7 @@ import re
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity, quantity_format
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
@@ -627,31 +628,36 @@ def default_priority_class(snapshot):
 # ---------------------------------------------------------------------------
 
 def _pods_by_owner(pods):
-    """{VMI uid: [live virt-launcher pods]} from the label kubevirt.io/created-by (or ownerReferences)."""
-    index = {}
-    for pod in pods:
-        if q.pod_is_terminal(pod) or _meta(pod).get("deletionTimestamp"):
-            continue
-        uids = set()
-        created_by = _labels(pod).get("kubevirt.io/created-by")
-        if created_by:
-            uids.add(created_by)
-        for owner in _meta(pod).get("ownerReferences") or ():
-            if owner.get("uid"):
-                uids.add(owner["uid"])
-        for uid in uids:
-            index.setdefault(uid, []).append(pod)
-    return index
+    """{VMI uid: [live virt-launcher pods]}, by the pods' controller ownerReference (labels such as
+    kubevirt.io/created-by are display only: a tenant may set them on any pod)."""
+    live = [pod for pod in pods if not q.pod_is_terminal(pod) and not _meta(pod).get("deletionTimestamp")]
+    return ownership.launchers_by_vmi_uid(live)
 
 
 def _source_pod(vmi, pods_by_owner):
-    """The live virt-launcher pod of a VMI on its current node (None if not seen)."""
-    candidates = pods_by_owner.get(_meta(vmi).get("uid")) or []
-    node = (vmi.get("status") or {}).get("nodeName")
-    for pod in candidates:
-        if (pod.get("spec") or {}).get("nodeName") == node:
+    """The live virt-launcher pod of a VMI that KubeVirt counts as active (status.activePods, else on the
+    VMI's node), None if not seen: a pod that merely names the VMI as its owner is not enough."""
+    for pod in pods_by_owner.get(_meta(vmi).get("uid")) or ():
+        if ownership.is_active_launcher_of(pod, vmi):
             return pod
-    return candidates[0] if candidates else None
+    return None
+
+
+def refused_shortfall(vm, quotas, named=()):
+    """{quota name: ResourceList} of what each quota's status (used, status.hard) lacks for vm's target pod of the
+    computed size (vm: a describe_vms entry; None gives {}); only the quotas in named when any is named."""
+    result = {}
+    if vm is None:
+        return result
+    for quota in quotas:
+        qname = _meta(quota).get("name")
+        if named and qname not in named:
+            continue
+        part = q.charged_part(quota, vm["charge"], vm["facts"])
+        need = q.headroom_needed(q.quota_used(quota), q.quota_enforced_hard(quota) or q.quota_hard(quota), part)
+        if need:
+            result[qname] = need
+    return result
 
 
 def _sizing_key(vmi, ns_labels, tracks):
@@ -974,8 +980,10 @@ def evaluate(snapshot, options=None):
     for namespace in sorted(namespaces):
         ns_obj = namespaces.get(namespace) or {}
         raw_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: _meta(o).get("name"))
+        # planning a batch: headroom reserved by any run is taken, not free room; measuring what admission
+        # refused (reservations_taken false): the quota as admission sees it
         ns_quotas = [without_reservations(quota, quota_ledger(quota, ns_obj, ledgers, facts)[0])
-                     for quota in raw_quotas]
+                     for quota in raw_quotas] if options.get("reservations_taken", True) else raw_quotas
         vms = vms_by_ns[namespace]
         names = _report_names(ns_quotas, options.get("vm_details"))
         movers_here = [vm for vm in vms if vm["migratable"]]
@@ -1046,14 +1054,6 @@ def evaluate(snapshot, options=None):
             if phase in FINAL_MIGRATION_PHASES:
                 continue
             rejection = admission.migration_rejection(vmim)
-            if rejection is not None and not rejection["refusals"]:
-                event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(
-                    _meta(vmim).get("name"))
-                if event_text:
-                    try:
-                        rejection["refusals"] = admission.parse_exceeded_quota(event_text)
-                    except InputError:
-                        pass
             if rejection is None:
                 warnings.append(_finding(
                     "migration_in_progress", namespace,
@@ -1061,10 +1061,25 @@ def evaluate(snapshot, options=None):
                                                         (vmim.get("spec") or {}).get("vmiName"), phase or "new"),
                     None, migration=_meta(vmim).get("name")))
                 continue
+            # which quota refused: KubeVirt's condition message, else a verified Event (inventory.migration_events);
+            # how much: only what the quota's status lacks for the computed target pod (anyone who may post
+            # Events could have written the Event's amounts)
+            named = set(r["quota"] for r in rejection["refusals"])
+            event_text = ((snapshot.get("migration_events") or {}).get(namespace) or {}).get(_meta(vmim).get("name"))
+            if not named and event_text:
+                try:
+                    named = set(r["quota"] for r in admission.parse_exceeded_quota(event_text))
+                except InputError:
+                    named = set()
+            vm = next((v for v in vms if v["name"] == rejection["vmi"]), None)
+            shortfall = refused_shortfall(vm, raw_quotas, named)
             short = []
-            for refusal in rejection["refusals"]:
-                for name, value in sorted(refusal["shortfall"].items()):
-                    short.append("%s %s short by %s" % (refusal["quota"], name, q.show(value, name)))
+            for qname, amount in sorted(shortfall.items()):
+                for name, value in sorted(amount.items()):
+                    short.append("%s %s short by %s" % (qname, name, q.show(value, name)))
+            for qname in sorted(named - set(shortfall)):
+                short.append("by quota %s, which has room for a target pod of the computed size: the pod is larger "
+                             "than computed" % qname)
             blockers.append(_finding(
                 "migration_rejected_by_quota", namespace,
                 "migration %s/%s of VM %s is Pending, rejected by quota%s" % (
@@ -1072,8 +1087,7 @@ def evaluate(snapshot, options=None):
                 "reserve headroom for it (kvquota_reserve) or delete the migration "
                 "(kubectl delete vmim -n %s %s)" % (namespace, rejection["migration"]),
                 migration=rejection["migration"], vm=rejection["vmi"],
-                shortfall=dict((r["quota"], format_resource_list(r["shortfall"])) for r in rejection["refusals"])
-                or None))
+                shortfall=dict((name, format_resource_list(rl)) for name, rl in shortfall.items()) or None))
 
         ledger_blockers, ledger_warnings = ledger_findings(
             namespace, ns_obj, raw_quotas, now, (snapshot.get("vmims") or {}).get(namespace) or (),

@@ -11,20 +11,31 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import hashlib
+from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import migration_events, read_inventory
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import uid_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
+    event_stamp,
+    failed_create_events,
+    read_inventory,
+    verified_events,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     format_resource_list,
-    is_negative,
-    less_or_equal,
-    mask,
     parse_resource_list,
+    remove_zeros,
 )
 
 KUBEVIRT = ("kubevirt.io", "v1")
+FINAL_PHASES = ("Succeeded", "Failed")
+# The most one top-up of a quota may add when top_up_cap is not given: a quarter of what the refused target pods
+# are computed to charge it. Sizing errors (an overhead the formula misses, a sidecar) are a fraction of a pod; a
+# larger need means the sizing is wrong, and stopping with the numbers is better than handing out quota that a
+# tenant's pod could take meanwhile.
+DEFAULT_TOP_UP_CAP = "25%"
 
 
 def _vm_keys(vms, what):
@@ -61,6 +72,8 @@ def batch_headroom(cluster, vms, options=None):
                 per_namespace_cap=None, non_migratable="skip")
     report = evaluate(snapshot, opts)
     headroom, source_pods, blocked = {}, [], []
+    pod_uids = dict(((ns, (p.get("metadata") or {}).get("name")), uid_of(p))
+                    for ns, items in (snapshot.get("pods") or {}).items() for p in items)
     for namespace, ns_report in sorted(report["namespaces"].items()):
         for quota, needed in sorted((ns_report.get("needed") or {}).items()):
             headroom[(namespace, quota)] = dict(needed)
@@ -68,86 +81,264 @@ def batch_headroom(cluster, vms, options=None):
             if not vm["migratable"]:
                 blocked.append("%s/%s (%s)" % (namespace, vm["name"], vm.get("not_migratable_reason")))
             elif vm.get("source_pod"):
-                source_pods.append({"namespace": namespace, "name": vm["source_pod"]})
+                source_pods.append({"namespace": namespace, "name": vm["source_pod"],
+                                    "uid": pod_uids.get((namespace, vm["source_pod"]))})
     if blocked:
         raise InputError("cannot reserve for VMs that cannot live-migrate: %s" % ", ".join(blocked),
                          "leave them out of the batch and apply the non-migratable policy to them")
-    refs = {"vms": [{"namespace": ns, "name": name} for ns, name in keys], "sourcePods": source_pods}
+    vmi_uids = dict(((ns, (v.get("metadata") or {}).get("name")), uid_of(v))
+                    for ns, items in (snapshot.get("vmis") or {}).items() for v in items)
+    # identity by UID: a VMI deleted and re-created under the same name is another VM
+    refs = {"vms": [{"namespace": ns, "name": name, "uid": vmi_uids.get((ns, name))} for ns, name in keys],
+            "sourcePods": source_pods}
     return headroom, refs, report
 
 
-def refused_headroom(cluster, migrations):
-    """({(ns, quota): shortfall}, key) from the migrationRejectedByResourceQuota conditions of these VMIMs.
-
-    The shortfall is exactly what admission refused (requested + used - limited). key identifies the
-    refusals (migration and condition time) so the same refusal is never topped up twice.
-    """
-    refusals, key = refusals_by_quota(cluster, migrations)
-    shown = dict((target, format_resource_list(entry["shortfall"])) for target, entry in refusals.items())
-    return shown, key
-
-
-def refusals_by_quota(cluster, migrations):
-    """({(ns, quota): {"shortfall": ResourceList, "limited": ResourceList}}, key): what admission refused these
-    VMIMs, per quota (the largest shortfall per resource, and the largest hard it was refused against).
-
-    virt-controller usually leaves the condition without a message and records the apiserver's refusal in a
-    FailedCreate Event on the migration: then the newest such Event is read (one list per namespace) and the
-    key also names that message, so a later, different refusal can be topped up again.
-    """
+def refused_migrations(cluster, migrations):
+    """[(vmim, condition)] of these VMIMs ({namespace, name}) that KubeVirt marked migrationRejectedByResourceQuota
+    and that are not final; a VMIM not found is an error naming it."""
     keys = _vm_keys(migrations, "migrations")
-    found, seen, events = {}, [], {}
+    refused = []
     for namespace, name in keys:
         vmim = cluster.call(cluster.custom.get_namespaced_custom_object, KUBEVIRT[0], KUBEVIRT[1], namespace,
                             "virtualmachineinstancemigrations", name,
                             what="get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
-        rejection = admission.migration_rejection(vmim)
-        if rejection is None:
+        condition = admission.rejected_condition(vmim)
+        if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_PHASES:
             continue
-        refusals, key = rejection["refusals"], "%s/%s@%s" % (namespace, name, rejection.get("since") or "")
-        if not refusals and not rejection["message"]:
-            if namespace not in events:
-                events[namespace] = migration_events(cluster, [namespace]).get(namespace) or {}
-            message = events[namespace].get(name) or ""
+        refused.append((vmim, condition))
+    return refused
+
+
+def _pointed_quotas(vmim, condition, events):
+    """The quota names KubeVirt's own condition message, or else the newest Event verified to be about this VMIM
+    (UID, virt-controller), says refused it; (names, evidence) where evidence identifies that Event (so a later
+    refusal differs from this one). Names only: amounts are never read from an Event."""
+    names, evidence = [], ""
+    try:
+        names = [r["quota"] for r in admission.parse_exceeded_quota(condition.get("message") or "")]
+    except InputError:
+        names = []
+    mine = verified_events(events, vmim)
+    if mine:
+        newest = mine[-1]
+        evidence = "%s/%s/%s" % ((newest.get("metadata") or {}).get("name"), newest.get("count") or 1,
+                                 event_stamp(newest))
+        if not names:
             try:
-                refusals = admission.parse_exceeded_quota(message)
+                names = [r["quota"] for r in admission.parse_exceeded_quota(newest.get("message") or "")]
             except InputError:
-                refusals = []
-            key += "#" + hashlib.sha256(message.encode("utf-8")).hexdigest()[:12]
-        if not refusals:
-            continue
-        seen.append(key)
-        for refusal in refusals:
-            entry = found.setdefault((namespace, refusal["quota"]), {"shortfall": {}, "limited": {}})
-            for part in ("shortfall", "limited"):
-                for resource, value in (refusal.get(part) or {}).items():
-                    entry[part][resource] = max(entry[part].get(resource, value), value)
-    return found, ",".join(seen)
+                names = []
+    return names, evidence
+
+
+def refused_target_pods(cluster, migrations, options=None):
+    """What quota admission refused these VMIMs ({namespace, name}), from what only the control plane and
+    KubeVirt write: the VMIMs' migrationRejectedByResourceQuota condition, the quotas' status (used, hard) read
+    now, and the computed charge of the refused target pods (sizing, as batch_headroom computes it).
+
+    Returns {"refused": [{namespace, name, uid, vmi}], "exact": {(ns, quota): ResourceList}, "charge": {(ns, quota):
+    ResourceList}, "pointed": [(ns, quota)], "key": str, "evidence": bool}: exact is max(0, used + charge - hard)
+    per name (what the quota lacks for pods of the computed size), charge what those pods are computed to charge
+    each quota, pointed the quotas KubeVirt's condition or a verified Event names as the refusing one. key
+    identifies the refusals (VMIM UIDs, condition times and the verified Events' identity, never their text);
+    evidence says whether a verified Event took part (without one, a later refusal cannot be told from this one).
+    """
+    refused = refused_migrations(cluster, migrations)
+    result = {"refused": [], "exact": {}, "charge": {}, "pointed": [], "key": "", "evidence": False}
+    if not refused:
+        return result
+    namespaces = sorted(set(v["metadata"]["namespace"] for v, _c in refused))
+    rejected_without_message = [v for v, c in refused if not c.get("message")]
+    events = failed_create_events(cluster, namespaces) if rejected_without_message else []
+    keys, pointed, vms = [], set(), set()
+    for vmim, condition in refused:
+        meta = vmim["metadata"]
+        names, evidence = _pointed_quotas(vmim, condition, events)
+        pointed |= set((meta["namespace"], name) for name in names)
+        keys.append("%s/%s@%s:%s%s" % (meta["namespace"], meta["name"], meta.get("uid") or "",
+                                       condition.get("lastTransitionTime") or condition.get("lastProbeTime") or "",
+                                       ("#" + evidence) if evidence else ""))
+        result["evidence"] = result["evidence"] or bool(evidence)
+        vmi = (vmim.get("spec") or {}).get("vmiName")
+        result["refused"].append({"namespace": meta["namespace"], "name": meta["name"], "uid": meta.get("uid"),
+                                  "vmi": vmi})
+        if vmi:
+            vms.add((meta["namespace"], vmi))
+    if vms:
+        # what admission lacks now: against the quota as it is, reservations included
+        needs, _refs, report = batch_headroom(cluster, [{"namespace": ns, "name": name} for ns, name in sorted(vms)],
+                                              dict(options or {}, reservations_taken=False))
+        for target, needed in needs.items():
+            result["exact"][target] = remove_zeros(parse_resource_list(needed, "needed"))
+        for namespace, ns_report in (report.get("namespaces") or {}).items():
+            for quota in ns_report.get("quotas") or ():
+                charge = remove_zeros(parse_resource_list(quota.get("charge_total") or {}, "charge"))
+                if charge:
+                    result["charge"][(namespace, quota["name"])] = charge
+    result["pointed"] = sorted(pointed)
+    result["key"] = "refused:" + hashlib.sha256(",".join(sorted(keys)).encode("utf-8")).hexdigest()[:16]
+    return result
+
+
+def refused_headroom(cluster, migrations, cap=DEFAULT_TOP_UP_CAP, options=None):
+    """({(ns, quota): ResourceList strings to add}, key) for the target pods quota admission refused these VMIMs
+    (kvquota_reserve migrations:): see refused_target_pods and top_up_amounts. InputError past top_up_cap."""
+    found = refused_target_pods(cluster, migrations, options)
+    if not found["refused"]:
+        return {}, ""
+    amounts, problems, _how = top_up_amounts(found["exact"], found["charge"], cap, found["pointed"])
+    if problems:
+        raise InputError("the shortfall of the refused target pods exceeds top_up_cap: %s" % "; ".join(problems),
+                         "nothing was changed; raise top_up_cap if that much is expected, or check why the target "
+                         "pods are larger than planned (overhead ratio, sidecars)")
+    return dict((t, format_resource_list(a)) for t, a in amounts.items() if a), found["key"]
+
+
+# ---------------------------------------------------------------------------
+# the top-up cap and amount (pure)
+
+def _percent(text, what):
+    try:
+        value = Fraction(str(text).strip()[:-1].strip())
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is None or value < 0 or value > 100:
+        raise InputError("%s must be a percentage between 0%% and 100%% of the refused pods' computed charge, "
+                         "got %r" % (what, text), "give e.g. 25%")
+    return value / 100
 
 
 def parse_top_up_cap(cap):
-    """The top_up_cap ResourceList; InputError for a malformed or negative quantity (checked before anything
-    moves, not at the first top-up)."""
-    limit = parse_resource_list(cap, "top_up_cap")
-    negative = is_negative(limit)
+    """{name or "*": ("percent", Fraction 0..1) | ("quantity", Fraction)} of a top_up_cap: a percentage of the
+    refused target pods' computed charge for every resource ("25%", the default when None or empty), or a
+    mapping of resource names to quantities or percentages. InputError for a malformed or negative value
+    (checked before anything moves, not at the first top-up)."""
+    if cap is None or cap == "" or cap == {}:
+        cap = DEFAULT_TOP_UP_CAP
+    if isinstance(cap, str):
+        if not cap.strip().endswith("%"):
+            raise InputError("top_up_cap must be a percentage such as 25%% or a mapping of resource names to "
+                             "quantities, got %r" % (cap,),
+                             "give e.g. top_up_cap: 25%, or top_up_cap: {limits.memory: 1Gi}")
+        return {"*": ("percent", _percent(cap, "top_up_cap"))}
+    if not isinstance(cap, dict):
+        raise InputError("top_up_cap must be a percentage such as 25%% or a mapping of resource names to "
+                         "quantities, got %s" % type(cap).__name__,
+                         "give e.g. top_up_cap: 25%, or top_up_cap: {limits.memory: 1Gi}")
+    parsed = {}
+    for name, value in cap.items():
+        if isinstance(value, str) and value.strip().endswith("%"):
+            parsed[str(name)] = ("percent", _percent(value, "top_up_cap.%s" % name))
+        else:
+            parsed[str(name)] = ("quantity", parse_resource_list({name: value}, "top_up_cap")[str(name)])
+    negative = sorted(n for n, (kind, v) in parsed.items() if kind == "quantity" and v < 0)
     if negative:
         raise InputError("top_up_cap must not be negative, got %s"
                          % ", ".join("%s=%s" % (name, cap[name]) for name in negative),
-                         "give the most one quota's top-ups may add, e.g. top_up_cap: {limits.memory: 1Gi} "
+                         "give the most one quota's top-up may add, e.g. top_up_cap: {limits.memory: 1Gi} "
                          "(0 allows none)")
+    return parsed
+
+
+def _ceil(value, name):
+    """value rounded up to what a quota shows: millicores for CPU, whole units otherwise."""
+    step = Fraction(1, 1000) if "cpu" in name else Fraction(1)
+    return -((-value) // step) * step
+
+
+def cap_limit(cap, charge):
+    """{name: most one top-up of a quota may add} for top_up_cap cap and the refused pods' computed charge of
+    that quota; a name neither the cap nor its "*" names is absent (nothing may be added)."""
+    parsed = parse_top_up_cap(cap)
+    limit = {}
+    for name in set(charge) | set(n for n in parsed if n != "*"):
+        kind, value = parsed.get(name) or parsed.get("*") or (None, None)
+        if kind == "percent":
+            limit[name] = _ceil(charge.get(name, 0) * value, name)
+        elif kind == "quantity":
+            limit[name] = value
     return limit
 
 
-def over_cap(needs, cap):
+def _cap_text(cap, name):
+    parsed = parse_top_up_cap(cap)
+    kind, value = parsed.get(name) or parsed.get("*") or (None, None)
+    if kind is None:
+        return "does not name it"
+    if kind == "percent":
+        return "%s%% of the computed charge" % format(float(value * 100), "g")
+    return format_resource_list({name: value})[name]
+
+
+def top_up_amounts(exact, charge, cap=DEFAULT_TOP_UP_CAP, pointed=None, added=None):
+    """({(ns, quota): ResourceList to add}, problems, how) for one top-up. Pure.
+
+    exact, charge: as refused_target_pods gives them; pointed: the quotas named as refusing; added: what earlier
+    top-ups of the same reservation already added ({(ns, quota): ResourceList}).
+    - how "exact": some quota lacks room for pods of the computed size (usage grew since the reservation): add
+      exactly that, for those quotas; a need over top_up_cap is a problem (nothing is added).
+    - how "step": every quota has room for pods of the computed size, yet admission refused: the pods are larger
+      than computed, by an amount nothing trustworthy states (the apiserver's numbers reach us only in Events,
+      which tenants can write). Add, to the quotas pointed at (else every quota the pods charge), per charged
+      name, top_up_cap's limit (object counts such as pods excepted: those are never larger than computed).
+    In both, a quota's top-ups together never exceed the refused pods' computed charge of that quota; a step that
+    can add nothing is a problem.
+    """
+    added = added or {}
+    amounts, problems = {}, []
+    if any(exact.get(t) for t in exact):
+        for target in sorted(t for t in exact if exact[t]):
+            need = exact[target]
+            limit = cap_limit(cap, charge.get(target) or {})
+            over = sorted(n for n in need if n not in limit or need[n] > limit[n])
+            if over:
+                shown = format_resource_list(need)
+                problems.append("%s/%s needs %s" % (target[0], target[1], ", ".join(
+                    "%s=%s (top_up_cap %s)" % (n, shown[n], _cap_text(cap, n)) for n in over)))
+                continue
+            amounts[target] = _within_charge(need, charge.get(target) or {}, added.get(target) or {})
+        return dict((t, a) for t, a in amounts.items() if a), problems, "exact"
+    candidates = sorted(t for t in charge if charge[t] and (not pointed or t in set(pointed)))
+    for target in candidates:
+        limit = cap_limit(cap, charge[target])
+        # a pod counts as exactly one object: counts are never larger than computed, so never stepped
+        step = dict((n, limit[n]) for n in charge[target] if limit.get(n, 0) > 0 and not _is_count(n))
+        amount = _within_charge(step, charge[target], added.get(target) or {})
+        if amount:
+            amounts[target] = amount
+    if not amounts:
+        problems.append("the refused target pods are larger than computed and top_up_cap allows nothing more for %s"
+                        % (", ".join("%s/%s" % t for t in candidates) or "the quotas they charge"))
+    return amounts, problems, "step"
+
+
+def _is_count(name):
+    return name == "pods" or name.startswith("count/")
+
+
+def _within_charge(amount, charge, added):
+    """amount, each name bounded by what the computed charge leaves after added (names the charge does not
+    have are dropped: a top-up never adds what the refused pods are not computed to charge)."""
+    result = {}
+    for name, value in amount.items():
+        room = charge.get(name, 0) - added.get(name, 0)
+        value = min(value, room)
+        if value > 0:
+            result[name] = value
+    return result
+
+
+def over_cap(needs, cap, charges=None):
     """["ns/quota needs name=value (top_up_cap x)"] for every (ns, quota): ResourceList in needs that a
-    top_up_cap resource list does not allow (a resource the cap does not name is over it)."""
-    limit = parse_top_up_cap(cap)
+    top_up_cap does not allow (a resource the cap does not name is over it); charges ({(ns, quota):
+    ResourceList}) is what percentages are taken of."""
     problems = []
-    for (namespace, quota), amount in sorted(needs.items()):
+    for target, amount in sorted(needs.items()):
+        limit = cap_limit(cap, (charges or {}).get(target) or {})
         shown = format_resource_list(amount)
-        _fits, names = less_or_equal(mask(amount, list(limit)), limit)
-        over = sorted(set(names) | (set(amount) - set(limit)))
+        over = sorted(n for n in amount if n not in limit or amount[n] > limit[n])
         if over:
-            problems.append("%s/%s needs %s" % (namespace, quota, ", ".join(
-                "%s=%s (top_up_cap %s)" % (n, shown[n], cap[n] if n in limit else "does not name it") for n in over)))
+            problems.append("%s/%s needs %s" % (target[0], target[1], ", ".join(
+                "%s=%s (top_up_cap %s)" % (n, shown[n], _cap_text(cap, n)) for n in over)))
     return problems

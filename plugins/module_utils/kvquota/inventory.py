@@ -25,8 +25,11 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     KvquotaError,
     NotFoundError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import (
+    event_is_about,
+    launcher_vmi_uid,
+)
 
-LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
 DEFAULT_PAGE_SIZE = 500
 
@@ -270,16 +273,18 @@ def read_inventory(cluster, scope=None, options=None):
                           what="list ResourceQuotas", page_size=page)
     quotas = dict((ns, items) for ns, items in _by_namespace(quotas).items() if ns in covered)
 
-    # virt-launcher pods (the source pods), on the scoped nodes.
-    pod_params = {"label_selector": LAUNCHER_SELECTOR}
+    # virt-launcher pods (the source pods), on the scoped nodes: recognised by their controller ownerReference
+    # to a VirtualMachineInstance, not by the label kubevirt.io=virt-launcher, which any tenant may set on a pod of
+    # its own (or remove from a real launcher); so the list is not narrowed by label.
+    pod_params = {}
     if one_node:
         pod_params["field_selector"] = "spec.nodeName=%s" % one_node
     if one_ns:
-        pods = list_all(cluster, core.list_namespaced_pod, (one_ns,), what="list virt-launcher pods",
+        pods = list_all(cluster, core.list_namespaced_pod, (one_ns,), what="list pods in %s" % one_ns,
                         page_size=page, **pod_params)
     else:
-        pods = list_all(cluster, core.list_pod_for_all_namespaces, what="list virt-launcher pods",
-                        page_size=page, **pod_params)
+        pods = list_all(cluster, core.list_pod_for_all_namespaces, what="list pods", page_size=page, **pod_params)
+    pods = [p for p in pods if launcher_vmi_uid(p)]
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         pods = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) in wanted]
@@ -305,10 +310,10 @@ def read_inventory(cluster, scope=None, options=None):
 
     # Quota refusals of pending migrations: virt-controller records the apiserver's message in a
     # FailedCreate Event on the migration (the condition itself usually has no message). Read only
-    # when such a migration exists.
+    # when such a migration exists; only Events about these very migrations (UID) from virt-controller.
     refusals = {}
     if any(_rejected(m) for items in vmims.values() for m in items):
-        refusals = migration_events(cluster, covered, page, notes)
+        refusals = migration_events(cluster, vmims, page, notes)
 
     # The KubeVirt CR (one per cluster).
     kubevirts = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "kubevirts", "list KubeVirt", page)
@@ -385,14 +390,10 @@ def _rejected(vmim):
                for c in status.get("conditions") or ())
 
 
-def migration_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, notes=None):
-    """{namespace: {migration name: newest FailedCreate message}} from core/v1 Events.
-
-    virt-controller records the apiserver's refusal ("exceeded quota: ...") as a FailedCreate
-    Event on the VirtualMachineInstanceMigration; the migrationRejectedByResourceQuota
-    condition usually carries no message. One list call (namespaced when exactly one
-    namespace is given); Forbidden gives {} and a note.
-    """
+def failed_create_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, notes=None):
+    """The FailedCreate Events about VirtualMachineInstanceMigrations in these namespaces (all when None), as
+    raw JSON, unverified: anyone who may create Events in a namespace may post one (see ownership.event_is_about).
+    One list call (namespaced when exactly one namespace is given); Forbidden gives [] and a note."""
     notes = [] if notes is None else notes
     covered = set(namespaces) if namespaces else None
     one_ns = sorted(covered)[0] if covered and len(covered) == 1 else None
@@ -405,21 +406,39 @@ def migration_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, note
             events = list_all(cluster, cluster.core.list_event_for_all_namespaces,
                               what="list migration events", page_size=page_size, **params)
     except ForbiddenError as err:
-        notes.append("migration events not readable (%s): refusal amounts not shown" % err.message)
+        notes.append("migration events not readable (%s): the quotas that refused are not named" % err.message)
+        return []
+    return [e for e in events if covered is None or ((e.get("involvedObject") or {}).get("namespace") or (
+        e.get("metadata") or {}).get("namespace")) in covered]
+
+
+def event_stamp(event):
+    """When an Event last happened, as the RFC 3339 text it carries ("" when it carries none)."""
+    return event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+        "creationTimestamp") or ""
+
+
+def verified_events(events, vmim):
+    """The Events of events that are about this very VMIM (its UID) and say virt-controller reported them,
+    oldest first."""
+    return sorted((e for e in events if event_is_about(e, vmim)), key=event_stamp)
+
+
+def migration_events(cluster, vmims, page_size=DEFAULT_PAGE_SIZE, notes=None):
+    """{namespace: {migration name: newest FailedCreate message}} for the VMIMs given ({namespace: [vmim]}),
+    from the Events whose involvedObject carries the migration's UID and whose reporting component is
+    virt-controller. Only ever shown, or used to name the quota that refused: a tenant can post such an Event,
+    so no amount is taken from it."""
+    wanted = dict((ns, items) for ns, items in (vmims or {}).items() if items)
+    if not wanted:
         return {}
+    events = failed_create_events(cluster, sorted(wanted), page_size, notes)
     result = {}
-    stamps = {}
-    for event in events:
-        involved = event.get("involvedObject") or {}
-        ns = involved.get("namespace") or (event.get("metadata") or {}).get("namespace")
-        if covered is not None and ns not in covered:
-            continue
-        name = involved.get("name")
-        stamp = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-            "creationTimestamp") or ""
-        if stamp >= stamps.get((ns, name), ""):
-            stamps[(ns, name)] = stamp
-            result.setdefault(ns, {})[name] = event.get("message") or ""
+    for ns, items in sorted(wanted.items()):
+        for vmim in items:
+            mine = verified_events(events, vmim)
+            if mine:
+                result.setdefault(ns, {})[(vmim.get("metadata") or {}).get("name")] = mine[-1].get("message") or ""
     return result
 
 

@@ -33,10 +33,14 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap, parse_top_up_cap
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import (
+    DEFAULT_TOP_UP_CAP,
+    over_cap,
+    parse_top_up_cap,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import ref_uids, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import hard_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
     FINAL_MIGRATION_PHASES,
     kubevirt_migrations,
@@ -126,18 +130,29 @@ def next_batch(batches, overlap=True):
     return best[1] if best else None
 
 
-def shortfall_against_hard(shortfall, limited, hard_now):
-    """What is still short of what admission refused: the refused shortfall minus what the quota's current
-    spec.hard already adds over the hard it was refused against (a stale refusal of a quota topped up since
-    is short of nothing). ResourceLists in, ResourceList of the positive remainders out."""
+def our_migration_uids(ledgers, pattern):
+    """{(namespace, name): uid} of the migrations recorded (with their UID) in the refs of the reservations whose
+    id matches pattern, over ledgers ({(ns, quota): Ledger}): what a re-run may take for its own. A VMIM that
+    only carries this collection's labels is not in it."""
     result = {}
-    for name, amount in shortfall.items():
-        covered = 0
-        if name in hard_now and name in limited:
-            covered = max(0, hard_now[name] - limited[name])
-        if amount - covered > 0:
-            result[name] = amount - covered
+    for _target, ledger in sorted(ledgers.items()):
+        for rid, entry in ledger.reservations.items():
+            if pattern.match(rid):
+                result.update(ref_uids(getattr(entry, "refs", None), "migrations"))
     return result
+
+
+def ours(vmims, uids):
+    """The VMIMs of vmims whose namespace, name and UID are in uids ({(namespace, name): uid})."""
+    return [v for v in vmims if uids.get(((v.get("metadata") or {}).get("namespace"),
+                                          (v.get("metadata") or {}).get("name"))) == uid_of(v) and uid_of(v)]
+
+
+def cap_text(cap):
+    """A top_up_cap as the user wrote it: '25%' or 'limits.memory=1Gi,requests.memory=50%'."""
+    if isinstance(cap, dict):
+        return ",".join("%s=%s" % (name, cap[name]) for name in sorted(cap))
+    return str(cap)
 
 
 def migration_phase(vmim):
@@ -198,6 +213,8 @@ class _Batch(object):
         self.timeout = None
         self.top_ups = []
         self.rounds = 0
+        self.added = {}          # {(ns, quota): ResourceList} the top-ups of this batch added so far
+        self.top_up_keys = []    # the refusals already topped up (refused_target_pods' key)
         self.refused_since = None
         self.skipped = []
         self.phases = {}
@@ -253,9 +270,8 @@ class Executor(object):
         self.reason = reason or "live migration off node %s for maintenance" % node
         self.ttl = int(ttl_seconds)
         self.margin = safety_margin
-        self.cap = top_up_cap or None
-        if self.cap:
-            parse_top_up_cap(self.cap)
+        self.cap = top_up_cap or DEFAULT_TOP_UP_CAP
+        parse_top_up_cap(self.cap)
         self.max_rounds = int(top_up_max_rounds)
         self.settle = float(top_up_settle_seconds)
         self.per_gib = completion_timeout_per_gib
@@ -328,9 +344,11 @@ class Executor(object):
             for rid in entry.reservations:
                 if pattern.match(rid):
                     leftovers.setdefault(rid, []).append(list(target))
-        own = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS,
-                                       label_selector="kvquota.io/node=%s,app.kubernetes.io/managed-by=%s"
-                                       % (self.node, MANAGED_BY))
+        # ours = the migrations whose UID this node's reservations recorded; labels are anyone's to set
+        uids = our_migration_uids(ledgers, pattern)
+        own = []
+        for namespace in sorted(set(ns for ns, _name in uids)):
+            own.extend(ours(self._vmims(namespace), uids))
         self.resumed["reservations"] = sorted(leftovers, key=_natural)
         if not leftovers and not [m for m in own if migration_phase(m) not in FINAL_MIGRATION_PHASES]:
             return self.resumed
@@ -431,12 +449,16 @@ class Executor(object):
             for vmim in self._vmims(namespace):
                 vmi = (vmim.get("spec") or {}).get("vmiName")
                 if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
-                    existing.setdefault((namespace, vmi), vmim["metadata"]["name"])
+                    existing.setdefault((namespace, vmi), (vmim["metadata"]["name"], uid_of(vmim)))
         for ns, name in batch.vms:
             reused = (ns, name) in existing
             batch.migrations.append({"namespace": ns, "vm": name, "reused": reused,
-                                     "name": existing[(ns, name)] if reused else "%s-kvq-%s" % (name, self.token)})
-        refs = dict(refs, migrations=[{"namespace": m["namespace"], "name": m["name"]} for m in batch.migrations])
+                                     "name": existing[(ns, name)][0] if reused else "%s-kvq-%s" % (name, self.token),
+                                     "uid": existing[(ns, name)][1] if reused else None})
+        # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
+        # once created (see _record_created)
+        refs = dict(refs, migrations=[{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                                      for m in batch.migrations if m["reused"]])
         if not self.check_mode:
             # from here on a stop releases what this batch may hold (a reserve that failed half way included)
             batch.state, batch.targets = RUNNING, sorted(needs)
@@ -458,6 +480,21 @@ class Executor(object):
                 continue
             self._create(batch, migration)
         batch.launched = self.clock()
+        self._record_created(batch, needs, refs)
+
+    def _record_created(self, batch, needs, refs):
+        """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
+        only the refs change), so that a re-run knows them for its own by UID."""
+        created = [{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                   for m in batch.migrations if m["uid"] and not m["reused"]]
+        if not created or not batch.targets:
+            return
+        result = reservations.reserve(self.cluster, batch.reservation, needs, self.owner,
+                                      "%s (batch %d/%d)" % (self.reason, batch.index + 1, batch.count), self.ttl,
+                                      margin=self.margin, refs=dict(refs, migrations=refs["migrations"] + created),
+                                      lock=self.lock, clock=self.clock, sleep=self.sleep,
+                                      operator_namespace=self.operator_namespace)
+        self._warn(result.get("warnings"))
 
     def _record_reservation(self, batch, result):
         for item in result.get("quotas") or []:
@@ -489,10 +526,20 @@ class Executor(object):
                     "kvquota.io/reservation": batch.reservation}},
                 "spec": {"vmiName": migration["vm"]}}
         try:
-            self.cluster.create("/apis/%s/%s/namespaces/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], ns, VMIMS), body,
-                                "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
+            made = self.cluster.create("/apis/%s/%s/namespaces/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], ns, VMIMS), body,
+                                       "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
         except ConflictError:
-            pass   # created by an earlier attempt of this very run (same token): follow it
+            # an earlier attempt of this very request may have created it, or anyone else may have taken the name:
+            # either way it is not known to be ours; followed (it migrates this VM) but never recorded as created
+            made = self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, name, namespace=ns)
+            if (made.get("spec") or {}).get("vmiName") != migration["vm"]:
+                raise KvquotaError("migration %s/%s exists and migrates VM %s, not %s"
+                                   % (ns, name, (made.get("spec") or {}).get("vmiName"), migration["vm"]),
+                                   "delete it (kubectl delete vmim -n %s %s) and re-run" % (ns, name))
+            migration["reused"], migration["uid"] = True, uid_of(made)
+            self.reused.append("%s/%s" % (ns, name))
+            return
+        migration["uid"] = uid_of(made if isinstance(made, dict) else {})
         self.created.append("%s/%s" % (ns, name))
 
     def _follow(self, batch):
@@ -541,46 +588,55 @@ class Executor(object):
         self._top_up(batch, refused)
 
     def _top_up(self, batch, refused):
+        """Add to the batch's reservation what the refused target pods lack, from trusted state only (see
+        headroom.refused_target_pods and top_up_amounts): the quotas' status, the computed charge, KubeVirt's
+        condition; Events at most name the quota."""
         keys = [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"]} for v in refused]
-        found, key = headroom_mod.refusals_by_quota(self.cluster, keys)
-        short = {}
-        for target, entry in sorted(found.items()):
-            hard = hard_of(self.cluster.get_quota(*target))
-            still = shortfall_against_hard(entry["shortfall"], entry["limited"], parse_resource_list(hard, "hard"))
-            if still:
-                short[target] = still
+        found = headroom_mod.refused_target_pods(self.cluster, keys,
+                                                 dict(self.sizing, operator_namespace=self.operator_namespace))
         batch.refused_since = None   # wait a settle time again before looking at the refusal anew
         names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
-        if not short:
-            self.say("%s: admission refused %s, but the quotas' current hard already covers it (a stale refusal): "
-                     "nothing to add, waiting for KubeVirt to retry" % (batch.label(), names))
+        # without a verified Event a later refusal looks like this one: each settle time then counts as new
+        key = found["key"] if found["evidence"] else "%s#round%d" % (found["key"], batch.rounds + 1)
+        if not found["refused"] or key in batch.top_up_keys:
+            self.say("%s: admission refused %s, and nothing shows a refusal since the last top-up (a stale "
+                     "condition): nothing to add, waiting for KubeVirt to retry" % (batch.label(), names))
             return
-        shown = headroom_text(short)
-        if self.cap:
-            problems = over_cap(short, self.cap)
-            if problems:
-                raise InputError("%s: quota admission refuses %s and the shortfall exceeds top_up_cap: %s"
-                                 % (batch.label(), names, "; ".join(problems)),
-                                 "raise top_up_cap (node_maintenance_top_up_cap) if that much is expected, or find out "
-                                 "why the target pods are larger than planned (overhead ratio, sidecars, a mutating "
-                                 "webhook)")
+        amounts, problems, how = headroom_mod.top_up_amounts(found["exact"], found["charge"], self.cap,
+                                                             found["pointed"], batch.added)
+        if problems:
+            raise InputError("%s: quota admission refuses %s and the shortfall exceeds top_up_cap: %s"
+                             % (batch.label(), names, "; ".join(problems)),
+                             "raise top_up_cap (node_maintenance_top_up_cap) if that much is expected, or find out "
+                             "why the target pods are larger than planned (overhead ratio, sidecars, a mutating "
+                             "webhook)")
+        shown = headroom_text(amounts)
         if batch.rounds >= self.max_rounds:
+            missing = (shown if how == "exact" else
+                       "an amount the sizing does not show: the target pods are larger than computed, and only the "
+                       "apiserver's refusal says by how much, which reaches this run only through Events tenants "
+                       "can write; each top-up added top_up_cap's share (top_up_cap %s), now %s" % (cap_text(self.cap), shown))
             raise KvquotaError("%s: quota admission still refuses %s after %d top-up(s) of reservation %s; still "
-                               "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, shown),
+                               "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, missing),
                                "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "
                                "than planned (overhead ratio, sidecars, a mutating webhook)")
         result = reservations.reserve(self.cluster, batch.reservation,
-                                      dict((t, format_resource_list(rl)) for t, rl in short.items()), self.owner,
+                                      dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.owner,
                                       "top-up: admission refused migration target pods off node %s" % self.node,
-                                      self.ttl, top_up=key or True, lock=self.lock, clock=self.clock, sleep=self.sleep,
+                                      self.ttl, top_up=key, lock=self.lock, clock=self.clock, sleep=self.sleep,
                                       operator_namespace=self.operator_namespace)
         self._warn(result.get("warnings"))
         batch.rounds += 1
+        batch.top_up_keys.append(key)
+        for target, amount in amounts.items():
+            batch.added[target] = add(batch.added.get(target, {}), amount)
         self._record_reservation(batch, result)
-        batch.top_ups.append({"round": batch.rounds, "refused": names.split(", "),
-                              "added": dict(("%s/%s" % t, format_resource_list(rl)) for t, rl in short.items())})
-        self.say("%s: admission refused %d target pod(s); reservation %s topped up by %s"
-                 % (batch.label(), len(keys), batch.reservation, shown))
+        batch.top_ups.append({"round": batch.rounds, "refused": names.split(", "), "how": how,
+                              "added": dict(("%s/%s" % t, format_resource_list(rl)) for t, rl in amounts.items())})
+        self.say("%s: admission refused %d target pod(s); reservation %s topped up by %s (%s)"
+                 % (batch.label(), len(keys), batch.reservation, shown,
+                    "what the quota lacks for pods of the computed size" if how == "exact"
+                    else "the pods are larger than computed: top_up_cap's share of their computed charge"))
 
     def _try_release(self, batch, timeout=0.0):
         """Release the batch's reservation if its source pods are gone (one check, or wait up to timeout)."""
@@ -683,7 +739,7 @@ class Executor(object):
         for batch in self.batches:
             if batch.state != RUNNING:
                 continue
-            mine = set((m["namespace"], m["name"]) for m in batch.migrations if not m["reused"])
+            mine = dict(((m["namespace"], m["name"]), m["uid"]) for m in batch.migrations if not m["reused"])
             for namespace in batch.namespaces:
                 try:
                     vmims = self._vmims(namespace)
@@ -691,7 +747,7 @@ class Executor(object):
                     continue
                 for vmim in vmims:
                     key = (namespace, vmim["metadata"]["name"])
-                    if key in mine and never_admitted(vmim):
+                    if key in mine and mine[key] == uid_of(vmim) and never_admitted(vmim):
                         try:
                             self._delete_vmim(*key)
                             self.cancelled.append("%s/%s" % key)
@@ -768,5 +824,5 @@ def migrate(cluster, node, batches, **options):
     return Executor(cluster, node, batches, **options).run()
 
 
-__all__ = ["migrate", "Executor", "next_batch", "batch_timeout", "shortfall_against_hard", "over_cap",
+__all__ = ["migrate", "Executor", "next_batch", "batch_timeout", "our_migration_uids", "ours", "over_cap",
            "batch_vm_keys", "never_admitted", "timeouts_from_kubevirt"]

@@ -298,7 +298,7 @@ def _select(items, labels, fields):
     return result
 
 
-def _objects(namespaces=4, vms_per_ns=3, nodes=3):
+def _objects(namespaces=4, vms_per_ns=3, nodes=3, lookalikes=False):
     objs = {"nodes": [{"metadata": {"name": "n%d" % i}} for i in range(nodes)],
             "namespaces": [{"metadata": {"name": "t%d" % i}} for i in range(namespaces)],
             "resourcequotas": [], "pods": [], "virtualmachineinstances": [],
@@ -318,7 +318,19 @@ def _objects(namespaces=4, vms_per_ns=3, nodes=3):
                 "status": {"phase": "Running", "nodeName": node}})
             objs["pods"].append({"metadata": {"name": "virt-launcher-vm%d" % j, "namespace": ns,
                                               "labels": {"kubevirt.io": "virt-launcher",
-                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j)}},
+                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j)},
+                                              "ownerReferences": [{"apiVersion": "kubevirt.io/v1",
+                                                                   "kind": "VirtualMachineInstance",
+                                                                   "name": "vm%d" % j, "uid": "%s-%d" % (ns, j),
+                                                                   "controller": True}]},
+                                 "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+            if not lookalikes:
+                continue
+            # a tenant's pod dressed as a launcher of the same VMI: the labels make it no launcher
+            objs["pods"].append({"metadata": {"name": "fake-launcher-vm%d" % j, "namespace": ns,
+                                              "labels": {"kubevirt.io": "virt-launcher",
+                                                         "kubevirt.io/created-by": "%s-%d" % (ns, j),
+                                                         "vm.kubevirt.io/name": "vm%d" % j}},
                                  "spec": {"nodeName": node}, "status": {"phase": "Running"}})
     return objs
 
@@ -335,10 +347,11 @@ def test_inventory_call_count_does_not_grow_with_objects():
 
 
 def test_inventory_follows_pages():
-    cluster = FakeCluster(_objects(10, 10), missing=["settings", "applicationawareresourcequotas"])
+    cluster = FakeCluster(_objects(10, 10, lookalikes=True), missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, None, {"page_size": 30})
     assert sum(len(v) for v in snap["vmis"].values()) == 100
-    assert sum(len(v) for v in snap["pods"].values()) == 100
+    assert sum(len(v) for v in snap["pods"].values()) == 100   # the 100 labelled look-alikes are left out
+    assert not [p for items in snap["pods"].values() for p in items if p["metadata"]["name"].startswith("fake")]
     pages = [call for call in cluster.calls if call[3] == "list VirtualMachineInstances"]
     assert len(pages) == 4 and pages[1][2]["_continue"] == "30"
 
@@ -349,9 +362,9 @@ def test_inventory_node_scope_uses_selectors():
     calls = dict((call[3], call[2]) for call in cluster.calls)
     assert calls["list nodes"]["field_selector"] == "metadata.name=n1"
     assert calls["list VirtualMachineInstances"]["label_selector"] == "kubevirt.io/nodeName in (n1)"
-    assert calls["list virt-launcher pods"] == dict(calls["list virt-launcher pods"],
-                                                    label_selector="kubevirt.io=virt-launcher",
-                                                    field_selector="spec.nodeName=n1")
+    # pods are not narrowed by label (anyone can set it; a launcher is known by its ownerReference)
+    assert calls["list pods"] == dict(calls["list pods"], field_selector="spec.nodeName=n1")
+    assert "label_selector" not in calls["list pods"]
     nodes = set(v["status"]["nodeName"] for items in snap["vmis"].values() for v in items)
     assert nodes == {"n1"}
     assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
@@ -445,9 +458,14 @@ def launcher_manifest(vmi, config, tracks, name=None):
             "initContainers": [container(c) for c in pod.init_containers]}
     if vmi["spec"].get("priorityClassName"):
         spec["priorityClassName"] = vmi["spec"]["priorityClassName"]
-    return {"metadata": {"name": name or "virt-launcher-%s-abcde" % vmi["metadata"]["name"],
-                         "namespace": vmi["metadata"]["namespace"],
-                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"]}},
+    pod_name = name or "virt-launcher-%s-abcde" % vmi["metadata"]["name"]
+    # as virt-controller makes it: owned (controller) by the VMI; the labels are display only
+    return {"metadata": {"name": pod_name, "namespace": vmi["metadata"]["namespace"],
+                         "uid": "uid-pod-%s" % pod_name,
+                         "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["metadata"]["uid"]},
+                         "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                              "name": vmi["metadata"]["name"], "uid": vmi["metadata"]["uid"],
+                                              "controller": True, "blockOwnerDeletion": True}]},
             "spec": spec, "status": {"phase": "Running"}}
 
 
@@ -583,10 +601,12 @@ def test_not_live_migratable_by_policy():
 
 
 def test_pending_migration_rejected_by_quota_blocks():
-    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"})]
+    used = 104857600000
+    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"}, used={"limits.memory": str(used)})]
     snap = snapshot({"t": (quotas, [make_vmi("vm1", "t")])})
+    # the message names the quota; its amounts (here absurd) are never taken
     message = ('failed to create vmi migration target pod: pods "virt-launcher-vm1-x" is forbidden: exceeded quota: '
-               'compute, requested: limits.memory=4760765905, used: limits.memory=104857600000, '
+               'compute, requested: limits.memory=100Ti, used: limits.memory=104857600000, '
                'limited: limits.memory=100Gi')
     snap["vmims"]["t"] = [
         {"metadata": {"name": "vm1-migration", "namespace": "t"}, "spec": {"vmiName": "vm1"},
@@ -600,12 +620,30 @@ def test_pending_migration_rejected_by_quota_blocks():
     ]
     report = c.evaluate(snap, {"now": NOW})
     ns = report["namespaces"]["t"]
-    (blocker,) = ns["blockers"]
-    assert blocker["kind"] == "migration_rejected_by_quota" and blocker["migration"] == "vm1-migration"
-    short = 4760765905 + 104857600000 - 100 * Gi
+    blockers = [b for b in ns["blockers"] if b["kind"] == "migration_rejected_by_quota"]
+    (blocker,) = blockers
+    assert blocker["migration"] == "vm1-migration"
+    charge = q.parse_quantity(ns["vms"][0]["charge"]["limits.memory"])
+    short = used + charge - 100 * Gi      # status.used + the computed target pod - status.hard
     assert blocker["shortfall"] == {"compute": {"limits.memory": q.show(short, "limits.memory")}}
     assert "compute limits.memory short by" in blocker["message"]
     assert [w["kind"] for w in ns["warnings"]] == ["migration_in_progress"]
+
+
+def test_a_refused_pod_larger_than_computed_names_the_quota_without_an_amount():
+    quotas = [make_quota("compute", "t", {"limits.memory": "100Gi"})]
+    snap = snapshot({"t": (quotas, [make_vmi("vm1", "t")])})
+    snap["vmims"]["t"] = [
+        {"metadata": {"name": "vm1-migration", "namespace": "t"}, "spec": {"vmiName": "vm1"},
+         "status": {"phase": "Pending", "conditions": [
+             {"type": "migrationRejectedByResourceQuota", "status": "True"}]}}]
+    snap["migration_events"] = {"t": {"vm1-migration": "Error creating pod: exceeded quota: compute, requested: "
+                                                       "limits.memory=100Gi, used: limits.memory=1Gi, limited: "
+                                                       "limits.memory=100Gi"}}
+    report = c.evaluate(snap, {"now": NOW})
+    (blocker,) = [b for b in report["namespaces"]["t"]["blockers"] if b["kind"] == "migration_rejected_by_quota"]
+    assert blocker.get("shortfall") is None
+    assert "by quota compute, which has room for a target pod of the computed size" in blocker["message"]
 
 
 def test_priority_class_scoped_quotas():
@@ -780,12 +818,23 @@ def test_inventory_reads_refusal_events_only_when_needed():
     snap = inv.read_inventory(cluster)
     assert snap["migration_events"] == {} and cluster.request_count == 10
     objs["virtualmachineinstancemigrations"] = [
-        {"metadata": {"name": "m1", "namespace": "t0"}, "spec": {"vmiName": "vm0"},
+        {"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m1", "namespace": "t0", "uid": "m1-uid"},
+         "spec": {"vmiName": "vm0"},
          "status": {"phase": "Pending", "conditions": [{"type": "migrationRejectedByResourceQuota",
                                                         "status": "True"}]}}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
     assert cluster.request_count == 11
+    # neither Event carries the migration's UID nor says virt-controller reported it: none is taken
+    assert snap["migration_events"] == {}
+    for e in objs["events"]:
+        e["involvedObject"]["uid"] = "m1-uid"
+        e["source"] = {"component": "virt-controller"}
+    objs["events"].append(dict(objs["events"][1], metadata={"name": "e3", "namespace": "t0"},
+                               lastTimestamp="2999-01-01T00:00:00Z", source={"component": "tenant"},
+                               message="Error creating pod: exceeded quota: q, requested: limits.cpu=20, used: "
+                                       "limits.cpu=9, limited: limits.cpu=10"))
+    snap = inv.read_inventory(FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"]))
     assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}
 
 

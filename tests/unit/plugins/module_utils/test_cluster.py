@@ -229,6 +229,6 @@ def test_admission_policy_refusal_is_not_reported_as_missing_rbac():
     assert not isinstance(err, ForbiddenError)
     assert str(err).startswith("an admission policy refused to update resourcequota default-c7k2p in namespace "
                                "c-tenant: resourcequotas")
-    assert "clusterrolebinding" not in str(err) and "Fix: read the policy's message" in str(err)
+    assert "kvquota.maintenance.install" not in str(err) and "Fix: read the policy's message" in str(err)
     rbac = C.map_error(_Refusal(403, 'resourcequotas "q" is forbidden: User "u" cannot update resource'), "update q")
-    assert isinstance(rbac, ForbiddenError) and "clusterrolebinding" in str(rbac)
+    assert isinstance(rbac, ForbiddenError) and "kvquota.maintenance.install" in str(rbac)

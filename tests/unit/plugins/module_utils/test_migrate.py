@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""migrate.py, the pure parts: which batch may start (pipelining gate), the shortfall against the current hard,
-the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
+"""migrate.py, the pure parts: which batch may start (pipelining gate), which migrations are ours (by the UIDs
+the ledger recorded), the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
 (tests/integration/test_migrate_lab.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -104,36 +105,36 @@ def test_no_batch_left():
     assert m.next_batch([]) is None
 
 
-# -- shortfall against the current hard ----------------------------------------
+# -- our migrations, by UID ---------------------------------------------------------
 
-def test_shortfall_is_the_refused_amount_when_hard_did_not_change():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                     {"limits.memory": 5000 * MI})
-    assert short == {"limits.memory": 100 * MI}
-
-
-def test_a_stale_refusal_of_a_quota_topped_up_since_is_short_of_nothing():
-    # the refusal was against 5000Mi; the quota was topped up by the 100Mi since: nothing more to add
-    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                    {"limits.memory": 5100 * MI}) == {}
+class _Ledger(object):
+    def __init__(self, reservations):
+        self.reservations = reservations
 
 
-def test_only_what_the_current_hard_does_not_cover_is_added():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI, "limits.cpu": Fraction(1, 2)},
-                                     {"limits.memory": 5000 * MI, "limits.cpu": 4},
-                                     {"limits.memory": 5060 * MI, "limits.cpu": 4})
-    assert short == {"limits.memory": 40 * MI, "limits.cpu": Fraction(1, 2)}
+class _Entry(object):
+    def __init__(self, refs):
+        self.refs = refs
 
 
-def test_a_lower_hard_than_at_the_refusal_adds_the_refused_amount_only():
-    short = m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI},
-                                     {"limits.memory": 4000 * MI})
-    assert short == {"limits.memory": 100 * MI}
+def _vmim(ns, name, uid, labels=None):
+    return {"metadata": {"namespace": ns, "name": name, "uid": uid, "labels": labels or {}}}
 
 
-def test_a_resource_the_quota_no_longer_names_keeps_its_shortfall():
-    assert m.shortfall_against_hard({"limits.memory": 100 * MI}, {"limits.memory": 5000 * MI}, {}) == \
-        {"limits.memory": 100 * MI}
+def test_our_migrations_are_those_whose_uid_our_reservations_recorded():
+    pattern = re.compile("^node-1-b[0-9]+$")
+    ledgers = {("t", "compute"): _Ledger({
+        "node-1-b0": _Entry({"migrations": [{"namespace": "t", "name": "vm-1-kvq-1", "uid": "u1"},
+                                            {"namespace": "t", "name": "vm-2-kvq-1"}]}),     # no UID: nothing
+        "node-2-b0": _Entry({"migrations": [{"namespace": "t", "name": "vm-3-kvq-1", "uid": "u3"}]})})}
+    uids = m.our_migration_uids(ledgers, pattern)
+    assert uids == {("t", "vm-1-kvq-1"): "u1"}
+    labels = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.io/node": "node-1"}
+    vmims = [_vmim("t", "vm-1-kvq-1", "u1", labels),
+             _vmim("t", "vm-1-kvq-1", "u-recreated", labels),    # same name, another object
+             _vmim("t", "vm-2-kvq-1", "u2", labels),             # our labels, no recorded UID
+             _vmim("t", "tenant-made", "u9", labels)]            # a tenant's, with our labels
+    assert [v["metadata"]["uid"] for v in m.ours(vmims, uids)] == ["u1"]
 
 
 # -- timeout rule ------------------------------------------------------------
@@ -169,9 +170,16 @@ def test_within_the_cap_and_a_resource_the_cap_does_not_name():
     assert problems == ["t/compute needs limits.cpu=500m (top_up_cap does not name it)"]
 
 
+def test_over_a_percentage_cap_of_the_charge():
+    charges = {("t", "compute"): {"limits.memory": 1024 * MI}}
+    assert m.over_cap({("t", "compute"): {"limits.memory": 256 * MI}}, "25%", charges) == []
+    assert m.over_cap({("t", "compute"): {"limits.memory": 257 * MI}}, "25%", charges) == [
+        "t/compute needs limits.memory=257Mi (top_up_cap 25% of the computed charge)"]
+
+
 BAD_CAPS = [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
             ({"limits.memory": "lots"}, "top_up_cap.limits.memory"),
-            ("1Gi", "top_up_cap must be a mapping")]
+            ("1Gi", "top_up_cap must be a percentage")]
 
 
 @pytest.mark.parametrize("cap, named", BAD_CAPS)
@@ -180,6 +188,11 @@ def test_a_bad_cap_is_refused_before_anything_moves(cap, named):
     with pytest.raises(InputError) as err:
         m.Executor(None, "node-1", [], top_up_cap=cap)
     assert named in str(err.value)
+
+
+def test_no_cap_given_is_the_default_share_of_the_charge():
+    assert m.Executor(None, "node-1", []).cap == "25%"
+    assert m.Executor(None, "node-1", [], top_up_cap={}).cap == "25%"
 
 
 def test_a_zero_cap_allows_no_top_up():
@@ -213,3 +226,66 @@ def test_namespace_extra_sums_per_namespace():
     extra = m.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
                                ("b", {"limits.cpu": 2})])
     assert extra == {"a": {"limits.memory": 2 * GI, "limits.cpu": 1}, "b": {"limits.cpu": 2}}
+
+
+# -- the top-up of the executor (trusted amounts, rounds, stale refusals) ------------------------------------
+
+class _Refused(object):
+    """refused_target_pods and reservations.reserve stand-ins: what trusted state shows, and what was reserved."""
+
+    def __init__(self, monkeypatch, exact=None, evidence=True):
+        self.found = {"refused": [{"namespace": "t", "name": "m1", "uid": "u1", "vmi": "vm-1"}],
+                      "exact": exact or {}, "charge": {("t", "compute"): {"limits.memory": 1024 * MI}},
+                      "pointed": [("t", "compute")], "key": "refused:k1", "evidence": evidence}
+        self.reserved = []
+        monkeypatch.setattr(m.headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
+        monkeypatch.setattr(m.reservations, "reserve", self.reserve)
+
+    def reserve(self, cluster, rid, headroom, *args, **kwargs):
+        self.reserved.append((rid, headroom, kwargs.get("top_up")))
+        return {"quotas": [{"namespace": "t", "quota": "compute", "delta": headroom[("t", "compute")]}]}
+
+
+def _executor(**options):
+    ex = m.Executor(None, "node-1", [["t/vm-1"]], clock=lambda: 0.0, **options)
+    return ex, ex.batches[0]
+
+
+def test_a_top_up_adds_the_caps_share_once_per_refusal(monkeypatch):
+    fake = _Refused(monkeypatch)
+    ex, batch = _executor()
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.memory": "256Mi"}}, "refused:k1")]
+    ex._top_up(batch, refused)               # the same refusal (no new verified Event): nothing more
+    assert len(fake.reserved) == 1 and "nothing shows a refusal since the last top-up" in ex.log[-1]
+    fake.found["key"] = "refused:k2"         # KubeVirt retried and was refused again
+    ex._top_up(batch, refused)
+    assert len(fake.reserved) == 2 and batch.added == {("t", "compute"): {"limits.memory": 512 * MI}}
+    fake.found["key"] = "refused:k3"
+    with pytest.raises(m.KvquotaError) as err:
+        ex._top_up(batch, refused)
+    text = str(err.value)
+    assert "after 2 top-up(s)" in text and "still missing" in text and "top_up_cap 25%" in text
+    assert len(fake.reserved) == 2
+
+
+def test_without_a_verified_event_each_settle_time_is_a_new_round(monkeypatch):
+    fake = _Refused(monkeypatch, evidence=False)
+    ex, batch = _executor(top_up_max_rounds=3)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    for _round in range(3):
+        ex._top_up(batch, refused)
+    assert [r[2] for r in fake.reserved] == ["refused:k1#round1", "refused:k1#round2", "refused:k1#round3"]
+    # three quarters of the charge added; a fourth round would have been bounded by the charge, but rounds end first
+    assert batch.added == {("t", "compute"): {"limits.memory": 768 * MI}}
+
+
+def test_an_exact_need_over_the_cap_stops_before_anything_is_added(monkeypatch):
+    fake = _Refused(monkeypatch, exact={("t", "compute"): {"limits.memory": 300 * MI}})
+    ex, batch = _executor()
+    with pytest.raises(InputError) as err:
+        ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+    assert "exceeds top_up_cap: t/compute needs limits.memory=300Mi (top_up_cap 25% of the computed charge)" \
+        in str(err.value)
+    assert fake.reserved == []
