@@ -23,6 +23,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as store_mod
@@ -818,20 +819,19 @@ def _ref_items(refs, key, namespace, only_namespace=False):
 
 
 def _launcher_owner(pod):
-    """(name, uid) of the VMI a virt-launcher pod belongs to, from its controller ownerReference, or None.
-    Labels (kubevirt.io=virt-launcher, vm.kubevirt.io/name) are the tenant's to write: never identity."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("kind") == "VirtualMachineInstance" and str(ref.get("apiVersion", "")).startswith("kubevirt.io/") \
-                and ref.get("controller") and ref.get("uid"):
-            return ref.get("name"), ref.get("uid")
-    return None
+    """(name, uid) of the VMI a virt-launcher pod belongs to, by its controller ownerReference
+    (ownership.launcher_vmi_uid), or None. Labels are the tenant's to write: never identity."""
+    uid = ownership.launcher_vmi_uid(pod)
+    if not uid:
+        return None
+    return next(ref.get("name") for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+                if isinstance(ref, dict) and ref.get("uid") == uid), uid
 
 
 def _runs_on_launcher(vmi, pod):
     """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher: the pod must be
     owned by exactly this VMI (uid), not by a namesake."""
-    owner = _launcher_owner(pod)
-    if vmi is None or owner is None or owner[1] != (vmi.get("metadata") or {}).get("uid"):
+    if not ownership.is_launcher_of(pod, vmi):
         return False
     node = (vmi.get("status") or {}).get("nodeName")
     return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
@@ -866,6 +866,8 @@ def _release_blockers(run, state, reservation_id, now):
                                           migration["name"], namespace=migration["namespace"])
         except NotFoundError:
             continue
+        if migration.get("uid") and (vmim.get("metadata") or {}).get("uid") != migration["uid"]:
+            continue   # another object under that name (e.g. a tenant's): not what this reservation waits for
         phase = (vmim.get("status") or {}).get("phase")
         if phase not in _FINAL_MIGRATION_PHASES:
             reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
