@@ -73,9 +73,8 @@ def reduced(lab, r, tmp_path_factory):
     # every rule of every shipped role (ClusterRoles and the operator-namespace Role), in one ClusterRole
     rules = []
     for path in RBAC_FILES:
-        with open(path) as fh:
-            rules += [rule for doc in yaml.safe_load_all(fh) if doc and doc.get("kind") in ("ClusterRole", "Role")
-                      for rule in doc.get("rules") or []]
+        rules += [rule for doc in M.kvqlab.manifest_objects(path) if doc.get("kind") in ("ClusterRole", "Role")
+                  for rule in doc.get("rules") or []]
     variants = {
         "no-list-vmis": ("kubevirt.io", "virtualmachineinstances", "list"),
         "no-update-quotas": ("", "resourcequotas", "update"),

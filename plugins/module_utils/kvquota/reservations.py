@@ -438,13 +438,12 @@ def _wait_followed(run, state, final):
         run.sleep(1.0)
     hard = hard_of(quota)
     want = desired_strings(expected)
+    lagging = ", ".join("%s is %s on %s/%s, should be %s" % (name, hard.get(name, "(none)"), state.target[0],
+                                                            state.target[1], want.get(name)) for name in wrong)
     raise KvquotaError(
         "Rancher did not apply the quota of namespace %s within %ss: %s (annotation %s is written; kvquota never "
         "writes spec.hard of a Rancher-owned quota)"
-        % (state.target[0], run.rancher_sync_timeout,
-           ", ".join("%s is %s on %s/%s, should be %s" % (name, hard.get(name, "(none)"), state.target[0],
-                                                           state.target[1], want.get(name)) for name in wrong),
-           RANCHER_QUOTA_ANNOTATION),
+        % (state.target[0], run.rancher_sync_timeout, lagging, RANCHER_QUOTA_ANNOTATION),
         "check that Rancher's cluster agent (cattle-cluster-agent) runs and syncs namespace %s, then re-run: the "
         "ledger holds the reservation, so the re-run converges" % state.target[0])
 

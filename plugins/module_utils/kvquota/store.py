@@ -60,11 +60,11 @@ def _meta(obj):
 
 
 def quota_uid(quota):
-    uid = _meta(quota).get("uid")
-    if not uid:
-        raise InputError("ResourceQuota %s/%s has no metadata.uid" % (_meta(quota).get("namespace"),
-                                                                     _meta(quota).get("name")),
+    meta = _meta(quota)
+    if not meta.get("uid"):
+        raise InputError("ResourceQuota %s/%s has no metadata.uid" % (meta.get("namespace"), meta.get("name")),
                          "read the quota from the API server (not from a file)")
+    uid = meta["uid"]
     return uid
 
 

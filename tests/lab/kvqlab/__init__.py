@@ -21,6 +21,7 @@ from .controlplane import (  # noqa: F401
     default_run_dir,
     down,
     find_bin_dir,
+    manifest_objects,
     status,
     up,
     wait_for,

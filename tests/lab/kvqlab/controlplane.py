@@ -84,9 +84,21 @@ def default_rbac_files() -> list[Path]:
     return [p for p in sorted(RBAC_DIR.glob("*.yml")) if _rbac_docs(p)]
 
 
+def manifest_objects(path: Path) -> list[dict]:
+    """Every object of a manifest file: its YAML documents, the items of a v1 List expanded (the collection's
+    rbac/*.yml are each one List: ansible-test's yamllint allows one document per file)."""
+    objects = []
+    for doc in yaml.safe_load_all(Path(path).read_text()):
+        if doc and doc.get("kind") == "List":
+            objects.extend(item for item in doc.get("items") or () if item)
+        elif doc:
+            objects.append(doc)
+    return objects
+
+
 def _rbac_docs(path: Path) -> list[dict]:
-    """The Namespace, ClusterRole and Role documents of an RBAC file."""
-    return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") in RBAC_KINDS]
+    """The Namespace, ClusterRole and Role objects of an RBAC file."""
+    return [d for d in manifest_objects(path) if d.get("kind") in RBAC_KINDS]
 
 
 def audit_policy(user: str) -> dict:

@@ -30,10 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent.parent
-RBAC_DIR = REPO_ROOT / "rbac"
+from .controlplane import RBAC_DIR, manifest_objects
 FEATURE_LABEL = "kvquota.maintenance/feature"
 TRANSITIONAL_LABEL = "kvquota.maintenance/transitional"
 DEFAULT_OPERATOR_NAMESPACE = "kvquota-system"
@@ -101,7 +98,7 @@ def load_roles(paths=None, operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE)
     files = [Path(p) for p in paths] if paths else sorted(RBAC_DIR.glob("*.yml"))
     roles = []
     for path in files:
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in manifest_objects(path):
             if not doc or doc.get("kind") not in ("ClusterRole", "Role"):
                 continue
             meta = doc.get("metadata") or {}
