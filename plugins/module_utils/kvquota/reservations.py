@@ -438,8 +438,9 @@ def _wait_followed(run, state, final):
         run.sleep(1.0)
     hard = hard_of(quota)
     want = desired_strings(expected)
-    lagging = ", ".join("%s is %s on %s/%s, should be %s" % (name, hard.get(name, "(none)"), state.target[0],
-                                                            state.target[1], want.get(name)) for name in wrong)
+    lagging = ", ".join("%s is %s on %s/%s, should be %s"
+                        % (name, hard.get(name, "(none)"), state.target[0], state.target[1], want.get(name))
+                        for name in wrong)
     raise KvquotaError(
         "Rancher did not apply the quota of namespace %s within %ss: %s (annotation %s is written; kvquota never "
         "writes spec.hard of a Rancher-owned quota)"
