@@ -290,6 +290,7 @@ class Sampler(threading.Thread):
         self.stop_flag = threading.Event()
         self.below_base = []          # (ns, quota, resource, value, base)
         self.ledger_mismatch = []     # (ns, quota, spec.hard, ledger written)
+        self.ledger_compared = 0      # (quota, sample) pairs whose ledger was steady across the quota read
         self.samples = 0
         self.state = {}
         self.seen = {"ledger": 0, "ledger_appeared": 0, "ledger_gone": 0, "reservations": set(),
@@ -365,6 +366,7 @@ class Sampler(threading.Thread):
             self.seen["owners"].update(str((entry or {}).get("owner")) for entry in
                                        (ledger.get("reservations") or {}).values() if isinstance(entry, dict))
             if self.check_ledger and uid in steady and ledger.get("backend", "plain") == "plain":
+                self.ledger_compared += 1
                 self._check_written(ns, name, q, hard, ledger)
         if ledger_count:
             self.seen["ledger"] += 1
@@ -791,6 +793,8 @@ def _race_pair(lab, job_a, job_b):
         probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
     if sampler.ledger_mismatch:
         probs.append("spec.hard differed from the ledger's written value: %s" % sampler.ledger_mismatch[:3])
+    if not sampler.ledger_compared:
+        probs.append("no sample compared a ledger with its quota: the lost-update check saw nothing")
     rcs = [p.returncode for p in (proc_a, proc_b)]
     if any(rcs):
         probs.insert(0, "run(s) failed rc=%s" % rcs)
@@ -798,7 +802,7 @@ def _race_pair(lab, job_a, job_b):
     row = {"owners": [owner_a, owner_b], "vms": [len(started_on[n]) for n in nodes], "shared_namespaces": shared,
            "rcs": rcs, "lease_frozen": held, "waits_naming_holder": len(named),
            "wait_message": named[0] if named else "", "owners_in_ledgers": sorted(sampler.seen["owners"]),
-           "problems": probs, "samples": sampler.samples}
+           "problems": probs, "samples": sampler.samples, "ledger_compared": sampler.ledger_compared}
     log("races: %s vs %s shared=%s rcs=%s lease frozen=%s waits naming the holder=%d owners in ledgers=%s "
         "problems=%s" % (owner_a, owner_b, shared, rcs, held, len(named), row["owners_in_ledgers"], probs))
     evidence = None
@@ -835,10 +839,11 @@ def campaign_races(args):
     waited = sum(1 for r in rows if r["waits_naming_holder"])
     rounds_waited = len(set(tuple(r["owners"]) for r in rows if r["waits_naming_holder"]))
     line = ("races: %d/%d concurrent pairs (two AWX jobs, node-1 and node-2, %s shared namespaces) ended at base with "
-            "no lost update (%d ledger/spec mismatches sampled); a wait naming the lease holder seen in %d/%d "
+            "no lost update (%d ledger/spec mismatches in %d comparisons sampled); a wait naming the lease holder seen in %d/%d "
             "pairs (%d/%d rounds)%s"
             % (len(ok), len(rows), "/".join(str(len(r["shared_namespaces"])) for r in rows),
-               sum(len([p for p in r["problems"] if "differed" in p]) for r in rows), waited, len(rows),
+               sum(len([p for p in r["problems"] if "differed" in p]) for r in rows),
+               sum(r.get("ledger_compared", 0) for r in rows), waited, len(rows),
                rounds_waited, len(rounds), "" if rounds_waited == len(rounds) else " (NOT SEEN in every round)"))
     return {"name": "races", "line": line, "ok": len(ok) == len(rows) and bool(rows) and rounds_waited == len(rounds),
             "scenario": "tests/chaos/scenarios/races.yaml", "rows": rows, "evidence": evidence}
