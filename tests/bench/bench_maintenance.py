@@ -20,11 +20,12 @@ least-privilege user. Measured per run:
 - makespan: from the first migration seen to the last migration seen Succeeded (a sampler thread lists the
   VMIMs every --interval s, so +-interval), and the whole run (the playbook process, or the script's steps);
 - peak extra quota: max over samples of sum over the node's quotas of (spec.hard - base), per resource, and of
-  the ledger's active deltas (annotation kvquota.maintenance/ledger); and per namespace: the largest extra a
+  the ledgers' active deltas (the kvq-ledger-* ConfigMaps in the operator namespace kvquota-system, read
+  through tests/lab/kvqlab/state.py); and per namespace: the largest extra a
   namespace's quotas held, divided by that namespace's largest need in one batch (max over namespaces; 1.00 =
   no namespace ever held more than one batch's worth);
 - migrations rejected by quota: "exceeded quota" lines the emulator logged during the run;
-- quotas back at base: spec.hard byte-for-byte equal to the base and no ledger left.
+- quotas back at base: spec.hard byte-for-byte equal to the base and no ledger of the node's quotas left.
 
 Targets: role makespan <= 1.15 x bound; role peak extra per namespace <= that namespace's largest need in one
 batch (from kvquota_check's batches for the node and batch_headroom). The role overlaps batches (a batch of
@@ -59,13 +60,13 @@ __import__("conftest")   # makes the work tree importable as ansible_collections
 import kvqlab  # noqa: E402
 from kvqlab import emulator as emulator_mod  # noqa: E402
 from kvqlab import scenarios  # noqa: E402
+from kvqlab import state  # noqa: E402
 from kvqlab.emulator import _rest_for  # noqa: E402
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as res_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity  # noqa: E402
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
@@ -116,6 +117,11 @@ class Lab(object):
         return [x for x in self.rest.get("/api/v1/resourcequotas")["items"]
                 if x["metadata"]["namespace"].startswith("d-tenant-")]
 
+    def ledgers(self):
+        """{(namespace, quota): ledger dict} of the scenario's quotas (ledgers in the operator namespace)."""
+        return dict((key, ledger) for key, ledger in state.ledgers(self.rest).items()
+                    if str(key[0]).startswith("d-tenant-"))
+
     def vmims(self):
         return self.rest.get(KV + "/virtualmachineinstancemigrations")["items"]
 
@@ -160,6 +166,7 @@ class Sampler(threading.Thread):
 
     def sample(self, now):
         quotas = self.lab.quotas()
+        ledgers = self.lab.ledgers()
         extra = dict((r, 0.0) for r in RESOURCES)
         ledger_extra = dict((r, 0.0) for r in RESOURCES)
         expanded = 0
@@ -175,9 +182,8 @@ class Sampler(threading.Thread):
                     by_ns.setdefault(key[0], dict((n, 0.0) for n in RESOURCES))[r] += d
                     grew = grew or d > 0
             expanded += grew
-            text = (x["metadata"].get("annotations") or {}).get(LEDGER_ANNOTATION)
-            if text:
-                for entry in (json.loads(text).get("reservations") or {}).values():
+            if key in ledgers:
+                for entry in (ledgers[key].get("reservations") or {}).values():
                     for r, v in (entry.get("delta") or {}).items():
                         if r in ledger_extra and v is not None:
                             ledger_extra[r] += q(v)
@@ -377,8 +383,7 @@ def largest_batch_need(lab):
 
 def restored(lab, base):
     now = base_of(lab.quotas())
-    ledgers = [x for x in lab.quotas() if LEDGER_ANNOTATION in (x["metadata"].get("annotations") or {})]
-    return now == base and not ledgers
+    return now == base and not lab.ledgers()
 
 
 def one_run(approach, rep, args, role_vars):

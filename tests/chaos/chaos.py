@@ -23,10 +23,13 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
 - badinput: the bad-input lab tests of the modules and the roles, counted.
 
 After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
-annotation too), no ledger annotation (kvquota.maintenance/ledger) on any quota or namespace, no kvquota Lease
-left, every VM Running, off the maintained node, no migration unfinished, the node's cordon state as expected.
-While a play runs, a sampler looks at the cluster every ~0.3 s and records any spec.hard below its base (and,
-in the races campaign, any quota whose spec.hard differs from what its ledger says it should be).
+annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no lock
+in force (no unexpired kvq-lock-* Lease there), no 0.1.0 ledger annotation on a quota or namespace and no
+kvquota Lease in a tenant namespace, every VM Running, off the maintained node, no migration unfinished, the
+node's cordon state as expected. The state is read through tests/lab/kvqlab/state.py. While a play runs, a
+sampler looks at the cluster every ~0.3 s and records any spec.hard below its base (and, in the races campaign,
+any quota whose spec.hard differs from what its ledger says was written: a ledger whose write is under way
+(`previous` recorded) allows the value before it too).
 
 It prints one line of figures per campaign and writes docs/reliability.md from the measured results (unless
 --no-doc). --quick is the reduced version meant for `make test` (every campaign, a few points/cases each).
@@ -69,13 +72,13 @@ for extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
         sys.path.insert(0, extra)
 
 from test_roles_lab import RoleLab, collections_path  # noqa: E402
+from kvqlab import state  # noqa: E402
 from kvqlab.emulator.rest import watch_events  # noqa: E402
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
     parse_resource_list)
 
 KV = "/apis/kubevirt.io/v1"
-LEDGER = "kvquota.maintenance/ledger"
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"
 FINAL = ("Succeeded", "Failed")
 
@@ -222,29 +225,14 @@ class Lab(object):
                 self.r.rest.patch("/api/v1/nodes/%s" % n["metadata"]["name"], {"spec": {"unschedulable": False}})
 
     def ledgers(self):
-        """[(kind, ns, name, ledger dict)] of every ledger annotation in the cluster."""
-        out = []
-        for q in self.r.get("/api/v1/resourcequotas")["items"]:
-            ann = q["metadata"].get("annotations") or {}
-            if LEDGER in ann:
-                out.append(("quota", q["metadata"]["namespace"], q["metadata"]["name"], _json(ann[LEDGER])))
-        for n in self.r.get("/api/v1/namespaces")["items"]:
-            ann = n["metadata"].get("annotations") or {}
-            if LEDGER in ann:
-                out.append(("namespace", n["metadata"]["name"], n["metadata"]["name"], _json(ann[LEDGER])))
-        return out
+        """[(ns, quota, ledger dict)] of every ledger (ConfigMap in the operator namespace), sorted."""
+        return sorted(((ns, quota, ledger) for (ns, quota), ledger in state.ledgers(self.r.rest).items()),
+                      key=lambda entry: (str(entry[0]), str(entry[1])))
 
-    def kvquota_leases(self):
-        out = []
-        for lease in self.r.get("/apis/coordination.k8s.io/v1/leases")["items"]:
-            meta = lease["metadata"]
-            if meta.get("namespace") == "kube-node-lease":
-                continue
-            labels = meta.get("labels") or {}
-            if meta["name"].startswith("kvquota") or "kvquota" in json.dumps(labels):
-                out.append("%s/%s (holder %s)" % (meta["namespace"], meta["name"],
-                                                  (lease.get("spec") or {}).get("holderIdentity")))
-        return out
+    def kvquota_locks(self):
+        """["tenant namespace (holder h)"] of the kvquota locks in force (unexpired kvq-lock-* Leases in the
+        operator namespace)."""
+        return ["%s (holder %s)" % (ns, status["holder"]) for ns, status in sorted(state.locks(self.r.rest).items())]
 
     # -- the state every run must leave -------------------------------------------------------------
     def problems(self, node=None, base=None, cordoned=False, vms_off_node=True, rancher=False):
@@ -260,12 +248,7 @@ class Lab(object):
                 out.append("namespace %s annotation %s is %r, was %r" % (ns, RANCHER_ANNOTATION,
                                                                          self.ns_annotation(ns),
                                                                          self.base_annotations.get(ns)))
-        for kind, ns, name, ledger in self.ledgers():
-            out.append("ledger left on %s %s/%s: reservations %s" % (kind, ns, name,
-                                                                     sorted((ledger.get("reservations") or {}))))
-        leases = self.kvquota_leases()
-        if leases:
-            out.append("kvquota lease(s) left: %s" % ", ".join(leases))
+        out += state.leftovers(self.r.rest)   # ledgers, locks in force, 0.1.0 annotations, tenant-side Leases
         unfinished = ["%s/%s %s" % (m["metadata"]["namespace"], m["metadata"]["name"],
                                     (m.get("status") or {}).get("phase")) for m in self.r.vmims()
                       if (m.get("status") or {}).get("phase") not in FINAL]
@@ -283,13 +266,6 @@ class Lab(object):
         return out
 
 
-def _json(text):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return {"unparsable": text}
-
-
 def _num(rl):
     try:
         return parse_resource_list(rl)
@@ -305,7 +281,7 @@ class Sampler(threading.Thread):
     vmim_created / vmim_succeeded (new migrations), vmim_running (samples), target_pods (new target pods),
     lingering (samples with a completed migration's source pod still Running under a ledger),
     source_completed (new migrations whose source pod has completed or is gone), lease
-    (samples with a kvquota Lease), cordoned (samples with the node unschedulable), node_empty (samples
+    (samples with a kvquota lock in force), cordoned (samples with the node unschedulable), node_empty (samples
     with the node cordoned and no VM on it), uncordoned (the node became schedulable again after that)."""
 
     def __init__(self, lab, node=None, interval=0.3, check_ledger=False):
@@ -314,6 +290,7 @@ class Sampler(threading.Thread):
         self.stop_flag = threading.Event()
         self.below_base = []          # (ns, quota, resource, value, base)
         self.ledger_mismatch = []     # (ns, quota, spec.hard, ledger written)
+        self.ledger_compared = 0      # (quota, sample) pairs whose ledger was steady across the quota read
         self.samples = 0
         self.state = {}
         self.seen = {"ledger": 0, "ledger_appeared": 0, "ledger_gone": 0, "reservations": set(),
@@ -343,10 +320,33 @@ class Sampler(threading.Thread):
         value = self.seen[key]
         return len(value) if isinstance(value, set) else value
 
+    def _ledgers(self):
+        """{quota uid: ledger ConfigMap}, and the quotas, read so that each ledger can be compared with its quota:
+        the ledgers, the quotas, the ledgers again (with check_ledger). The collection writes a ledger before
+        the quota it changes, so a ledger unchanged across the quota read describes that quota read."""
+        r = self.lab.r
+        first = dict((cm["metadata"]["name"][len(state.LEDGER_PREFIX):], cm) for cm in state.ledger_configmaps(r.rest))
+        quotas = r.get("/api/v1/resourcequotas")["items"]
+        if not self.check_ledger:
+            return first, quotas, set(first)
+        again = dict((cm["metadata"]["name"][len(state.LEDGER_PREFIX):], cm["metadata"]["resourceVersion"])
+                     for cm in state.ledger_configmaps(r.rest))
+        steady = set(uid for uid, cm in first.items() if again.get(uid) == cm["metadata"]["resourceVersion"])
+        return first, quotas, steady
+
+    def _check_written(self, ns, name, q, hard, ledger):
+        """Record a lost update: spec.hard not what the ledger says was written (or, while the ledger records a
+        write under way, the value before it)."""
+        written = _num(ledger.get("written") or {})
+        before = _num(ledger.get("previous") or {}) if isinstance(ledger.get("previous"), dict) else {}
+        for res, value in written.items():
+            if res in hard and hard[res] != value and before.get(res) != hard[res]:
+                self.ledger_mismatch.append((ns, name, q["spec"]["hard"].get(res),
+                                             (ledger.get("written") or {}).get(res)))
+
     def sample(self):
         r = self.lab.r
-        quotas = r.get("/api/v1/resourcequotas")["items"]
-        namespaces = dict((n["metadata"]["name"], n) for n in r.get("/api/v1/namespaces")["items"])
+        configmaps, quotas, steady = self._ledgers()
         ledger_count = 0
         for q in quotas:
             ns, name = q["metadata"]["namespace"], q["metadata"]["name"]
@@ -357,23 +357,17 @@ class Sampler(threading.Thread):
                     if res in hard and hard[res] < value:
                         self.below_base.append((ns, name, res, q["spec"]["hard"][res],
                                                 self.lab.base[ns][name][res]))
-            ann = q["metadata"].get("annotations") or {}
-            ledger = _json(ann[LEDGER]) if LEDGER in ann else None
-            if ledger is None:
-                ns_ann = namespaces.get(ns, {}).get("metadata", {}).get("annotations") or {}
-                if LEDGER in ns_ann:
-                    ledger = _json(ns_ann[LEDGER])
-            if ledger:
-                ledger_count += 1
-                self.seen["reservations"].update((ledger.get("reservations") or {}).keys())
-                self.seen["owners"].update(str((entry or {}).get("owner")) for entry in
-                                           (ledger.get("reservations") or {}).values() if isinstance(entry, dict))
-                if self.check_ledger and ledger.get("backend", "plain") == "plain":
-                    written = _num(ledger.get("written") or {})
-                    for res, value in written.items():
-                        if res in hard and hard[res] != value:
-                            self.ledger_mismatch.append((ns, name, q["spec"]["hard"].get(res),
-                                                         (ledger.get("written") or {}).get(res)))
+            uid = q["metadata"]["uid"]
+            if uid not in configmaps:
+                continue
+            ledger = state.ledger_data(configmaps[uid])
+            ledger_count += 1
+            self.seen["reservations"].update(state.reservation_ids([ledger]))
+            self.seen["owners"].update(str((entry or {}).get("owner")) for entry in
+                                       (ledger.get("reservations") or {}).values() if isinstance(entry, dict))
+            if self.check_ledger and uid in steady and ledger.get("backend", "plain") == "plain":
+                self.ledger_compared += 1
+                self._check_written(ns, name, q, hard, ledger)
         if ledger_count:
             self.seen["ledger"] += 1
             if not self._had_ledger:
@@ -409,7 +403,7 @@ class Sampler(threading.Thread):
                 self.seen["source_completed"].add(m["metadata"]["uid"])
         if lingering and ledger_count:
             self.seen["lingering"] += 1
-        if self.lab.kvquota_leases():
+        if self.lab.kvquota_locks():
             self.seen["lease"] += 1
         if self.node:
             cordoned = bool(r.node(self.node)["spec"].get("unschedulable"))
@@ -440,7 +434,7 @@ def interrupt_points(quick):
     events = [
         ("node cordoned", ("cordoned", 1)),
         ("kvquota lease held (reserving)", ("lease_now", 1)),
-        ("first ledger annotation written", ("ledger", 1)),
+        ("first ledger written", ("ledger", 1)),
         ("first migration created", ("vmim_created", 1)),
         ("first target pod created", ("target_pods", 1)),
         ("first migration Running", ("vmim_running", 1)),
@@ -466,7 +460,7 @@ def interrupt_points(quick):
     ]
     fractions = (0.05, 0.12, 0.2, 0.28, 0.36, 0.44, 0.52, 0.6, 0.68, 0.76, 0.84, 0.92)
     if quick:
-        return [("first ledger annotation written", "event", ("ledger", 1)),
+        return [("first ledger written", "event", ("ledger", 1)),
                 ("release: a source pod lingering", "event", ("lingering", 1)),
                 ("between batches (ledger just removed)", "event", ("ledger_gone", 1))]
     return ([(label, "event", arg) for label, arg in events]
@@ -480,7 +474,7 @@ def _point_reached(kind, arg, sampler, output, elapsed, reference):
     if kind == "event":
         key, n = arg
         if key == "lease_now":   # held only while a reservation is written: look now, not at the sampler's pace
-            return bool(sampler.lab.kvquota_leases())
+            return bool(sampler.lab.kvquota_locks())
         return sampler.count(key) >= n
     return (ROLE_TASK + arg) in output
 
@@ -641,7 +635,7 @@ def campaign_admin(args):
         lab.r.set_knobs(stall_migrations="all")
         proc = lab.start({"node_maintenance_node": node})
         try:
-            lab.r.wait(lambda: any(entry[0] == "quota" for entry in lab.ledgers())
+            lab.r.wait(lambda: any(entry[0] == ns for entry in lab.ledgers())
                        and any((m.get("status") or {}).get("phase") == "Running" for m in lab.r.vmims(ns)),
                        180, "a reservation and a running migration")
             during = lab.r.hard(ns)[qname]
@@ -690,15 +684,16 @@ def _start_job(lab, node, job_id):
     return lab.start({"node_maintenance_node": node, "awx_job_id": job_id}, env={"JOB_ID": str(job_id)})
 
 
-LEASES = "/apis/coordination.k8s.io/v1/leases"
+LOCKS = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % state.OPERATOR_NAMESPACE
 
 
 def _stop_on_first_lease(lab, proc, owner, caught, ready):
-    """Watch the Leases (a stream: an event arrives within milliseconds) and SIGSTOP proc's process group the
-    moment owner takes a kvquota Lease; the Lease is held only while one reservation is written, a window
-    of tens of milliseconds that polling misses now and then. Appends "ns/name" to caught."""
-    rv = lab.r.get(LEASES)["metadata"]["resourceVersion"]
-    resp = lab.r.rest.request("GET", LEASES, {"watch": "true", "resourceVersion": rv, "timeoutSeconds": 240},
+    """Watch the lock Leases in the operator namespace (a stream: an event arrives within milliseconds) and
+    SIGSTOP proc's process group the moment owner takes a kvquota lock; the lock is held only while one
+    reservation is written, a window of tens of milliseconds that polling misses now and then. Appends
+    "ns/name" (of the Lease) to caught."""
+    rv = lab.r.get(LOCKS)["metadata"]["resourceVersion"]
+    resp = lab.r.rest.request("GET", LOCKS, {"watch": "true", "resourceVersion": rv, "timeoutSeconds": 240},
                               stream=True, timeout=(10, 260))
     ready.set()
     try:
@@ -706,7 +701,7 @@ def _stop_on_first_lease(lab, proc, owner, caught, ready):
             lease = event.get("object") or {}
             meta = lease.get("metadata") or {}
             holder = (lease.get("spec") or {}).get("holderIdentity") or ""
-            if event.get("type") in ("ADDED", "MODIFIED") and meta.get("name", "").startswith("kvquota") \
+            if event.get("type") in ("ADDED", "MODIFIED") and meta.get("name", "").startswith(state.LOCK_PREFIX) \
                     and holder.startswith(owner + "@") and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGSTOP)
                 caught.append("%s/%s" % (meta["namespace"], meta["name"]))
@@ -798,6 +793,8 @@ def _race_pair(lab, job_a, job_b):
         probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
     if sampler.ledger_mismatch:
         probs.append("spec.hard differed from the ledger's written value: %s" % sampler.ledger_mismatch[:3])
+    if not sampler.ledger_compared:
+        probs.append("no sample compared a ledger with its quota: the lost-update check saw nothing")
     rcs = [p.returncode for p in (proc_a, proc_b)]
     if any(rcs):
         probs.insert(0, "run(s) failed rc=%s" % rcs)
@@ -805,7 +802,7 @@ def _race_pair(lab, job_a, job_b):
     row = {"owners": [owner_a, owner_b], "vms": [len(started_on[n]) for n in nodes], "shared_namespaces": shared,
            "rcs": rcs, "lease_frozen": held, "waits_naming_holder": len(named),
            "wait_message": named[0] if named else "", "owners_in_ledgers": sorted(sampler.seen["owners"]),
-           "problems": probs, "samples": sampler.samples}
+           "problems": probs, "samples": sampler.samples, "ledger_compared": sampler.ledger_compared}
     log("races: %s vs %s shared=%s rcs=%s lease frozen=%s waits naming the holder=%d owners in ledgers=%s "
         "problems=%s" % (owner_a, owner_b, shared, rcs, held, len(named), row["owners_in_ledgers"], probs))
     evidence = None
@@ -842,10 +839,11 @@ def campaign_races(args):
     waited = sum(1 for r in rows if r["waits_naming_holder"])
     rounds_waited = len(set(tuple(r["owners"]) for r in rows if r["waits_naming_holder"]))
     line = ("races: %d/%d concurrent pairs (two AWX jobs, node-1 and node-2, %s shared namespaces) ended at base with "
-            "no lost update (%d ledger/spec mismatches sampled); a wait naming the lease holder seen in %d/%d "
+            "no lost update (%d ledger/spec mismatches in %d comparisons sampled); a wait naming the lease holder seen in %d/%d "
             "pairs (%d/%d rounds)%s"
             % (len(ok), len(rows), "/".join(str(len(r["shared_namespaces"])) for r in rows),
-               sum(len([p for p in r["problems"] if "differed" in p]) for r in rows), waited, len(rows),
+               sum(len([p for p in r["problems"] if "differed" in p]) for r in rows),
+               sum(r.get("ledger_compared", 0) for r in rows), waited, len(rows),
                rounds_waited, len(rounds), "" if rounds_waited == len(rounds) else " (NOT SEEN in every round)"))
     return {"name": "races", "line": line, "ok": len(ok) == len(rows) and bool(rows) and rounds_waited == len(rounds),
             "scenario": "tests/chaos/scenarios/races.yaml", "rows": rows, "evidence": evidence}
@@ -952,7 +950,7 @@ def campaign_short(args):
                 if not ("exceeds top_up_cap" in msg or "still missing" in msg) or "To resume" not in msg:
                     probs.append("no numbers (shortfall over the cap) and resume advice in the failure: %s" % msg[:300])
                 if lab.ledgers():
-                    probs.append("reservation(s) held after the stop: %s" % [x[:3] for x in lab.ledgers()])
+                    probs.append("reservation(s) held after the stop: %s" % [x[:2] for x in lab.ledgers()])
                 for n, hard in lab.base.items():
                     if lab.r.hard(n) != hard:
                         probs.append("quota of %s not at base after the stop" % n)
@@ -1057,7 +1055,7 @@ def campaign_failed(args):
                     probs.append("VMs left their node although every migration failed: %d of %d still there"
                                  % (len(still), len(on_node)))
                 held = lab.ledgers()
-                held_ids = sorted(set(rid for _k, _n, _q, led in held for rid in (led.get("reservations") or {})))
+                held_ids = state.reservation_ids(led for _n, _q, led in held)
                 if expect_released and held:
                     probs.append("reservation(s) still held after the failed run: %s" % held_ids)
                 if not expect_released and held and not all(rid in out for rid in held_ids):
@@ -1214,8 +1212,8 @@ NOTES = [
     "- A play killed anywhere (SIGKILL, no rescue runs) leaves reservations whose ledger says what to give back; "
     "the re-run releases them first (\"resuming:\") and finishes. Quotas never go below their base while a "
     "play runs (sampled).",
-    "- A play killed while it writes a reservation leaves its Lease behind (the holder is a dead process). The "
-    "Lease lasts the Rancher sync timeout + 30 s (90 s), shorter than the default lock_timeout (120 s), so the "
+    "- A play killed while it writes a reservation leaves its lock behind (a Lease kvq-lock-<namespace> in the "
+    "operator namespace, held by a dead process). The Lease lasts the Rancher sync timeout + 30 s (90 s), shorter than the default lock_timeout (120 s), so the "
     "re-run waits for it with a warning naming the dead run as holder, then goes on. (The first full campaign "
     "found this point failing with the earlier 300 s Lease.)",
     "- Pods larger than planned: when every pod is rendered larger (a real overhead the formula misses), the "
@@ -1246,9 +1244,12 @@ def write_doc(path, results, command, started, seconds):
         "v1.33), kwok nodes, the KubeVirt/Rancher emulator of tests/lab; every playbook runs as the "
         "least-privilege user of `rbac/clusterrole.yml`.",
         "- checks after every run: each quota's `spec.hard` equal to its base byte for byte (Rancher: the "
-        "namespace annotation too), no `%s` annotation on any quota or namespace, no kvquota Lease, every "
-        "VM Running off the maintained node, no migration unfinished, the node's cordon state as expected; "
-        "while a play runs, a sampler (~0.3 s) records any `spec.hard` below its base." % LEDGER,
+        "namespace annotation too), no ledger left (no `%s*` ConfigMap in the operator namespace `%s`), no "
+        "lock in force (no unexpired `%s*` Lease there), no 0.1.0 `%s` annotation on any quota or namespace "
+        "and no kvquota Lease in a tenant namespace, every VM Running off the maintained node, no migration "
+        "unfinished, the node's cordon state as expected; while a play runs, a sampler (~0.3 s) records any "
+        "`spec.hard` below its base." % (state.LEDGER_PREFIX, state.OPERATOR_NAMESPACE, state.LOCK_PREFIX,
+                                         state.LEGACY_ANNOTATION),
         "",
         "## Results",
         "",

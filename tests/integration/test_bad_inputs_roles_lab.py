@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Bad input to the roles (the playbooks of playbooks/), run against the lab, scenario (a): each one must fail
 with one clear error naming the problem, and change nothing: the resourceVersions of every quota, namespace,
-VM, VMI, migration, lease and KubeVirt CR of the tenant are compared before and after, no kvquota Event may
-appear, and no node may be cordoned. The module cases are in test_bad_inputs_lab.py; the chaos command
+VM, VMI, migration, lease and KubeVirt CR of the tenant, and of the ledger ConfigMaps and lock Leases in the
+operator namespace (kvquota-system), are compared before and after, no kvquota Event may appear, and no node
+may be cordoned. The module cases are in test_bad_inputs_lab.py; the chaos command
 (tests/chaos/chaos.py, campaign badinput) counts both.
 
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q tests/integration/test_bad_inputs_roles_lab.py
@@ -18,7 +19,7 @@ import json
 import pytest
 
 import modlab as M
-from test_roles_lab import lab_fixture, playbook
+from test_roles_lab import lab_fixture, playbook, state
 
 NS = "a-tenant"
 ARG_SPEC_HEADER = "Validation of arguments failed:"
@@ -93,6 +94,7 @@ def test_bad_role_input(lab, case):
     node = _node_with_a_vm(lab)
     extra = json.loads(json.dumps(extra).replace("{node}", node))
     before, cordoned = M.snapshot(lab.rest, {NS}), _cordoned(lab)
+    operator_before = state.snapshot(lab.rest)
     run = playbook(lab, book, extra, timeout=300)
     assert run.rc != 0, "expected a failure:\n%s" % run.stdout[-3000:]
     msg, _fatals = _final_error(run.stdout)
@@ -108,6 +110,8 @@ def test_bad_role_input(lab, case):
     for fragment in fragments:
         assert fragment in msg, "%r not in the error: %s" % (fragment, msg)
     M.assert_unchanged(before, M.snapshot(lab.rest, {NS}))
+    assert state.snapshot(lab.rest) == operator_before, "the operator namespace changed: %s -> %s" % (
+        operator_before, state.snapshot(lab.rest))
     assert _cordoned(lab) == cordoned, "a node was cordoned by a run that failed on bad input"
     # not even cordoned and uncordoned again: the run stopped before the cordon task
     assert "node_maintenance : Cordon the node]" not in run.stdout, "the run reached the cordon: %s" % msg

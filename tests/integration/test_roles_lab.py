@@ -5,8 +5,9 @@
 
 Each role test module starts its own lab (a real kube-apiserver, quota controller, scheduler and the
 KubeVirt emulator; tests/lab), applies a scenario, runs a playbook of the collection with
-ansible-playbook as the least-privilege user of rbac/clusterrole.yml, and asserts on the cluster state
-afterwards.
+ansible-playbook as the least-privilege user of rbac/clusterrole.yml (and rbac/operator-namespace.yml's Role in
+kvquota-system), and asserts on the cluster state afterwards: the quotas, and what the collection keeps in the
+operator namespace (ledger ConfigMaps, lock Leases; read through kvqlab.state).
 
 Environment:
   KVQ_LAB_REQUIRED=1         a missing lab build fails instead of skipping
@@ -26,23 +27,18 @@ from pathlib import Path
 
 import pytest
 
-from modlab import require_lab_build, wait
+from modlab import require_lab_build, wait   # modlab puts tests/lab on sys.path: kvqlab after it
+
+from kvqlab import state  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 KV = "/apis/kubevirt.io/v1"
-LEDGER_ANNOTATION_PREFIX = "kvquota"
 FINAL = ("Succeeded", "Failed")
 
 
 def collections_path():
     return os.environ.get("KVQ_ROLES_COLLECTIONS_PATH", os.environ["KVQ_COLLECTIONS_PATH"])
-
-
-def ledger_annotation():
-    """The ledger annotation key, from the collection itself."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION
-    return LEDGER_ANNOTATION
 
 
 class RoleLab(object):
@@ -133,16 +129,13 @@ class RoleLab(object):
         return wait(pred, timeout, what, interval)
 
     # -- clean-up after a test that failed half way ----------------------------------------------------
+    def ledgers(self):
+        """{(namespace, quota): ledger dict} of every ledger in the operator namespace."""
+        return state.ledgers(self.rest)
+
     def reservations(self):
-        """Every reservation id held in a ledger anywhere in the cluster."""
-        key = ledger_annotation()
-        ids = set()
-        objects = self.get("/api/v1/resourcequotas")["items"] + self.get("/api/v1/namespaces")["items"]
-        for obj in objects:
-            text = (obj["metadata"].get("annotations") or {}).get(key)
-            if text:
-                ids.update((json.loads(text).get("reservations") or {}).keys())
-        return sorted(ids)
+        """Every reservation id held in a ledger."""
+        return state.reservation_ids(self.ledgers().values())
 
     def force_clean(self):
         """Release every reservation (force), cancel unfinished migrations, uncordon every node."""
@@ -158,15 +151,13 @@ class RoleLab(object):
 
     # -- the state every run must leave --------------------------------------------------------------
     def assert_restored(self, base, namespaces):
-        """spec.hard byte-for-byte equal to base, no ledger annotation anywhere, no migration unfinished."""
-        key = ledger_annotation()
+        """spec.hard byte-for-byte equal to base; no ledger ConfigMap of their quotas and no lock in force on them
+        in the operator namespace, no 0.1.0 ledger annotation and no kvquota Lease in them; no migration
+        unfinished."""
         for ns in namespaces:
             assert self.hard(ns) == base[ns], "quota of %s not back to its base" % ns
-            for name, quota in self.quotas(ns).items():
-                annotations = quota["metadata"].get("annotations") or {}
-                assert key not in annotations, "ledger left on quota %s/%s: %s" % (ns, name, annotations[key])
-            ns_annotations = self.namespace(ns)["metadata"].get("annotations") or {}
-            assert key not in ns_annotations, "ledger left on namespace %s" % ns
+        left = state.leftovers(self.rest, namespaces)
+        assert not left, "left behind: %s" % "; ".join(left)
         unfinished = [m["metadata"]["name"] for m in self.vmims() if (m.get("status") or {}).get("phase") not in FINAL]
         assert not unfinished, "migrations not finished: %s" % unfinished
 

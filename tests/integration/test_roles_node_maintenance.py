@@ -2,12 +2,12 @@
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """playbooks/node_maintenance.yml against the lab, scenario (a): a ratio-1.5 tenant near the top of its
-quota. The maintenance succeeds, the quota goes back to its base byte for byte, no ledger is left, every
-VM runs on another node; a second run changes nothing; a failed migration is reported with how to
+quota. The maintenance succeeds, the quota goes back to its base byte for byte, no ledger (ConfigMap in the
+operator namespace kvquota-system) or lock in force is left, every VM runs on another node; a second run changes nothing; a failed migration is reported with how to
 resume and a re-run converges; an interrupted run (killed mid-batch) is resumed; the policies for VMs
 that cannot live-migrate (fail, shutdown, skip) do what they say.
 
-Runs as the least-privilege user of rbac/clusterrole.yml.
+Runs as the least-privilege user of rbac/clusterrole.yml and rbac/operator-namespace.yml.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -18,7 +18,7 @@ import signal
 
 import pytest
 
-from test_roles_lab import KV, base_fixture, lab_fixture, playbook
+from test_roles_lab import KV, base_fixture, lab_fixture, playbook, state
 
 NS = "a-tenant"
 
@@ -72,6 +72,12 @@ def test_a_killed_run_is_resumed(lab, base):
         proc.wait(30)
     finally:
         lab.set_knobs(stall_migrations=None)
+    # what the re-run resumes from: the killed run's ledger, in the operator namespace, nothing on the tenant's
+    # quota or namespace but spec.hard
+    held = dict((key, ledger) for key, ledger in lab.ledgers().items() if key[0] == NS)
+    assert held and all("%s-b0" % node in (ledger.get("reservations") or {}) for ledger in held.values()), held
+    assert not state.legacy_annotations(lab.rest, [NS])
+    assert lab.hard(NS) != base[NS], "the killed run's reservation is not on the quota"
     rerun = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
     print(rerun.stdout[-3000:])
     assert rerun.rc == 0, rerun

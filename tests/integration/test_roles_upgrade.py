@@ -166,6 +166,7 @@ def test_reaper_releases_an_expired_reservation(lab, base):
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert reserved.returncode == 0, reserved.stdout
     assert lab.hard(NS) != base[NS]
+    assert lab.reservations() == ["forgotten-job"], "its ledger is not in the operator namespace"
     time.sleep(2)
     run = playbook(lab, "reaper")
     print(run.stdout[-2000:])
