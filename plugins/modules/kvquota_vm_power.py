@@ -51,6 +51,7 @@ attributes:
     description: Reads the VMIs and the record, writes and stops/starts nothing.
   diff_mode:
     support: none
+    description: Reports the VMs it stopped or started in its result, not as a diff.
 '''
 
 EXAMPLES = r'''

@@ -211,7 +211,7 @@ def serve(port: int, cert: str, key: str, client_ca: str, admin_kubeconfig: str)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m kvqlab.virtapi", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m kvqlab.virtapi", description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--cert", required=True)
     ap.add_argument("--key", required=True)
