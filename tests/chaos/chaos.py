@@ -1213,7 +1213,8 @@ NOTES = [
     "the re-run releases them first (\"resuming:\") and finishes. Quotas never go below their base while a "
     "play runs (sampled).",
     "- A play killed while it writes a reservation leaves its lock behind (a Lease kvq-lock-<namespace> in the "
-    "operator namespace, held by a dead process). The Lease lasts the Rancher sync timeout + 30 s (90 s), shorter than the default lock_timeout (120 s), so the "
+    "operator namespace, held by a dead process). The Lease lasts the Rancher sync timeout + 30 s (90 s), shorter "
+    "than the default lock_timeout (120 s), so the "
     "re-run waits for it with a warning naming the dead run as holder, then goes on. (The first full campaign "
     "found this point failing with the earlier 300 s Lease.)",
     "- Pods larger than planned: when every pod is rendered larger (a real overhead the formula misses), the "

@@ -47,8 +47,8 @@ def lease(ns, name, holder, renewed, duration=90):
 
 def cluster():
     return FakeRest({
-        "/api/v1/resourcequotas": [quota("a-tenant", "compute", "u-1"), quota("b-tenant", "compute", "u-2",
-                                                                             {"kvquota.maintenance/ledger": "{}"})],
+        "/api/v1/resourcequotas": [quota("a-tenant", "compute", "u-1"),
+                                   quota("b-tenant", "compute", "u-2", {"kvquota.maintenance/ledger": "{}"})],
         "/api/v1/namespaces": [{"metadata": {"name": "c-tenant", "annotations": {"kvquota.maintenance/ledger": "{}"}}}],
         "/api/v1/namespaces/kvquota-system/configmaps": [
             ledger_cm("u-1", {"v": 2, "namespace": "a-tenant", "quota": "compute", "reservations": {"n1-b0": {},
