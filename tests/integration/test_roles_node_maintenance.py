@@ -4,8 +4,8 @@
 """playbooks/node_maintenance.yml against the lab, scenario (a): a ratio-1.5 tenant near the top of its
 quota. The maintenance succeeds, the quota goes back to its base byte for byte, no ledger (ConfigMap in the
 operator namespace kvquota-system) or lock in force is left, every VM runs on another node; a second run
-changes nothing; a failed migration is reported with how to resume and a re-run converges; an interrupted run (killed mid-batch) is resumed; the policies for VMs
-that cannot live-migrate (fail, shutdown, skip) do what they say.
+changes nothing; a failed migration is reported with how to resume and a re-run converges; an interrupted
+run (killed mid-batch) is resumed; the policies for VMs that cannot live-migrate (fail, shutdown, skip) do what they say.
 
 Runs as the least-privilege user of rbac/clusterrole.yml and rbac/operator-namespace.yml.
 """
