@@ -12,6 +12,8 @@ least-privilege user, on every ansible-core named by KVQ_ANSIBLE_VENV:
   it): rc 0, 0 batches, node uncordoned, node_maintenance_results;
 - node_maintenance failing in the plan step, before the first batch: rc 2, the error with "To resume" and
   "not cordoned" (the node was never cordoned), node_maintenance_results with outcome failed;
+- rolling_upgrade with no node selected and kubevirt_update with nothing outdated: rc 0, their summaries and
+  set_stats artifacts;
 - one module_defaults entry group/kvquota.maintenance.kvquota reaches kvquota_check and kubernetes.core's
   k8s_info (extend_group in meta/runtime.yml).
 
@@ -251,6 +253,33 @@ def test_node_maintenance_failure_before_the_first_batch(ansible, lab, base):
     assert not lab.node(node)["spec"].get("unschedulable")
     assert sorted((v["metadata"]["namespace"], v["metadata"]["name"]) for v in lab.vmis()
                   if v["status"].get("nodeName") == node) == vms_before
+    lab.assert_restored(base, [NS])
+
+
+def test_rolling_upgrade_with_no_node_selected(ansible, lab, base, tmp_path):
+    upgrade = tmp_path / "upgrade.yml"
+    upgrade.write_text(json.dumps([{"name": "never reached", "ansible.builtin.fail": {"msg": "no node was selected"}}]))
+    result = run(ansible, lab, "upgrade", {"rolling_upgrade_node_selector": "kvquota.test/none=true",
+                                           "rolling_upgrade_tasks": str(upgrade)})
+    assert result.rc == 0, result
+    summary = result.msg_starting("rolling upgrade: ")
+    assert summary[0].startswith("rolling upgrade: 0 of 0 node(s) upgraded in "), summary
+    assert [c.strip() for c in summary[1].split("|")] == ["node", "outcome", "batches", "VMs", "seconds"], summary
+    assert len(summary) == 2, summary
+    assert result.artifacts() == {"rolling_upgrade_nodes": []}, result.stats
+    lab.assert_restored(base, [NS])
+
+
+def test_kubevirt_update_with_nothing_outdated(ansible, lab, base):
+    result = run(ansible, lab, "kubevirt_update", {"kubevirt_update_namespaces": [NS],
+                                                   "kubevirt_update_outdated_wait": 0})
+    assert result.rc == 0, result
+    summary = result.msg_starting("KubeVirt update window: ")
+    assert summary[0].startswith("KubeVirt update window: succeeded, 0 of 0 batch(es) in "), summary
+    assert summary[1].split("|")[0].strip() == "batch" and len(summary) == 2, summary
+    assert result.artifacts() == {"kubevirt_update_result": {"outcome": "succeeded", "batches": [],
+                                                             "reservations_made": [],
+                                                             "reservations_released": []}}, result.stats
     lab.assert_restored(base, [NS])
 
 
