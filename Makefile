@@ -11,7 +11,8 @@ LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
-        sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick lint docs-lint build collection-copy bench bench-check bench-maintenance clean
+        sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick lint docs-lint build collection-copy bench bench-check bench-maintenance clean \
+        venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
 	@mkdir -p $(CACHE)
@@ -126,6 +127,46 @@ bench-check: deps lab-build
 
 bench-maintenance: deps lab-build
 	$(PY) tests/bench/bench_maintenance.py --repeat 2 --approaches role,naive,serial,role-tuned --json $(CACHE)/bench-maintenance.json
+
+# The roles on other ansible-core releases (issue 13): one venv per ansible-core series under $(CACHE)/venvs
+# (outside the work tree), holding that ansible-core, the Python packages the playbooks need, and in
+# <venv>/collections the kubernetes.core of the Ansible community release built for that ansible-core
+# (taken from its wheel on PyPI: Galaxy need not be reachable). Built once; delete the directory to rebuild.
+#   make venv-core-newest    ansible-core 2.21.x on Python 3.13 (pyenv)
+#   make venv-core-2.19      ansible-core 2.19.x on Python 3.11
+#   make roles-empty-paths   tests/integration/test_roles_empty_paths_lab.py on the system ansible and both venvs
+VENVS := $(CACHE)/venvs
+CORE_NEWEST := 2.21
+VENV_PY_2.19 := 3.11
+VENV_ANSIBLE_2.19 := 12
+VENV_PY_2.21 := 3.13
+VENV_ANSIBLE_2.21 := 14
+
+venv-core-newest: $(VENVS)/core-$(CORE_NEWEST)/kvq-venv.stamp
+venv-core-2.19: $(VENVS)/core-2.19/kvq-venv.stamp
+
+$(VENVS)/core-%/kvq-venv.stamp:
+	@set -e; core=$*; pyv=$(VENV_PY_$*); ansible=$(VENV_ANSIBLE_$*); venv=$(VENVS)/core-$*; \
+	if [ -z "$$pyv" ]; then echo "make: no venv recipe for ansible-core $$core. Fix: use 2.19 or $(CORE_NEWEST)" >&2; exit 1; fi; \
+	py=$$(python$$pyv -c 'import sys; print(sys.executable)' 2>/dev/null \
+	      || echo "$$(pyenv prefix "$$(pyenv latest $$pyv 2>/dev/null)" 2>/dev/null)/bin/python$$pyv"); \
+	if ! "$$py" -c '' 2>/dev/null; then \
+	  echo "make: ansible-core $$core needs Python $$pyv and none was found. Fix: pyenv install $$pyv (or install python$$pyv), then run make again" >&2; exit 1; \
+	fi; \
+	echo "make: building $$venv (ansible-core $$core.x on $$("$$py" -V), kubernetes.core of Ansible $$ansible)"; \
+	rm -rf "$$venv"; "$$py" -m venv "$$venv"; \
+	"$$venv/bin/pip" install -q "ansible-core==$$core.*" "kubernetes>=24.2.0" "pyyaml>=6.0" "jmespath>=1.0"; \
+	wheels=$$(mktemp -d); trap 'rm -rf "$$wheels"' EXIT; \
+	"$$venv/bin/pip" download -q --no-deps --only-binary :all: -d "$$wheels" "ansible==$$ansible.*"; \
+	"$$venv/bin/python" -c 'import glob, sys, zipfile; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/ansible-*.whl")[0]); \
+	  [z.extract(m, sys.argv[1]) for m in z.namelist() if m.startswith("ansible_collections/kubernetes/core/")]' "$$wheels"; \
+	ANSIBLE_COLLECTIONS_PATH="$$venv/collections" "$$venv/bin/ansible-galaxy" collection install --force -p "$$venv/collections" "$$wheels/ansible_collections/kubernetes/core" >/dev/null; \
+	"$$venv/bin/ansible-galaxy" collection list -p "$$venv/collections" kubernetes.core 2>/dev/null | grep kubernetes.core; \
+	"$$venv/bin/python" -c 'import ansible.release; print("ansible-core", ansible.release.__version__)' > $@
+
+roles-empty-paths: deps lab-build venv-core-2.19 venv-core-newest
+	KVQ_LAB_REQUIRED=1 KVQ_ANSIBLE_VENV=system:$(VENVS)/core-2.19:$(VENVS)/core-$(CORE_NEWEST) \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_empty_paths_lab.py
 
 clean:
 	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output
