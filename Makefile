@@ -52,7 +52,7 @@ demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
-test: deps lab-build sanity ansible-units lint docs-lint build lab-tests roles-tests chaos-quick
+test: deps lab-build sanity ansible-units lint docs-lint build lab-tests roles-tests roles-empty-paths chaos-quick
 	@echo "make test: all gates passed"
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
