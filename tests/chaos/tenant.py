@@ -438,7 +438,7 @@ class Attack(object):
 def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger="reservation"):
     """Drain node with playbooks/node_maintenance.yml; call during() once the attacked namespace holds a
     reservation (trigger "reservation") or a migration of it exists (trigger "migration"). Returns (rc, output)."""
-    sampler = Sampler(c, c.base_now)
+    sampler = c.sampler = Sampler(c, c.base)
     sampler.start()
     proc = c.start(dict(BOUNDED, node_maintenance_node=node, **(extra_vars or {})))
     fired = []
@@ -446,9 +446,15 @@ def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger
         if during is not None:
             deadline = time.monotonic() + RUN_TIMEOUT
             while proc.poll() is None and time.monotonic() < deadline:
-                ready = c.active(attack.ns) if trigger == "reservation" else \
-                    [m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") not in FINAL
-                     and "kvq" in m["metadata"]["name"]]
+                if trigger == "reservation":
+                    ready = c.active(attack.ns)
+                elif trigger == "migration":
+                    ready = [m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") not in FINAL
+                             and "kvq" in m["metadata"]["name"]]
+                else:   # "migrated": a migration of the run is over and its reservation still held
+                    ready = c.active(attack.ns) and [
+                        m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") == "Succeeded"
+                        and "kvq" in m["metadata"]["name"]]
                 if ready:
                     fired.append(time.monotonic() - proc.started)
                     during()
@@ -530,15 +536,15 @@ def attack_forged_event(c, attack):
             time.sleep(0.2)
 
     # target pods 90Mi larger than computed (less than the quotas' 200Mi margin, so that usage fits the base once
-    # the sources are gone): admission refuses them for real and the run tops up, the forged Event there to
-    # mislead it
-    c.r.set_knobs(oversize_bytes="90Mi")
+    # the sources are gone) and migrations slow enough that the first does not end before the second's target
+    # pod is retried: admission refuses it for real and the run tops up, the forged Event there to mislead it
+    c.r.set_knobs(oversize_bytes="90Mi", migration_seconds=20)
     try:
         rc, out = drain(c, attack, node, during=forge, trigger="migration")
     finally:
-        c.r.set_knobs(oversize_bytes=None)
-    top_ups = len(re.findall(r'"top_ups": [1-9]', out))
-    attack.notes.append("batches topped up: %d" % top_ups)
+        c.r.set_knobs(oversize_bytes=None, migration_seconds=None)
+    top_ups = re.findall(r"reservation \S+ topped up by [^\"]*", out)
+    attack.notes.extend(top_ups)
     if not top_ups:
         attack.fail("no batch was topped up: the forged Event was never in the way of a real refusal")
     attack.notes.append("forged Events posted: %d (%d refused by RBAC)" % (posted.count(0), posted.count(403)))
@@ -650,6 +656,23 @@ def attack_lock_squat(c, attack):
     settle(c, attack, node)
 
 
+def _wait_expanded(c, ns, timeout=15):
+    """Wait until a quota of ns is above its base as the quota controller sees it (status.hard): the reservation's
+    headroom is there to take (the ledger is written before the quota)."""
+    base = dict((q, _num(h)) for q, h in c.base[ns].items())
+
+    def expanded():
+        for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+            hard = _num((q.get("status") or {}).get("hard"))
+            if any(v > base.get(q["metadata"]["name"], {}).get(r, v) for r, v in hard.items()):
+                return True
+        return False
+    try:
+        c.wait(expanded, timeout, "the quota of %s to expand" % ns)
+    except AssertionError:
+        pass
+
+
 def _capture_pod(c, ns, name):
     """A pod sized to take every bit of room the quota has now (the reservation's headroom)."""
     free = {}
@@ -673,6 +696,7 @@ def attack_capture_fenced(c, attack):
     node = c.node_for(ns)
 
     def grab():
+        _wait_expanded(c, ns)
         for role in ("edit", "admin"):
             body = _capture_pod(c, ns, "grab-%s-%s" % (role, secrets.token_hex(2)))
             status, text = attempt(c.tenant(ns, role).create, "/api/v1/namespaces/%s/pods" % ns, body)
@@ -706,18 +730,30 @@ def attack_capture_unfenced(c, attack):
     grabbed = []
 
     def grab():
-        body = _capture_pod(c, ns, "grab-" + secrets.token_hex(3))
-        status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
-        if status:
-            attack.fail("without the fence the tenant's pod was refused: %s %s" % (status, text[:300]))
-        else:
-            grabbed.append(body["metadata"]["name"])
+        # the source pods end after their migrations: the room they free under the expanded quota is the
+        # headroom the tenant takes, before the run gives it back
+        deadline = time.monotonic() + 60
+        status, text = None, ""
+        while time.monotonic() < deadline:
+            body = _capture_pod(c, ns, "grab-" + secrets.token_hex(3))
+            limits = body["spec"]["containers"][0]["resources"]["limits"]
+            if int(limits["cpu"].rstrip("m")) >= 500:
+                status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
+                if status == 0:
+                    grabbed.append(body["metadata"]["name"])
+                    attack.notes.append("tenant pod %s took %s" % (body["metadata"]["name"], limits))
+                    return
+            if not c.active(ns):
+                break
+            time.sleep(0.05)
+        attack.notes.append("the reservation was released before the tenant could take its headroom (%s %s)"
+                            % (status, text[:200]))
     try:
         c.wait(lambda: c.rest.get_or_none("%s/validatingadmissionpolicybindings/%s" % (ADMISSION, FENCE_POLICY))
                is None, 20, "the fence binding to go")
         time.sleep(2)   # the API server's policy cache
-        rc, out = drain(c, attack, node, during=grab, expect_ok=False,
-                        extra_vars={"node_maintenance_reservation_ttl": "2m"})
+        rc, out = drain(c, attack, node, during=grab, expect_ok=False, trigger="migrated",
+                        extra_vars={"node_maintenance_reservation_ttl": "2m", "node_maintenance_poll_interval": 3})
         if not grabbed:
             return settle(c, attack, node)
         pod = grabbed[0]
@@ -824,6 +860,9 @@ def attack_rancher_annotation(c, attack):
     new_annotation = json.dumps({"limit": changed}, sort_keys=True)
 
     def rewrite():
+        # from now on the member's value is the base the quota must not exceed without a ledger
+        quota_name = sorted(c.base[ns])[0]
+        c.sampler.base[ns][quota_name]["limits.cpu"] = _num({"limits.cpu": changed["limitsCpu"]})["limits.cpu"]
         for value in (c.base_annotation, new_annotation):
             status, text = attempt(member.patch, "/api/v1/namespaces/" + ns,
                                    {"metadata": {"annotations": {RANCHER_ANNOTATION: value}}})
@@ -939,7 +978,6 @@ def main(argv=None):
     try:
         for name, ns, fn, _quick in chosen:
             attack = Attack(name, ns, (fn.__doc__ or "").split("\n")[0].strip())
-            c.base_now = c.base
             t0 = time.monotonic()
             log("%s (%s)" % (name, ns))
             try:
