@@ -431,8 +431,8 @@ class Attack(object):
         if self.forbidden:
             extra.append("%d forbidden" % len(self.forbidden))
         runs = ", ".join("%s rc=%s %.0fs" % (p, rc, s) for p, rc, s in self.runs)
-        return "  %-26s %-10s %s (%s%s)" % (self.name, self.ns, verdict, runs,
-                                             "; " + ", ".join(extra) if extra else "")
+        tail = "; " + ", ".join(extra) if extra else ""
+        return "  %-26s %-10s %s (%s%s)" % (self.name, self.ns, verdict, runs, tail)
 
 
 def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger="reservation"):
@@ -440,6 +440,7 @@ def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger
     reservation (trigger "reservation") or a migration of it exists (trigger "migration"). Returns (rc, output)."""
     sampler = c.sampler = Sampler(c, c.base)
     sampler.start()
+    earlier = set(m["metadata"]["uid"] for m in c.r.vmims(attack.ns))   # a previous drain's migrations
     proc = c.start(dict(BOUNDED, node_maintenance_node=node, **(extra_vars or {})))
     fired = []
     try:
@@ -450,11 +451,11 @@ def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger
                     ready = c.active(attack.ns)
                 elif trigger == "migration":
                     ready = [m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") not in FINAL
-                             and "kvq" in m["metadata"]["name"]]
+                             and "kvq" in m["metadata"]["name"] and m["metadata"]["uid"] not in earlier]
                 else:   # "migrated": a migration of the run is over and its reservation still held
                     ready = c.active(attack.ns) and [
                         m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") == "Succeeded"
-                        and "kvq" in m["metadata"]["name"]]
+                        and "kvq" in m["metadata"]["name"] and m["metadata"]["uid"] not in earlier]
                 if ready:
                     fired.append(time.monotonic() - proc.started)
                     during()
@@ -519,7 +520,8 @@ def attack_forged_event(c, attack):
                 seen.add(uid)
                 quota = sorted(c.base[ns])[0]
                 body = {
-                    "metadata": {"name": "%s.forged%s" % (m["metadata"]["name"], secrets.token_hex(3)), "namespace": ns},
+                    "metadata": {"name": "%s.forged%s" % (m["metadata"]["name"], secrets.token_hex(3)),
+                                 "namespace": ns},
                     "involvedObject": {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
                                        "name": m["metadata"]["name"], "namespace": ns, "uid": uid},
                     "reason": "FailedCreate", "type": "Warning", "count": 1,
@@ -557,8 +559,8 @@ def attack_forged_event(c, attack):
             continue
         for res, extra in peak.items():
             bound = 2 * charge.get(res, 0)
-            attack.notes.append("%s peak +%s %s (computed charge %s)" % (key, _fmt(extra, res), res,
-                                                                        _fmt(charge.get(res, 0), res)))
+            attack.notes.append("%s peak +%s %s (computed charge %s)"
+                                % (key, _fmt(extra, res), res, _fmt(charge.get(res, 0), res)))
             if extra > bound:
                 attack.fail("%s %s rose by %s, more than twice the computed charge %s"
                             % (key, res, _fmt(extra, res), _fmt(charge.get(res, 0), res)))
@@ -580,10 +582,12 @@ def attack_forged_ledger(c, attack):
     forged = json.dumps({"v": 1, "backend": "rancher", "base": {"limits.cpu": "64", "limits.memory": "512Gi"},
                          "written": {"limits.cpu": "64", "limits.memory": "512Gi"},
                          "state": {"rancherAnnotation": '{"limit": {"limitsCpu": "64000m", "limitsMemory": "512Gi"}}'},
-                         "reservations": {"%s-b0" % node: {"delta": {"limits.cpu": "-60"}, "expires": "2099-01-01T00:00:00Z"}}})
+                         "reservations": {"%s-b0" % node: {"delta": {"limits.cpu": "-60"},
+                                                           "expires": "2099-01-01T00:00:00Z"}}})
 
     def tamper():
-        status, text = attempt(member.patch, "/api/v1/namespaces/" + ns, {"metadata": {"annotations": {OLD_LEDGER: forged}}})
+        status, text = attempt(member.patch, "/api/v1/namespaces/" + ns,
+                               {"metadata": {"annotations": {OLD_LEDGER: forged}}})
         if status:
             attack.fail("the project member could not patch its Namespace: %s %s" % (status, text[:200]))
         else:
@@ -595,7 +599,8 @@ def attack_forged_ledger(c, attack):
 
     drain(c, attack, node, during=tamper)
     left = (c.r.namespace(ns)["metadata"].get("annotations") or {}).get(OLD_LEDGER)
-    attack.notes.append("forged annotation %s after the run" % ("removed" if left is None else "still there (never read)"))
+    attack.notes.append("forged annotation %s after the run"
+                        % ("removed" if left is None else "still there (never read)"))
     if left is not None:
         c.rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {OLD_LEDGER: None}}})
     settle(c, attack, node)
@@ -632,8 +637,9 @@ def attack_lock_squat(c, attack):
     tenant = c.tenant(ns)
     now = datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%S.000000Z")
     for name in ("kvquota-maintenance", "kvq-lock-" + ns):
-        body = {"metadata": {"name": name}, "spec": {"holderIdentity": "tenant-squatter", "leaseDurationSeconds": 999999,
-                                                      "acquireTime": now, "renewTime": now}}
+        body = {"metadata": {"name": name},
+                "spec": {"holderIdentity": "tenant-squatter", "leaseDurationSeconds": 999999,
+                         "acquireTime": now, "renewTime": now}}
         status, text = attempt(tenant.create, "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns, body)
         if status:
             attack.fail("squatting Lease %s/%s: %s %s" % (ns, name, status, text[:200]))
@@ -715,15 +721,17 @@ def attack_capture_fenced(c, attack):
         if status == 403 and "is fenced" in text:
             attack.fence_refusals += 1
         else:
-            attack.fail("a pod owned by a reserved VMI, created by the tenant: %s %s" % (status or "admitted", text[:300]))
+            attack.fail("a pod owned by a reserved VMI, created by the tenant: %s %s"
+                        % (status or "admitted", text[:300]))
 
     drain(c, attack, node, during=grab)
     settle(c, attack, node)
 
 
-def attack_capture_unfenced(c, attack):
-    """The fence uninstalled: the edit tenant's pod takes the headroom. The run must fail naming the pod; the
-    reaper must exit non-zero on the deferred release; once the pod is gone the reaper converges."""
+def attack_capture_unfenced(c, attack, early=False):
+    """The fence uninstalled: the edit tenant's pod takes the headroom freed by a source pod that ended, before
+    the release. The run must fail naming the pod; the reaper must exit non-zero on the deferred release, naming
+    it; once the pod is gone the reaper converges."""
     ns = attack.ns
     node = c.node_for(ns)
     c.uninstall_fence()
@@ -732,6 +740,8 @@ def attack_capture_unfenced(c, attack):
     def grab():
         # the source pods end after their migrations: the room they free under the expanded quota is the
         # headroom the tenant takes, before the run gives it back
+        if early:
+            _wait_expanded(c, ns)
         deadline = time.monotonic() + 60
         status, text = None, ""
         while time.monotonic() < deadline:
@@ -752,7 +762,7 @@ def attack_capture_unfenced(c, attack):
         c.wait(lambda: c.rest.get_or_none("%s/validatingadmissionpolicybindings/%s" % (ADMISSION, FENCE_POLICY))
                is None, 20, "the fence binding to go")
         time.sleep(2)   # the API server's policy cache
-        rc, out = drain(c, attack, node, during=grab, expect_ok=False, trigger="migrated",
+        rc, out = drain(c, attack, node, during=grab, expect_ok=False, trigger="reservation" if early else "migrated",
                         extra_vars={"node_maintenance_reservation_ttl": "2m", "node_maintenance_poll_interval": 3})
         if not grabbed:
             return settle(c, attack, node)
@@ -794,17 +804,25 @@ def attack_capture_unfenced(c, attack):
         c.install_fence()
 
 
+def attack_capture_unfenced_early(c, attack):
+    """The fence uninstalled: the edit tenant's pod takes the headroom as soon as the quota grew, before KubeVirt
+    creates the target pods. The run must stop (no top-up past the cap) naming the pod; the reaper must exit
+    non-zero naming it; once the pod is gone the reaper converges."""
+    attack_capture_unfenced(c, attack, early=True)
+
+
 def attack_launcher_labels(c, attack):
-    """edit tenant: a bare pod on the drained node labelled kubevirt.io=virt-launcher and kubevirt.io/created-by
-    a VMI's uid (a fake launcher / source pod), before the drain; the drain evicts it and the release is not held
-    up by it."""
+    """edit tenant: a bare pod on the drained node labelled kubevirt.io=virt-launcher, kubevirt.io/created-by and
+    vm.kubevirt.io/name (a fake launcher), before the drain; the drain must evict it like any pod, and the release
+    must not be held up by it. (created-by names no real VMI: the lab's emulated virt-handler finds source pods by
+    that label and would complete the fake instead of the real source pod, which real KubeVirt does not do.)"""
     ns = attack.ns
     node = c.node_for(ns)
     vmi = [v for v in c.r.vmis(ns) if (v.get("status") or {}).get("nodeName") == node][0]["metadata"]
     name = "fake-launcher-" + secrets.token_hex(2)
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": {
-                "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vmi["uid"],
+                "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "00000000-0000-4000-8000-%012d" % 1,
                 "vm.kubevirt.io/name": vmi["name"], "kubevirt.io/domain": vmi["name"]}},
             "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "example.invalid/fake",
                                                        "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}}}]}}
@@ -833,9 +851,9 @@ def attack_vmim_labels(c, attack):
               "kvquota.io/reservation": "%s-b0" % node, "kvqlab.io/tenant-attack": "true"}
     path = KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns
     ghost = "ghost-kvq-" + secrets.token_hex(2)
-    status, text = attempt(tenant.create, path, {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                                                 "metadata": {"name": ghost, "labels": labels},
-                                                 "spec": {"vmiName": "no-such-vm"}})
+    status, text = attempt(tenant.create, path, {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": ghost, "labels": labels}, "spec": {"vmiName": "no-such-vm"}})
     if status:
         attack.fail("creating the labelled migration: %s %s" % (status, text[:300]))
     drain(c, attack, node)
@@ -921,7 +939,8 @@ def attack_delete_migration(c, attack):
         if rc == 0:
             attack.notes.append("drain rc=0 although %s was deleted (followed to its end)" % deleted[0])
         elif deleted[0] not in out:
-            attack.fail("the drain failed without naming the deleted migration %s: %s" % (deleted[0], _failure_text(out)))
+            attack.fail("the drain failed without naming the deleted migration %s: %s"
+                        % (deleted[0], _failure_text(out)))
         else:
             attack.notes.append("drain failed naming the deleted migration %s" % deleted[0])
     else:
@@ -945,6 +964,7 @@ ATTACKS = (
     ("lock-squat", PLAIN[1], attack_lock_squat, True),
     ("headroom-capture-fenced", PLAIN[0], attack_capture_fenced, True),
     ("headroom-capture-unfenced", PLAIN[1], attack_capture_unfenced, False),
+    ("headroom-capture-early", PLAIN[0], attack_capture_unfenced_early, False),
     ("launcher-labels", PLAIN[0], attack_launcher_labels, False),
     ("vmim-labels", PLAIN[1], attack_vmim_labels, False),
     ("rancher-annotation", RANCHER_NS, attack_rancher_annotation, False),
