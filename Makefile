@@ -11,8 +11,8 @@ LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
-        sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick lint docs-lint build collection-copy bench bench-check bench-maintenance clean \
-        venv-core-newest venv-core-2.19 roles-empty-paths
+        sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
+        collection-copy bench bench-check bench-maintenance clean venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
 	@mkdir -p $(CACHE)
@@ -87,6 +87,11 @@ chaos: deps lab-build
 
 chaos-quick: deps lab-build
 	$(PY) tests/chaos/chaos.py --quick --no-doc --json $(CACHE)/chaos-quick.json
+
+# The tenant campaign (tests/chaos/tenant.py, issue 10): every tenant attack on kvquota's state, each during a
+# real drain; tests/integration/test_tenant_campaign_lab.py runs its --quick set.
+chaos-tenant: deps lab-build
+	$(PY) tests/chaos/tenant.py --json $(CACHE)/chaos-tenant.json
 
 # ansible-test needs the collection at ansible_collections/kvquota/maintenance: copy what git
 # tracks or would track (no caches, no build outputs).

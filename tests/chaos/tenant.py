@@ -1,0 +1,1036 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tenant campaign (issue 10, item 9): every tenant attack on kvquota's state, each during a real drain.
+
+    python3 tests/chaos/tenant.py [--quick] [--json FILE] [--keep] [--only a,b]
+
+One lab (tests/lab) with tests/chaos/scenarios/tenant.yaml (two plain tenant namespaces with tight quotas and a
+Rancher-managed one), the headroom fence installed as documented (kubectl apply -f rbac/fence.yml; the lab user
+is bound to every role of rbac/*.yml), the Rancher 2.14+ quota lock-down on. For each attack,
+playbooks/node_maintenance.yml drains the node that holds the attacked namespace's VMs, run with
+ansible-playbook as the least-privilege lab user, and the attack is made AS A TENANT (kvqlab.tenants: a
+ServiceAccount bound to edit or admin in its namespace, or a Rancher project member who may patch the project's
+Namespaces) at the moment the namespace holds a reservation (a kvq-ledger-* ConfigMap with an active
+reservation for one of its quotas in the operator namespace), or before the drain where the attack is a trap.
+
+Checked for every attack:
+- the drain completes, or fails only where it must (headroom taken without the fence, our migration deleted by
+  the tenant) with a message naming the cause, and a re-run or the reaper then converges;
+- no quota is ever above its base without an active reservation (a sampler reads every quota's spec.hard and
+  the ledgers every ~0.3 s while the play runs);
+- every quota ends at its base byte for byte (and the Rancher namespace annotation too); no kvq-ledger-*
+  ConfigMap, no unexpired kvq-lock-* Lease, no fence entry is left;
+- what the tenant tried on the operator namespace was refused (403).
+
+Prints one line per attack and then
+    tenant: N/N attacks contained (0 quota above base, 0 runs blocked, K refused by the fence)
+--quick runs the reduced set meant for `make test`.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import argparse
+import calendar
+import datetime
+import importlib.util
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_repo_conftest():
+    """The repository root's conftest.py exports KVQ_COLLECTIONS_PATH and makes the collection importable."""
+    spec = importlib.util.spec_from_file_location("kvq_repo_conftest", str(REPO / "conftest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+_load_repo_conftest()
+for extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
+    if extra not in sys.path:
+        sys.path.insert(0, extra)
+
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+from test_roles_lab import RoleLab, collections_path  # noqa: E402
+from kvqlab import tenants  # noqa: E402
+from kvqlab.emulator import rancher as rancher_mod  # noqa: E402
+from kvqlab.emulator.rest import Rest  # noqa: E402
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
+    parse_resource_list)
+
+SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "tenant.yaml")
+FENCE_FILE = REPO / "rbac" / "fence.yml"
+OPERATOR_NS = "kvquota-system"
+KV = "/apis/kubevirt.io/v1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+FENCE_POLICY = "kvquota-headroom-fence"
+FENCE_CONFIGMAP = "kvq-fence"
+LEDGER_LABEL = "kvquota.maintenance/ledger=true"
+LEDGER_QUOTA_ANNOTATION = "kvquota.maintenance/quota"
+OLD_LEDGER = "kvquota.maintenance/ledger"           # 0.1.0's ledger annotation
+RANCHER_ANNOTATION = rancher_mod.QUOTA_ANNOTATION
+PLAIN = ("t-plain-1", "t-plain-2")
+RANCHER_NS = "t-rancher"
+FINAL = ("Succeeded", "Failed")
+RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
+# bounded waits (as the chaos campaigns): a run that cannot release fails in a minute, not in the role's 10
+BOUNDED = {"node_maintenance_release_timeout": 60, "node_maintenance_rescue_release_timeout": 20,
+           "node_maintenance_poll_interval": 1}
+RUN_TIMEOUT = 600
+_LIVE = []
+
+
+def log(msg):
+    sys.stderr.write("[tenant %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def _kill_live(*_args):
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+    if _args:
+        sys.exit(143)
+
+
+def _num(hard):
+    try:
+        return parse_resource_list(hard or {})
+    except Exception:  # noqa: BLE001 - an unreadable value is reported by the final byte-for-byte check
+        return {}
+
+
+def _now_stamp(offset=0):
+    return (datetime.datetime.utcnow() + datetime.timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(stamp):
+    return calendar.timegm(time.strptime(stamp.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S"))
+
+
+def attempt(fn, *args, **kwargs):
+    """(status, body text): 0 when the request went through, else the API's status code."""
+    try:
+        fn(*args, **kwargs)
+        return 0, ""
+    except ApiException as exc:
+        return exc.status, " ".join(str(exc.body).split())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the lab
+
+class Campaign(object):
+    """The lab, the tenants, the bases, the playbook runs and the checks."""
+
+    def __init__(self, keep=False):
+        self.dir = Path(tempfile.mkdtemp(prefix="kvq-tenant-", dir=str(RUN_ROOT)))
+        self.keep = keep
+        log("lab in %s" % self.dir)
+        try:
+            self.r = RoleLab(self.dir, SCENARIO, knobs={"rancher_lockdown": True})
+        except BaseException:
+            import kvqlab
+            kvqlab.down(str(self.dir))
+            raise
+        self.rest = self.r.rest
+        self.install_fence()
+        self.base = dict((ns, self.r.hard(ns)) for ns in PLAIN + (RANCHER_NS,))
+        self.base_annotation = self.annotation(RANCHER_NS)
+        self.tenants = {}
+        for ns in PLAIN:
+            self.tenants[ns] = tenants.make(self.r.lab, ns, roles=("edit", "admin"))
+        self.tenants[RANCHER_NS] = tenants.make(self.r.lab, RANCHER_NS, project_namespaces=[RANCHER_NS])
+        self.runs = 0
+
+    def stop(self):
+        if self.keep:
+            log("lab left running in %s" % self.dir)
+            return
+        try:
+            self.r.stop()
+        except Exception as exc:  # noqa: BLE001 - best effort
+            log("stopping %s: %s" % (self.dir, exc))
+        shutil.rmtree(str(self.dir), ignore_errors=True)
+
+    def tenant(self, ns, role="edit"):
+        return Rest(self.tenants[ns][role].api_client())
+
+    # -- the fence, installed and removed as the administrator does -----------------------------------
+    def install_fence(self):
+        self.r.lab.kubectl("apply", "-f", str(FENCE_FILE))
+
+    def uninstall_fence(self):
+        """The documented opt-out minus the ClusterRole (the lab user keeps its binding to it)."""
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            attempt(self.rest.delete, "%s/%s/%s" % (ADMISSION, kind, FENCE_POLICY))
+
+    # -- reads --------------------------------------------------------------------------------------
+    def annotation(self, ns):
+        return (self.r.namespace(ns)["metadata"].get("annotations") or {}).get(RANCHER_ANNOTATION)
+
+    def ledgers(self):
+        """{"ns/quota": ledger} of the ledgers in the operator namespace."""
+        items = self.rest.get("/api/v1/namespaces/%s/configmaps" % OPERATOR_NS, labelSelector=LEDGER_LABEL)["items"]
+        out = {}
+        for cm in items:
+            key = (cm["metadata"].get("annotations") or {}).get(LEDGER_QUOTA_ANNOTATION) or cm["metadata"]["name"]
+            try:
+                out[key] = json.loads((cm.get("data") or {}).get("ledger") or "{}")
+            except ValueError:
+                out[key] = {"unparsable": True}
+        return out
+
+    def active(self, ns=None):
+        """Keys "ns/quota" whose ledger holds an active reservation (of namespace ns)."""
+        return sorted(k for k, v in self.ledgers().items()
+                      if (v.get("reservations") or {}) and (ns is None or k.split("/")[0] == ns))
+
+    def locks(self):
+        now = time.time()
+        out = []
+        for lease in self.rest.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % OPERATOR_NS)["items"]:
+            spec = lease.get("spec") or {}
+            renewed = spec.get("renewTime") or spec.get("acquireTime")
+            live = spec.get("holderIdentity") and renewed and \
+                _epoch(renewed) + int(spec.get("leaseDurationSeconds") or 0) > now
+            if lease["metadata"]["name"].startswith("kvq-lock-") and live:
+                out.append("%s (holder %s)" % (lease["metadata"]["name"], spec.get("holderIdentity")))
+        return out
+
+    def fence_entries(self):
+        cm = self.rest.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, FENCE_CONFIGMAP)) or {}
+        return sorted(k for k in (cm.get("data") or {}) if k.startswith(("ns.", "vmi.")))
+
+    def vmi_nodes(self, ns=None):
+        return dict((v["metadata"]["name"], (v.get("status") or {}).get("nodeName"))
+                    for v in self.r.vmis(ns))
+
+    def node_for(self, ns):
+        """The node holding most VMs of namespace ns (ties: the node holding most VMs)."""
+        counts, total = {}, {}
+        for vmi in self.r.vmis():
+            node = (vmi.get("status") or {}).get("nodeName")
+            total[node] = total.get(node, 0) + 1
+            if vmi["metadata"]["namespace"] == ns:
+                counts[node] = counts.get(node, 0) + 1
+        return sorted(counts, key=lambda n: (-counts[n], -total[n], n))[0]
+
+    def charge_on(self, ns, node):
+        """Sum of the limits of ns's launcher pods on node: what draining node reserves there, computed."""
+        total = {}
+        for pod in self.rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io=virt-launcher")["items"]:
+            if pod["spec"].get("nodeName") != node or (pod.get("status") or {}).get("phase") in FINAL:
+                continue
+            for c in pod["spec"]["containers"]:
+                for name, value in _num((c.get("resources") or {}).get("limits") or {}).items():
+                    total["limits." + name] = total.get("limits." + name, 0) + value
+        return total
+
+    # -- the state every attack must leave ----------------------------------------------------------
+    def problems(self, base=None, annotation=None, node=None):
+        base = base or self.base
+        annotation = self.base_annotation if annotation is None else annotation
+        out = []
+        for ns, hard in sorted(base.items()):
+            now = self.r.hard(ns)
+            if now != hard:
+                out.append("quota of %s not at base: %s != %s" % (ns, json.dumps(now, sort_keys=True),
+                                                                  json.dumps(hard, sort_keys=True)))
+        if self.annotation(RANCHER_NS) != annotation:
+            out.append("namespace %s annotation %s is %r, was %r" % (RANCHER_NS, RANCHER_ANNOTATION,
+                                                                     self.annotation(RANCHER_NS), annotation))
+        left = sorted(self.ledgers())
+        if left:
+            out.append("ledger(s) left: %s" % left)
+        if self.locks():
+            out.append("unexpired lock(s) left: %s" % self.locks())
+        if self.fence_entries():
+            out.append("fence entries left: %s" % self.fence_entries())
+        unfinished = ["%s/%s" % (m["metadata"]["namespace"], m["metadata"]["name"]) for m in self.r.vmims()
+                      if (m.get("status") or {}).get("phase") not in FINAL
+                      and not m["metadata"].get("labels", {}).get("kvqlab.io/tenant-attack")]
+        if unfinished:
+            out.append("migrations unfinished: %s" % unfinished)
+        for v in self.r.vmis():
+            st = v.get("status") or {}
+            if st.get("phase") != "Running":
+                out.append("VM %s/%s is %s" % (v["metadata"]["namespace"], v["metadata"]["name"], st.get("phase")))
+            elif node and st.get("nodeName") == node:
+                out.append("VM %s/%s still on %s" % (v["metadata"]["namespace"], v["metadata"]["name"], node))
+        return out
+
+    # -- playbook runs ------------------------------------------------------------------------------
+    def start(self, extra_vars, name="node_maintenance"):
+        """ansible-playbook as the least-privilege lab user, in its own process group."""
+        self.runs += 1
+        tag = "%s-%d" % (name, self.runs)
+        vars_file = self.dir / ("%s.vars.json" % tag)
+        vars_file.write_text(json.dumps(extra_vars))
+        out_file = self.dir / ("%s.out" % tag)
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+            "K8S_AUTH_KUBECONFIG": str(self.r.lab.user_kubeconfig),
+            "KUBECONFIG": "/nonexistent/kvq-tenant-kubeconfig",
+            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+        })
+        cmd = ["ansible-playbook", str(REPO / "playbooks" / ("%s.yml" % name)), "-e", "@%s" % vars_file]
+        with open(str(out_file), "w") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(self.dir),
+                                    start_new_session=True)
+        proc.out_file, proc.started = out_file, time.monotonic()
+        _LIVE.append(proc)
+        return proc
+
+    def finish(self, proc, timeout=RUN_TIMEOUT):
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+        _LIVE.remove(proc)
+        return proc.returncode, Path(proc.out_file).read_text(errors="replace"), time.monotonic() - proc.started
+
+    def run(self, extra_vars, name="node_maintenance"):
+        return self.finish(self.start(extra_vars, name))
+
+    def uncordon_all(self):
+        for n in self.rest.get("/api/v1/nodes")["items"]:
+            if n["spec"].get("unschedulable"):
+                self.rest.patch("/api/v1/nodes/%s" % n["metadata"]["name"], {"spec": {"unschedulable": False}})
+
+    def wait(self, pred, timeout, what, interval=0.2):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = pred()
+            if value:
+                return value
+            time.sleep(interval)
+        raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+class Sampler(threading.Thread):
+    """Every ~0.3 s while a play runs: every quota's spec.hard against its base, and the ledgers.
+
+    A quota above its base is a leak only when no ledger covers it: kvquota writes its intent to the ledger before
+    the quota (a reservation added, or removed on release) and deletes the ledger only once the quota is back at
+    its base (Rancher: once spec.hard followed the annotation), so while a ledger exists it says what the quota
+    must return to. The ledgers are read before and after the quotas (either order alone races with a write),
+    and a quota counts as covered when either read has its ledger. peak: the largest value above the base seen
+    per quota and resource."""
+
+    def __init__(self, campaign, base):
+        super(Sampler, self).__init__(daemon=True)
+        self.c = campaign
+        self.base = dict((ns, dict((q, _num(h)) for q, h in hard.items())) for ns, hard in base.items())
+        self.stop_flag = threading.Event()
+        self.uncovered = []
+        self.peak = {}
+        self.samples = 0
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - the apiserver may be busy; look again
+                pass
+            self.stop_flag.wait(0.3)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.join(10)
+
+    def sample(self):
+        before = set(self.c.ledgers())
+        quotas = self.c.rest.get("/api/v1/resourcequotas")["items"]
+        after = None
+        for q in quotas:
+            ns, name = q["metadata"]["namespace"], q["metadata"]["name"]
+            base = (self.base.get(ns) or {}).get(name)
+            if not base:
+                continue
+            hard = _num((q.get("spec") or {}).get("hard"))
+            above = dict((res, value - base[res]) for res, value in hard.items() if res in base and value > base[res])
+            if not above:
+                continue
+            key = "%s/%s" % (ns, name)
+            peak = self.peak.setdefault(key, {})
+            for res, extra in above.items():
+                peak[res] = max(peak.get(res, 0), extra)
+            if key in before:
+                continue
+            if after is None:
+                after = set(self.c.ledgers())
+            if key not in after:
+                self.uncovered.append("%s above base by %s with no ledger"
+                                      % (key, dict((r, str(v)) for r, v in above.items())))
+        self.samples += 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one attack = one drain with a tenant acting during it
+
+class Attack(object):
+    """What one attack did and found."""
+
+    def __init__(self, name, ns, what):
+        self.name, self.ns, self.what = name, ns, what
+        self.notes = []            # what happened, for the report
+        self.failures = []         # what was not contained
+        self.forbidden = []        # tenant requests refused by RBAC (403) where expected
+        self.fence_refusals = 0
+        self.uncovered = []
+        self.blocked = False
+        self.runs = []             # (playbook, rc, seconds)
+        self.seconds = 0.0
+
+    def fail(self, text):
+        self.failures.append(text)
+
+    def expect_forbidden(self, label, status_body):
+        status, body = status_body
+        if status == 403:
+            self.forbidden.append(label)
+        else:
+            self.fail("%s: expected 403, got %s %s" % (label, status or "success", body[:300]))
+
+    def to_json(self):
+        return {"attack": self.name, "namespace": self.ns, "what": self.what, "contained": not self.failures,
+                "failures": self.failures, "notes": self.notes, "forbidden": self.forbidden,
+                "fence_refusals": self.fence_refusals, "quota_above_base": self.uncovered, "blocked": self.blocked,
+                "runs": [{"playbook": p, "rc": rc, "seconds": round(s, 1)} for p, rc, s in self.runs],
+                "seconds": round(self.seconds, 1)}
+
+    def line(self):
+        verdict = "contained" if not self.failures else "NOT CONTAINED: " + "; ".join(self.failures)
+        extra = []
+        if self.fence_refusals:
+            extra.append("%d refused by the fence" % self.fence_refusals)
+        if self.forbidden:
+            extra.append("%d forbidden" % len(self.forbidden))
+        runs = ", ".join("%s rc=%s %.0fs" % (p, rc, s) for p, rc, s in self.runs)
+        tail = "; " + ", ".join(extra) if extra else ""
+        return "  %-26s %-10s %s (%s%s)" % (self.name, self.ns, verdict, runs, tail)
+
+
+def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger="reservation"):
+    """Drain node with playbooks/node_maintenance.yml; call during() once the attacked namespace holds a
+    reservation (trigger "reservation") or a migration of it exists (trigger "migration"). Returns (rc, output)."""
+    sampler = c.sampler = Sampler(c, c.base)
+    sampler.start()
+    earlier = set(m["metadata"]["uid"] for m in c.r.vmims(attack.ns))   # a previous drain's migrations
+    proc = c.start(dict(BOUNDED, node_maintenance_node=node, **(extra_vars or {})))
+    fired = []
+    try:
+        if during is not None:
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while proc.poll() is None and time.monotonic() < deadline:
+                if trigger == "reservation":
+                    ready = c.active(attack.ns)
+                elif trigger == "migration":
+                    ready = [m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") not in FINAL
+                             and "kvq" in m["metadata"]["name"] and m["metadata"]["uid"] not in earlier]
+                else:   # "migrated": a migration of the run is over and its reservation still held
+                    ready = c.active(attack.ns) and [
+                        m for m in c.r.vmims(attack.ns) if (m.get("status") or {}).get("phase") == "Succeeded"
+                        and "kvq" in m["metadata"]["name"] and m["metadata"]["uid"] not in earlier]
+                if ready:
+                    fired.append(time.monotonic() - proc.started)
+                    during()
+                    break
+                time.sleep(0.1)
+        rc, out, secs = c.finish(proc)
+    finally:
+        sampler.stop()
+    attack.runs.append(("node_maintenance", rc, secs))
+    attack.uncovered.extend(sampler.uncovered)
+    attack.peak = sampler.peak
+    if during is not None and not fired:
+        attack.fail("the drain never reached the attack's moment (%s of %s)" % (trigger, attack.ns))
+    else:
+        if fired:
+            attack.notes.append("attacked %.1fs into the run" % fired[0])
+    if expect_ok and rc != 0:
+        attack.blocked = True
+        attack.fail("drain of %s failed (rc %s): %s" % (node, rc, _failure_text(out)))
+    return rc, out
+
+
+def _failure_text(out):
+    lines = [ln.strip() for ln in out.splitlines() if '"msg"' in ln or "fatal:" in ln or "FAILED!" in ln]
+    return " | ".join(lines[-3:])[:1500] or out[-1500:]
+
+
+def settle(c, attack, node=None, base=None, annotation=None):
+    """The end state: quotas at base (waited for a little: Rancher follows its annotation), nothing left."""
+    deadline = time.monotonic() + 30
+    probs = c.problems(base, annotation, node)
+    while probs and time.monotonic() < deadline:
+        time.sleep(1)
+        probs = c.problems(base, annotation, node)
+    for p in probs:
+        attack.fail(p)
+    if attack.uncovered:
+        attack.fail("%d sample(s) with a quota above its base and no ledger, first: %s"
+                    % (len(attack.uncovered), attack.uncovered[0]))
+    c.uncordon_all()
+
+
+# -- the attacks ----------------------------------------------------------------------------------------
+
+def attack_forged_event(c, attack):
+    """A FailedCreate Event about our migration, huge amounts, future timestamp, posted as edit while the target
+    pods (90Mi larger than computed) are refused for real and the run tops up (from trusted state only)."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    charge = c.charge_on(ns, node)
+    tenant = c.tenant(ns)
+    posted = []
+
+    def forge():
+        stop = time.monotonic() + 60
+        seen = set()
+        while time.monotonic() < stop and len(seen) < 2:
+            for m in c.r.vmims(ns):
+                uid = m["metadata"]["uid"]
+                if uid in seen or "kvq" not in m["metadata"]["name"]:
+                    continue
+                seen.add(uid)
+                quota = sorted(c.base[ns])[0]
+                body = {
+                    "metadata": {"name": "%s.forged%s" % (m["metadata"]["name"], secrets.token_hex(3)),
+                                 "namespace": ns},
+                    "involvedObject": {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                                       "name": m["metadata"]["name"], "namespace": ns, "uid": uid},
+                    "reason": "FailedCreate", "type": "Warning", "count": 1,
+                    "message": 'Error creating pod: pods "virt-launcher-%s-forged" is forbidden: exceeded quota: %s, '
+                               "requested: limits.cpu=20,limits.memory=100Gi, used: limits.cpu=2050m,"
+                               "limits.memory=3356213456, limited: limits.cpu=2153m,limits.memory=3524024129"
+                               % (m["spec"].get("vmiName"), quota),
+                    "source": {"component": "virt-controller"}, "reportingComponent": "virt-controller",
+                    "firstTimestamp": _now_stamp(3600), "lastTimestamp": _now_stamp(7200)}
+                status, text = attempt(tenant.create, "/api/v1/namespaces/%s/events" % ns, body)
+                posted.append(status)
+                if status not in (0, 403):
+                    attack.fail("posting the forged Event: %s %s" % (status, text[:200]))
+            time.sleep(0.2)
+
+    # target pods 90Mi larger than computed (less than the quotas' 200Mi margin, so that usage fits the base once
+    # the sources are gone) and migrations slow enough that the first does not end before the second's target
+    # pod is retried: admission refuses it for real and the run tops up, the forged Event there to mislead it
+    c.r.set_knobs(oversize_bytes="90Mi", migration_seconds=20)
+    try:
+        rc, out = drain(c, attack, node, during=forge, trigger="migration")
+    finally:
+        c.r.set_knobs(oversize_bytes=None, migration_seconds=None)
+    top_ups = re.findall(r"reservation \S+ topped up by [^\"]*", out)
+    attack.notes.extend(top_ups)
+    if not top_ups:
+        attack.fail("no batch was topped up: the forged Event was never in the way of a real refusal")
+    attack.notes.append("forged Events posted: %d (%d refused by RBAC)" % (posted.count(0), posted.count(403)))
+    if not posted:
+        attack.fail("no forged Event was posted")
+    # what the run reserved and topped up never exceeds twice the computed charge (reservation + top-ups
+    # bounded by the refused pods' computed charge), and never comes near the forged 20 CPU / 100Gi
+    for key, peak in sorted(getattr(attack, "peak", {}).items()):
+        if key.split("/")[0] != ns:
+            continue
+        for res, extra in peak.items():
+            bound = 2 * charge.get(res, 0)
+            attack.notes.append("%s peak +%s %s (computed charge %s)"
+                                % (key, _fmt(extra, res), res, _fmt(charge.get(res, 0), res)))
+            if extra > bound:
+                attack.fail("%s %s rose by %s, more than twice the computed charge %s"
+                            % (key, res, _fmt(extra, res), _fmt(charge.get(res, 0), res)))
+    settle(c, attack, node)
+
+
+def _fmt(value, res):
+    if "memory" in res:
+        return "%.0fMi" % (float(value) / 2 ** 20)
+    return "%gm" % round(float(value) * 1000) if "cpu" in res else str(value)
+
+
+def attack_forged_ledger(c, attack):
+    """Rancher project member: a 0.1.0 ledger annotation with a forged base on its Namespace during the window;
+    edit/admin tenants try to read, alter and delete kvquota's state in the operator namespace (403)."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    member = c.tenant(ns, "project-member")
+    forged = json.dumps({"v": 1, "backend": "rancher", "base": {"limits.cpu": "64", "limits.memory": "512Gi"},
+                         "written": {"limits.cpu": "64", "limits.memory": "512Gi"},
+                         "state": {"rancherAnnotation": '{"limit": {"limitsCpu": "64000m", "limitsMemory": "512Gi"}}'},
+                         "reservations": {"%s-b0" % node: {"delta": {"limits.cpu": "-60"},
+                                                           "expires": "2099-01-01T00:00:00Z"}}})
+
+    def tamper():
+        status, text = attempt(member.patch, "/api/v1/namespaces/" + ns,
+                               {"metadata": {"annotations": {OLD_LEDGER: forged}}})
+        if status:
+            attack.fail("the project member could not patch its Namespace: %s %s" % (status, text[:200]))
+        else:
+            attack.notes.append("forged 0.1.0 ledger annotation written on Namespace %s" % ns)
+        for role in ("edit", "admin"):
+            for plain in PLAIN[:1]:
+                _try_operator_namespace(c, attack, c.tenant(plain, role), "%s of %s" % (role, plain))
+        _try_operator_namespace(c, attack, member, "project member of %s" % ns)
+
+    drain(c, attack, node, during=tamper)
+    left = (c.r.namespace(ns)["metadata"].get("annotations") or {}).get(OLD_LEDGER)
+    attack.notes.append("forged annotation %s after the run"
+                        % ("removed" if left is None else "still there (never read)"))
+    if left is not None:
+        c.rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {OLD_LEDGER: None}}})
+    settle(c, attack, node)
+
+
+def _try_operator_namespace(c, attack, rest, who):
+    """Everything a tenant might try on kvquota's own state: each must be refused (403)."""
+    base = "/api/v1/namespaces/%s/configmaps" % OPERATOR_NS
+    attack.expect_forbidden("%s lists ledgers" % who, attempt(rest.get, base))
+    ledgers = c.rest.get(base, labelSelector=LEDGER_LABEL)["items"]
+    for cm in ledgers[:1]:
+        name = cm["metadata"]["name"]
+        attack.expect_forbidden("%s deletes %s" % (who, name), attempt(rest.delete, base + "/" + name))
+        attack.expect_forbidden("%s patches %s" % (who, name), attempt(
+            rest.patch, base + "/" + name, {"data": {"ledger": '{"v": 2, "reservations": {}}'}}))
+    attack.expect_forbidden("%s creates a ledger" % who, attempt(rest.create, base, {
+        "metadata": {"name": "kvq-ledger-forged", "labels": {"kvquota.maintenance/ledger": "true"}},
+        "data": {"ledger": "{}"}}))
+    attack.expect_forbidden("%s deletes the fence parameters" % who,
+                            attempt(rest.delete, base + "/" + FENCE_CONFIGMAP))
+    leases = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % OPERATOR_NS
+    for lease in c.rest.get(leases)["items"][:1]:
+        attack.expect_forbidden("%s deletes lock %s" % (who, lease["metadata"]["name"]),
+                                attempt(rest.delete, leases + "/" + lease["metadata"]["name"]))
+    attack.expect_forbidden("%s deletes the fence policy binding" % who, attempt(
+        rest.delete, "%s/validatingadmissionpolicybindings/%s" % (ADMISSION, FENCE_POLICY)))
+
+
+def attack_lock_squat(c, attack):
+    """edit tenant: Leases named like the old lock (kvquota-maintenance) and like the new one (kvq-lock-<ns>) in
+    its namespace, held by it for ~11 days; and the same in the operator namespace (403)."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    tenant = c.tenant(ns)
+    now = datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    for name in ("kvquota-maintenance", "kvq-lock-" + ns):
+        body = {"metadata": {"name": name},
+                "spec": {"holderIdentity": "tenant-squatter", "leaseDurationSeconds": 999999,
+                         "acquireTime": now, "renewTime": now}}
+        status, text = attempt(tenant.create, "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns, body)
+        if status:
+            attack.fail("squatting Lease %s/%s: %s %s" % (ns, name, status, text[:200]))
+        attack.expect_forbidden("edit creates %s in %s" % (name, OPERATOR_NS), attempt(
+            tenant.create, "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % OPERATOR_NS, body))
+    attack.notes.append("Leases kvquota-maintenance and kvq-lock-%s squatted in %s" % (ns, ns))
+
+    def squat_more():
+        # during the window: try to take over the lock the run holds in the operator namespace
+        name = "kvq-lock-" + ns
+        path = "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s" % (OPERATOR_NS, name)
+        attack.expect_forbidden("edit updates %s" % name, attempt(
+            tenant.patch, path, {"spec": {"holderIdentity": "tenant-squatter"}}))
+
+    rc, out = drain(c, attack, node, during=squat_more)
+    if "is held by" in out:
+        attack.fail("the run waited for a lock: %s" % _failure_text(out))
+    for name in ("kvquota-maintenance", "kvq-lock-" + ns):
+        c.rest.delete("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s" % (ns, name))
+    settle(c, attack, node)
+
+
+def _wait_expanded(c, ns, timeout=15):
+    """Wait until a quota of ns is above its base as the quota controller sees it (status.hard): the reservation's
+    headroom is there to take (the ledger is written before the quota)."""
+    base = dict((q, _num(h)) for q, h in c.base[ns].items())
+
+    def expanded():
+        for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+            hard = _num((q.get("status") or {}).get("hard"))
+            if any(v > base.get(q["metadata"]["name"], {}).get(r, v) for r, v in hard.items()):
+                return True
+        return False
+    try:
+        c.wait(expanded, timeout, "the quota of %s to expand" % ns)
+    except AssertionError:
+        pass
+
+
+def _capture_pod(c, ns, name):
+    """A pod sized to take every bit of room the quota has now (the reservation's headroom)."""
+    free = {}
+    for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+        hard, used = _num(q["status"].get("hard")), _num(q["status"].get("used"))
+        for res in ("limits.cpu", "limits.memory"):
+            if res in hard:
+                room = hard[res] - used.get(res, 0)
+                free[res] = room if res not in free else min(free[res], room)
+    cpu = max(int(free.get("limits.cpu", 0) * 1000), 10)
+    mem = max(int(free.get("limits.memory", 0) / 2 ** 20), 16)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/grab",
+                                     "resources": {"limits": {"cpu": "%dm" % cpu, "memory": "%dMi" % mem}}}]}}
+
+
+def attack_capture_fenced(c, attack):
+    """edit and admin tenants start a pod that would take the headroom while the namespace holds a reservation:
+    the fence refuses both."""
+    ns = attack.ns
+    node = c.node_for(ns)
+
+    def grab():
+        _wait_expanded(c, ns)
+        for role in ("edit", "admin"):
+            body = _capture_pod(c, ns, "grab-%s-%s" % (role, secrets.token_hex(2)))
+            status, text = attempt(c.tenant(ns, role).create, "/api/v1/namespaces/%s/pods" % ns, body)
+            if status == 403 and "is fenced" in text:
+                attack.fence_refusals += 1
+            elif status == 0:
+                attack.fail("%s's pod %s was admitted during the reservation" % (role, body["metadata"]["name"]))
+            else:
+                attack.fail("%s's pod: refused but not by the fence: %s %s" % (role, status, text[:300]))
+        # a tenant naming a reserved VMI as owner does not pass either
+        vmi = c.r.vmis(ns)[0]["metadata"]
+        body = _capture_pod(c, ns, "grab-owned-" + secrets.token_hex(2))
+        body["metadata"]["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                                "name": vmi["name"], "uid": vmi["uid"], "controller": True}]
+        status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
+        if status == 403 and "is fenced" in text:
+            attack.fence_refusals += 1
+        else:
+            attack.fail("a pod owned by a reserved VMI, created by the tenant: %s %s"
+                        % (status or "admitted", text[:300]))
+
+    drain(c, attack, node, during=grab)
+    settle(c, attack, node)
+
+
+def attack_capture_unfenced(c, attack, early=False):
+    """The fence uninstalled: the edit tenant's pod takes the headroom freed by a source pod that ended, before
+    the release. The run must fail naming the pod; the reaper must exit non-zero on the deferred release, naming
+    it; once the pod is gone the reaper converges."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    c.uninstall_fence()
+    grabbed = []
+
+    def grab():
+        # the source pods end after their migrations: the room they free under the expanded quota is the
+        # headroom the tenant takes, before the run gives it back
+        if early:
+            _wait_expanded(c, ns)
+        deadline = time.monotonic() + 60
+        status, text = None, ""
+        while time.monotonic() < deadline:
+            body = _capture_pod(c, ns, "grab-" + secrets.token_hex(3))
+            limits = body["spec"]["containers"][0]["resources"]["limits"]
+            if int(limits["cpu"].rstrip("m")) >= 500:
+                status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
+                if status == 0:
+                    grabbed.append(body["metadata"]["name"])
+                    attack.notes.append("tenant pod %s took %s" % (body["metadata"]["name"], limits))
+                    return
+            if not c.active(ns):
+                break
+            time.sleep(0.05)
+        attack.notes.append("the reservation was released before the tenant could take its headroom (%s %s)"
+                            % (status, text[:200]))
+    try:
+        c.wait(lambda: c.rest.get_or_none("%s/validatingadmissionpolicybindings/%s" % (ADMISSION, FENCE_POLICY))
+               is None, 20, "the fence binding to go")
+        time.sleep(2)   # the API server's policy cache
+        rc, out = drain(c, attack, node, during=grab, expect_ok=False, trigger="reservation" if early else "migrated",
+                        extra_vars={"node_maintenance_reservation_ttl": "2m", "node_maintenance_poll_interval": 3})
+        if not grabbed:
+            return settle(c, attack, node)
+        pod = grabbed[0]
+        if rc == 0:
+            attack.fail("the drain succeeded although pod %s took the headroom" % pod)
+        elif pod not in out:
+            attack.fail("the drain failed without naming pod %s: %s" % (pod, _failure_text(out)))
+        else:
+            attack.notes.append("drain failed naming %s" % pod)
+        # the reaper, once the reservation expired: non-zero, naming the pod
+        expires = [e.get("expires") for led in c.ledgers().values()
+                   for e in (led.get("reservations") or {}).values() if isinstance(e, dict) and e.get("expires")]
+        if expires:
+            time.sleep(max(0, max(_epoch(x) for x in expires) - time.time() + 2))
+        rc2, out2, secs2 = c.run({}, name="reaper")
+        attack.runs.append(("reaper", rc2, secs2))
+        if rc2 == 0:
+            attack.fail("the reaper exited 0 with the headroom held by %s" % pod)
+        elif pod not in out2:
+            attack.fail("the reaper failed without naming %s: %s" % (pod, _failure_text(out2)))
+        else:
+            attack.notes.append("reaper rc=%s naming %s" % (rc2, pod))
+        # the administrator removes the pod; the reaper converges
+        c.rest.delete("/api/v1/namespaces/%s/pods/%s" % (ns, pod))
+        c.wait(lambda: c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, pod)) is None, 60, "pod gone")
+        rc3, out3, secs3 = c.run({"reaper_wait": True, "reaper_wait_timeout": 60}, name="reaper")
+        attack.runs.append(("reaper", rc3, secs3))
+        if rc3 != 0:
+            attack.fail("the reaper did not converge once the pod was gone: %s" % _failure_text(out3))
+        # the VMs the failed drain left on the node: a re-run moves them
+        if any(n == node for n in c.vmi_nodes().values()):
+            rc4, out4, secs4 = c.run(dict(BOUNDED, node_maintenance_node=node))
+            attack.runs.append(("node_maintenance", rc4, secs4))
+            if rc4 != 0:
+                attack.fail("the re-run failed: %s" % _failure_text(out4))
+        settle(c, attack, node)
+    finally:
+        c.install_fence()
+
+
+def attack_capture_unfenced_early(c, attack):
+    """The fence uninstalled: the edit tenant's pod takes the headroom as soon as the quota grew, before KubeVirt
+    creates the target pods. The run must stop (no top-up past the cap) naming the pod; the reaper must exit
+    non-zero naming it; once the pod is gone the reaper converges."""
+    attack_capture_unfenced(c, attack, early=True)
+
+
+def attack_launcher_labels(c, attack):
+    """edit tenant: a bare pod on the drained node labelled kubevirt.io=virt-launcher, kubevirt.io/created-by and
+    vm.kubevirt.io/name (a fake launcher), before the drain; the drain must evict it like any pod, and the release
+    must not be held up by it. (created-by names no real VMI: the lab's emulated virt-handler finds source pods by
+    that label and would complete the fake instead of the real source pod, which real KubeVirt does not do.)"""
+    ns = attack.ns
+    node = c.node_for(ns)
+    vmi = [v for v in c.r.vmis(ns) if (v.get("status") or {}).get("nodeName") == node][0]["metadata"]
+    name = "fake-launcher-" + secrets.token_hex(2)
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {
+                "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "00000000-0000-4000-8000-%012d" % 1,
+                "vm.kubevirt.io/name": vmi["name"], "kubevirt.io/domain": vmi["name"]}},
+            "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "example.invalid/fake",
+                                                       "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}}}]}}
+    status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
+    if status:
+        attack.fail("creating the fake launcher: %s %s" % (status, text[:300]))
+    drain(c, attack, node)
+    pod = c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, name))
+    if pod and pod["spec"].get("nodeName") == node and not pod["metadata"].get("deletionTimestamp"):
+        attack.fail("the fake launcher %s is still on %s: the drain took it for a VM's pod" % (name, node))
+    else:
+        attack.notes.append("fake launcher %s drained like any pod" % name)
+    if pod:
+        attempt(c.rest.delete, "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+    settle(c, attack, node)
+
+
+def attack_vmim_labels(c, attack):
+    """edit tenant: before the drain, a migration carrying the collection's labels (managed-by, kvquota.io/node,
+    kvquota.io/reservation) for a VMI that does not exist, and during it one for a VM of the batch labelled as
+    another run's: neither is taken for ours (nothing waits for, records or cancels them)."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    tenant = c.tenant(ns)
+    labels = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.io/node": node,
+              "kvquota.io/reservation": "%s-b0" % node, "kvqlab.io/tenant-attack": "true"}
+    path = KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns
+    ghost = "ghost-kvq-" + secrets.token_hex(2)
+    status, text = attempt(tenant.create, path, {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": ghost, "labels": labels}, "spec": {"vmiName": "no-such-vm"}})
+    if status:
+        attack.fail("creating the labelled migration: %s %s" % (status, text[:300]))
+    drain(c, attack, node)
+    left = c.rest.get_or_none(path + "/" + ghost)
+    attack.notes.append("tenant's labelled migration %s %s" % (ghost, "left alone" if left else "deleted by someone"))
+    if left is None:
+        attack.fail("the tenant's migration %s was deleted: taken for ours by its labels" % ghost)
+    else:
+        c.rest.delete(path + "/" + ghost)
+    settle(c, attack, node)
+
+
+def attack_rancher_annotation(c, attack):
+    """Rancher project member: during the window, rewrites its Namespace's field.cattle.io/resourceQuota (what
+    Rancher lets it do anyway) to the base values (a 'revert') and then +100m CPU above the base (a change). The run
+    keeps its reservation on top, restores the member's value, and nothing of the headroom is left on it."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    member = c.tenant(ns, "project-member")
+    base_limit = json.loads(c.base_annotation)["limit"]
+    changed = dict(base_limit, limitsCpu="%dm" % (int(base_limit["limitsCpu"].rstrip("m")) + 100))
+    new_annotation = json.dumps({"limit": changed}, sort_keys=True)
+
+    def rewrite():
+        # from now on the member's value is the base the quota must not exceed without a ledger
+        quota_name = sorted(c.base[ns])[0]
+        c.sampler.base[ns][quota_name]["limits.cpu"] = _num({"limits.cpu": changed["limitsCpu"]})["limits.cpu"]
+        for value in (c.base_annotation, new_annotation):
+            status, text = attempt(member.patch, "/api/v1/namespaces/" + ns,
+                                   {"metadata": {"annotations": {RANCHER_ANNOTATION: value}}})
+            if status:
+                attack.fail("the project member could not patch its annotation: %s %s" % (status, text[:200]))
+            time.sleep(2)
+
+    drain(c, attack, node, during=rewrite)
+    final = c.annotation(ns)
+    try:
+        final_limit = json.loads(final or "{}").get("limit")
+    except ValueError:
+        final_limit = None
+    if final_limit != changed:
+        attack.fail("annotation ended as %r, the member set %r" % (final, new_annotation))
+    expected = dict(c.base)
+    quota = sorted(c.base[ns])[0]
+    hard = dict(c.base[ns][quota])
+    expected_cpu = _num({"limits.cpu": changed["limitsCpu"]})["limits.cpu"]
+    expected[ns] = {quota: hard}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _num(c.r.hard(ns)[quota]).get("limits.cpu") != expected_cpu:
+        time.sleep(1)
+    now = c.r.hard(ns)[quota]
+    if _num(now).get("limits.cpu") != expected_cpu or _num(now).get("limits.memory") != _num(hard).get("limits.memory"):
+        attack.fail("quota ended at %s, the member's value is limits.cpu=%s" % (now, changed["limitsCpu"]))
+    expected[ns] = {quota: now}
+    settle(c, attack, node, base=expected, annotation=final)
+    # the administrator puts the base back for the next attacks (as Rancher itself would be told to)
+    c.rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {RANCHER_ANNOTATION: c.base_annotation}}})
+    c.wait(lambda: c.r.hard(ns) == c.base[ns], 60, "Rancher to apply the base again")
+
+
+def attack_delete_migration(c, attack):
+    """edit tenant deletes the run's migration of its VM during the window: the run fails naming it, quotas go
+    back to their base, and a re-run completes the drain."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    tenant = c.tenant(ns)
+    deleted = []
+
+    def cancel():
+        for m in c.r.vmims(ns):
+            if "kvq" in m["metadata"]["name"] and (m.get("status") or {}).get("phase") not in FINAL:
+                status, _text = attempt(tenant.delete, KV + "/namespaces/%s/virtualmachineinstancemigrations/%s"
+                                        % (ns, m["metadata"]["name"]))
+                if status == 0:
+                    deleted.append(m["metadata"]["name"])
+                break
+    c.r.set_knobs(migration_seconds=3)
+    try:
+        rc, out = drain(c, attack, node, during=cancel, expect_ok=False, trigger="migration")
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    if deleted:
+        if rc == 0:
+            attack.notes.append("drain rc=0 although %s was deleted (followed to its end)" % deleted[0])
+        elif deleted[0] not in out:
+            attack.fail("the drain failed without naming the deleted migration %s: %s"
+                        % (deleted[0], _failure_text(out)))
+        else:
+            attack.notes.append("drain failed naming the deleted migration %s" % deleted[0])
+    else:
+        attack.notes.append("no migration was still running to delete")
+    probs = c.problems(None, None, None)
+    if [p for p in probs if "quota" in p or "ledger" in p]:
+        attack.notes.append("after the failed run: %s" % probs)
+    c.uncordon_all()
+    rc2, out2, secs2 = c.run(dict(BOUNDED, node_maintenance_node=node))
+    attack.runs.append(("node_maintenance", rc2, secs2))
+    if rc2 != 0:
+        attack.blocked = True
+        attack.fail("the re-run failed: %s" % _failure_text(out2))
+    settle(c, attack, node)
+
+
+# name, namespace, function, in --quick
+ATTACKS = (
+    ("forged-event", PLAIN[0], attack_forged_event, True),
+    ("forged-ledger", RANCHER_NS, attack_forged_ledger, True),
+    ("lock-squat", PLAIN[1], attack_lock_squat, True),
+    ("headroom-capture-fenced", PLAIN[0], attack_capture_fenced, True),
+    ("headroom-capture-unfenced", PLAIN[1], attack_capture_unfenced, False),
+    ("headroom-capture-early", PLAIN[0], attack_capture_unfenced_early, False),
+    ("launcher-labels", PLAIN[0], attack_launcher_labels, False),
+    ("vmim-labels", PLAIN[1], attack_vmim_labels, False),
+    ("rancher-annotation", RANCHER_NS, attack_rancher_annotation, False),
+    ("delete-migration", PLAIN[0], attack_delete_migration, False),
+)
+
+
+def summary(results):
+    contained = sum(1 for a in results if not a.failures)
+    above = sum(len(a.uncovered) for a in results)
+    blocked = sum(1 for a in results if a.blocked)
+    fenced = sum(a.fence_refusals for a in results)
+    return ("tenant: %d/%d attacks contained (%d quota above base, %d runs blocked, %d refused by the fence)"
+            % (contained, len(results), above, blocked, fenced))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the reduced set for make test")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--keep", action="store_true", help="leave the lab running")
+    ap.add_argument("--only", help="comma-separated attack names")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _kill_live)
+    chosen = [a for a in ATTACKS if (not args.quick or a[3]) and (not args.only or a[0] in args.only.split(","))]
+    started = time.monotonic()
+    results = []
+    c = Campaign(keep=args.keep)
+    setup = time.monotonic() - started
+    log("lab ready in %.0fs; %d attack(s)" % (setup, len(chosen)))
+    try:
+        for name, ns, fn, _quick in chosen:
+            attack = Attack(name, ns, (fn.__doc__ or "").split("\n")[0].strip())
+            t0 = time.monotonic()
+            log("%s (%s)" % (name, ns))
+            try:
+                fn(c, attack)
+            except Exception as exc:  # noqa: BLE001 - one attack's crash is its failure, the campaign goes on
+                attack.fail("campaign error: %s" % exc)
+                log(traceback.format_exc())
+                c.uncordon_all()
+            attack.seconds = time.monotonic() - t0
+            results.append(attack)
+            log(attack.line().strip())
+    finally:
+        _kill_live()
+        c.stop()
+    total = time.monotonic() - started
+    print("tenant attacks (%s, %.0fs, lab %.0fs):" % ("quick" if args.quick else "full", total, setup))
+    for attack in results:
+        print(attack.line())
+        for note in attack.notes:
+            print("      %s" % note)
+    line = summary(results)
+    print(line)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({
+            "quick": args.quick, "seconds": round(total, 1), "lab_seconds": round(setup, 1), "line": line,
+            "attacks": [a.to_json() for a in results],
+            "contained": sum(1 for a in results if not a.failures), "total": len(results),
+            "quota_above_base": sum(len(a.uncovered) for a in results),
+            "runs_blocked": sum(1 for a in results if a.blocked),
+            "refused_by_fence": sum(a.fence_refusals for a in results)}, indent=1))
+    return 0 if results and all(not a.failures for a in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
