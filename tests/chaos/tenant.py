@@ -203,7 +203,7 @@ class Campaign(object):
     def active(self, ns=None):
         """Keys "ns/quota" whose ledger holds an active reservation (of namespace ns)."""
         return sorted(k for k, v in self.ledgers().items()
-                      if (v.get("reservations") or {}) and (ns is None or k.split("/")[0] == ns))
+                      if v.get("reservations") and (ns is None or k.split("/")[0] == ns))
 
     def locks(self):
         now = time.time()
@@ -982,7 +982,7 @@ def summary(results):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--quick", action="store_true", help="the reduced set for make test")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="leave the lab running")

@@ -36,7 +36,7 @@ import tempfile
 
 import pytest
 
-from test_roles_lab import KV, REPO, Run, base_fixture, collections_path, lab_fixture
+from test_roles_lab import REPO, Run, base_fixture, collections_path, lab_fixture
 
 NS = "a-tenant"
 
@@ -232,8 +232,8 @@ def test_node_maintenance_failure_before_the_first_batch(ansible, lab, base):
     node = sorted(vm_nodes(lab))[0]
     vms_before = sorted((v["metadata"]["namespace"], v["metadata"]["name"]) for v in lab.vmis()
                         if v["status"].get("nodeName") == node)
-    result = run(ansible, lab, "node_maintenance", {"node_maintenance_node": node,
-                                                     "node_maintenance_hook_tasks": "/nonexistent/hook.yml"})
+    result = run(ansible, lab, "node_maintenance",
+                 {"node_maintenance_node": node, "node_maintenance_hook_tasks": "/nonexistent/hook.yml"})
     assert result.rc == 2, result
     summary = result.msg_starting("node_maintenance %s: " % node)
     assert summary[0].startswith("node_maintenance %s: failed in " % node), summary
