@@ -193,8 +193,8 @@ def test_add_node_labels_and_cordon(lab, lab_api, lab_namespace):
 
 def _role_rules(path: Path):
     """(namespace or None, rule) of every ClusterRole and Role in an RBAC file."""
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc.get("kind") in ("ClusterRole", "Role"):
+    for doc in kvqlab.manifest_objects(path):
+        if doc.get("kind") in ("ClusterRole", "Role"):
             namespace = doc["metadata"].get("namespace") if doc["kind"] == "Role" else None
             for rule in doc.get("rules") or []:
                 yield namespace, rule
@@ -328,7 +328,8 @@ def test_warm_start_reuse_and_down_leaves_nothing(tmp_path):
         again = kvqlab.up(run_dir=rd, nodes=1)
         assert again.server == lab2.server
         pids = {name: procs.read_meta(rd, name)["pid"] for name in procs.names(rd)}
-        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                             "virt-api"}
     finally:
         results = kvqlab.down(rd)
     assert set(results.values()) <= {"stopped", "killed"}, results
