@@ -394,7 +394,7 @@ def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
     nobody = C.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"}, environ={})
     with pytest.raises(ForbiddenError) as err:
         R.reserve(nobody, "x", plan, "t", "r", 60)
-    assert "kvquota-maintenance" in str(err.value) and "forbidden" in str(err.value)
+    assert "kvquota.maintenance.install" in str(err.value) and "forbidden" in str(err.value)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
 
 
@@ -434,25 +434,26 @@ def test_two_jobs_on_a_rancher_quota_with_agent_restarts_leak_nothing(lab, admin
 # leases
 
 def test_lease_waits_then_names_the_holder_and_expires_for_a_crashed_holder(lab, cl, ns):
+    """The lock of a tenant namespace, in the operator namespace (where the least-privilege identity may take it)."""
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
-    first = LS.acquire(cl, ns, "kvquota-maintenance", "job-1", duration=3)
+    first = LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-1", duration=3)
     assert first["spec"]["holderIdentity"] == "job-1"
-    again = LS.acquire(cl, ns, "kvquota-maintenance", "job-1", duration=3)    # our own: renewed
+    again = LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-1", duration=3)    # our own: renewed
     assert again["spec"]["leaseTransitions"] == 0
     started = time.time()
     with pytest.raises(LeaseHeldError) as err:
-        LS.acquire(cl, ns, "kvquota-maintenance", "job-2", duration=3, wait_timeout=1, poll_interval=0.2)
+        LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-2", duration=3, wait_timeout=1, poll_interval=0.2)
     assert time.time() - started >= 0.9
     assert "job-1" in str(err.value) and "until" in str(err.value)
-    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is False   # not ours: left alone
+    assert LS.release(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-2")["released"] is False   # not ours: left alone
     # job-1 "crashes" (never renews): job-2 gets the lease once it expired
-    taken = LS.acquire(cl, ns, "kvquota-maintenance", "job-2", duration=3, wait_timeout=10, poll_interval=0.2)
+    taken = LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-2", duration=3, wait_timeout=10, poll_interval=0.2)
     assert taken["spec"]["holderIdentity"] == "job-2" and taken["spec"]["leaseTransitions"] == 1
     with pytest.raises(LeaseHeldError):
         LS.renew(cl, first, "job-1")
-    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is True
-    assert LS.release(cl, ns, "kvquota-maintenance", "job-2")["released"] is False
+    assert LS.release(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-2")["released"] is True
+    assert LS.release(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-2")["released"] is False
 
 
 def test_reserve_under_a_lock(lab, admin, cl, ns):
