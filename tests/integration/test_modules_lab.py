@@ -334,7 +334,8 @@ def test_release_does_not_wait_for_a_vm_that_never_left_its_pod(lab, emu, r, use
     res = M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": rid, "ttl": "1h",
                                                        "vms": [{"namespace": ns, "name": "vm-1"}]}, user))
     assert res["changed"] is True
-    assert res["refs"]["sourcePods"] == [{"namespace": ns, "name": source["metadata"]["name"]}]
+    assert res["refs"]["sourcePods"] == [{"namespace": ns, "name": source["metadata"]["name"],
+                                          "uid": source["metadata"]["uid"]}]   # identity by UID
     assert M.quota(r, ns, "compute")["spec"]["hard"] != original["spec"]["hard"]
     # no migration is created: the VM stays on its pod
     res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid, "wait": False}, user))
