@@ -123,6 +123,16 @@ lasting_overuse:
   elements: dict
   sample: [{namespace: tenant-a, quota: compute, resources: {limits.memory: {used: "5113225521",
             restore: "5067874616", base: "5067874616", base_that_fits: "5113225521"}}}]
+captured:
+  description:
+    - Per quota, the pods created after the reservation that are no migration of its VMs (by the VMI UID of their
+      controller ownerReference) and hold its headroom, each with its owner and creation time. Only possible while
+      the headroom fence is not installed.
+  returned: when such pods hold a quota above the value to restore
+  type: list
+  elements: dict
+  sample: [{namespace: tenant-a, quota: compute, pods: ["grab-1a2b3c (owner none, created 2026-11-24T03:00:05Z,
+            after the reservation of 2026-11-24T03:00:00Z)"]}]
 message:
   description: Why nothing changed, for example that the id is unknown or already released.
   returned: sometimes

@@ -181,7 +181,7 @@ def _install(lab, extra_vars, check=False):
     return proc.returncode, proc.stdout
 
 
-def _can(lab, sa, verb, resource, namespace=""):
+def _can(lab, sa, verb, resource, namespace="", name=""):
     """Whether ServiceAccount sa (namespace:name) may: a SubjectAccessReview (what kube-apiserver's RBAC says).
     resource: 'group/resource[/subresource]' ('' group for core)."""
     group, _slash, rest = resource.partition("/")
@@ -192,7 +192,7 @@ def _can(lab, sa, verb, resource, namespace=""):
         "spec": {"user": "system:serviceaccount:%s:%s" % (ns, name),
                  "groups": ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"],
                  "resourceAttributes": {"verb": verb, "group": group, "resource": plural, "subresource": sub,
-                                        "namespace": namespace}}})
+                                        "namespace": namespace, "name": name}}})
     return "yes" if review["status"].get("allowed") else "no"
 
 
@@ -215,13 +215,16 @@ def test_install_playbook_binds_the_roles(lab):
 
     rc, out = _install(lab, variables)
     assert rc == 0, out
-    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-state" in out, out
-    assert "fence not shipped" in out or "fence applied" in out, out
+    assert "bound to kvquota-read, kvquota-write, kvquota-shutdown, kvquota-state, kvquota-maintenance-fence" in out, out
+    assert "fence applied" in out, out
     expected = {
         ("update", "/resourcequotas"): "yes", ("patch", "/nodes"): "yes", ("create", "/pods/eviction"): "yes",
         ("list", "kubevirt.io/virtualmachineinstances"): "yes",
         ("update", "subresources.kubevirt.io/virtualmachines/stop"): "yes",
         ("create", "/configmaps", ops): "yes", ("update", "coordination.k8s.io/leases", ops): "yes",
+        # the fence's ClusterRole: whether the fence is installed, by name only
+        ("get", "admissionregistration.k8s.io/validatingadmissionpolicies", "", "kvquota-headroom-fence"): "yes",
+        ("get", "admissionregistration.k8s.io/validatingadmissionpolicies", "", "other"): "no",
         # not granted: Rancher's namespace write (flag off), VM spec patches, configmaps elsewhere, watch, secrets
         ("update", "/namespaces"): "no", ("patch", "kubevirt.io/virtualmachines"): "no",
         ("create", "/configmaps", "default"): "no", ("watch", "/pods"): "no",

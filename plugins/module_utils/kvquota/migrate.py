@@ -190,6 +190,11 @@ def timeouts_from_kubevirt(kubevirt_cr):
 # ---------------------------------------------------------------------------
 # the executor
 
+_CAPTURED_FIX = ("stop or delete those pods (the quota's base did not allow them), then re-run; install the headroom "
+                 "fence (playbooks/install.yml, rbac/fence.yml) so that only the reserved VMs' migrations may use a "
+                 "reservation")
+
+
 class Interrupted(KvquotaError):
     """The process that started the run ended: stop without touching anything more."""
 
@@ -222,6 +227,8 @@ class _Batch(object):
         self.launched = None
         self.failed = []
         self.moved = False      # every migration of the batch Succeeded (or, after a stop, some did)
+        self.release_waits = []  # why the last release attempt could not give the reservation back yet
+        self.captured = []       # pods started during the reservation that hold its headroom (no fence)
 
     def label(self):
         return "batch %d/%d" % (self.index + 1, self.count)
@@ -604,6 +611,8 @@ class Executor(object):
             return
         amounts, problems, how = headroom_mod.top_up_amounts(found["exact"], found["charge"], self.cap,
                                                              found["pointed"], batch.added)
+        if problems or batch.rounds >= self.max_rounds:
+            self._raise_if_captured(batch, "quota admission refuses %s" % names)
         if problems:
             raise InputError("%s: quota admission refuses %s and the shortfall exceeds top_up_cap: %s"
                              % (batch.label(), names, "; ".join(problems)),
@@ -645,7 +654,11 @@ class Executor(object):
                                            timeout=timeout, quotas=[list(t) for t in batch.targets],
                                            poll_interval=self.poll, clock=self.clock, sleep=self.sleep,
                                            lock=self.lock, operator_namespace=self.operator_namespace)
-        except WaitTimeoutError:
+        except WaitTimeoutError as err:
+            waited = err.details.get("result") or {}
+            batch.release_waits = ["%s/%s: %s" % (p["namespace"], p["quota"], "; ".join(p["reasons"]))
+                                   for p in waited.get("pending") or ()]
+            batch.captured = [pod for item in waited.get("captured") or () for pod in item["pods"]]
             return False
         self._warn(outcome.get("warnings"))
         batch.state, batch.released_at = RELEASED, self.clock()
@@ -713,12 +726,33 @@ class Executor(object):
                 # nothing in flight: only releases are awaited (by the next batch, or at the end)
                 oldest = min(b.final_at for b in waiting)
                 if self.clock() - oldest > self.release_timeout:
-                    raise WaitTimeoutError("reservation(s) %s not released %ss after their migrations ended: source "
-                                           "pods still count" % (", ".join(b.reservation for b in waiting),
-                                                                 int(self.release_timeout)),
-                                           "wait for those pods to finish (or delete them)")
+                    self._raise_release_timeout(waiting)
             self._check_alive()
             self.sleep(self._nap())
+
+    def _raise_if_captured(self, batch, what):
+        """Without the headroom fence a tenant's pod may take the room reserved for the migrations: name it
+        (release's check, in check mode: owner, creation time) rather than blame the sizing or top_up_cap."""
+        outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=False, check_mode=True,
+                                       quotas=[list(t) for t in batch.targets], clock=self.clock, sleep=self.sleep,
+                                       lock=self.lock, operator_namespace=self.operator_namespace)
+        captured = [pod for item in outcome.get("captured") or () for pod in item["pods"]]
+        if captured:
+            raise KvquotaError("%s: %s because pods started during reservation %s took its headroom: %s"
+                               % (batch.label(), what, batch.reservation, ", ".join(captured)), _CAPTURED_FIX)
+
+    def _raise_release_timeout(self, waiting):
+        reservations_text = ", ".join(b.reservation for b in waiting)
+        captured = [pod for b in waiting for pod in b.captured]
+        if captured:
+            raise WaitTimeoutError("reservation(s) %s not released %ss after their migrations ended: pods started "
+                                   "during the reservation hold its headroom: %s"
+                                   % (reservations_text, int(self.release_timeout), ", ".join(captured)),
+                                   _CAPTURED_FIX)
+        reasons = "; ".join(r for b in waiting for r in b.release_waits) or "source pods still count"
+        raise WaitTimeoutError("reservation(s) %s not released %ss after their migrations ended: %s"
+                               % (reservations_text, int(self.release_timeout), reasons),
+                               "wait for those pods to finish (or delete them)")
 
     def _nap(self):
         """poll_interval, but a fifth of it around the time the batch in flight should end (the shortest batch so

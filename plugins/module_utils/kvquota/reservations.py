@@ -239,6 +239,7 @@ class _State(object):
         self.current = current
         self.changes = changes
         self.overuse = None   # set by _release_blockers: usage above the value to restore, nothing to lower it
+        self.captured = []    # set by _release_blockers: pods started during the reservation that hold its headroom
 
 
 def _read(run, target, now):
@@ -899,6 +900,7 @@ def _release_blockers(run, state, reservation_id, now):
         reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
                        % (over, listed or "none listed"))
         captured = _captured_headroom(entry, pods)
+        state.captured = captured
         if captured:
             reasons.append("pods started during the reservation that are no migration of its VMs hold its "
                            "headroom: %s" % ", ".join(captured))
@@ -1068,6 +1070,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
     released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
     deadline = run.clock() + max(0, timeout or 0)
     lasting = {}   # target -> usage above the value to restore that nothing will lower (see _release_blockers)
+    captured = {}  # target -> pods started during the reservation that hold its headroom (no fence kept it)
     while pending:
         waiting = {}
         for target in pending:
@@ -1079,6 +1082,10 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                 results.append(_release_locked(run, target, reservation_id))
                 continue
             reasons = [] if force else _release_blockers(run, state, reservation_id, now)
+            if state.captured:
+                captured[target] = state.captured
+            else:
+                captured.pop(target, None)
             if reasons and not run.check_mode:
                 waiting[target] = reasons
                 if state.overuse:
@@ -1120,6 +1127,8 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             messages.append(item["message"])
     if messages:
         result["message"] = "; ".join(messages)
+    if captured:
+        result["captured"] = [{"namespace": t[0], "quota": t[1], "pods": pods} for t, pods in sorted(captured.items())]
     if lasting:
         result["lasting_overuse"] = [{"namespace": t[0], "quota": t[1], "resources": dict(
             (name, {"used": u, "restore": r, "base": b, "base_that_fits": z}) for name, (u, r, b, z) in o.items())}

@@ -238,8 +238,16 @@ class _Refused(object):
                       "exact": exact or {}, "charge": {("t", "compute"): {"limits.memory": 1024 * MI}},
                       "pointed": [("t", "compute")], "key": "refused:k1", "evidence": evidence}
         self.reserved = []
+        self.captured = []   # what release's check (check mode) finds holding the headroom
+        self.checks = []
         monkeypatch.setattr(m.headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
         monkeypatch.setattr(m.reservations, "reserve", self.reserve)
+        monkeypatch.setattr(m.reservations, "release", self.release)
+
+    def release(self, cluster, rid, **kwargs):
+        self.checks.append((rid, kwargs.get("check_mode")))
+        return {"captured": [{"namespace": "t", "quota": "compute", "pods": list(self.captured)}]} \
+            if self.captured else {}
 
     def reserve(self, cluster, rid, headroom, *args, **kwargs):
         self.reserved.append((rid, headroom, kwargs.get("top_up")))
@@ -268,6 +276,42 @@ def test_a_top_up_adds_the_caps_share_once_per_refusal(monkeypatch):
     text = str(err.value)
     assert "after 2 top-up(s)" in text and "still missing" in text and "top_up_cap 25%" in text
     assert len(fake.reserved) == 2
+    assert fake.checks == [("node-1-b0", True)]   # asked (in check mode only) whether a pod took the headroom
+
+
+def test_a_pod_that_took_the_headroom_is_named_instead_of_the_cap(monkeypatch):
+    fake = _Refused(monkeypatch, exact={("t", "compute"): {"limits.memory": 4096 * MI}})
+    fake.captured = ["grab-1 (owner none, created 2026-11-24T03:00:05Z, after the reservation of 2026-11-24T03:00:00Z)"]
+    ex, batch = _executor()
+    with pytest.raises(m.KvquotaError) as err:
+        ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+    assert "took its headroom: grab-1 (owner none" in str(err.value)
+    assert "top_up_cap" not in str(err.value) and "headroom fence" in err.value.fix
+    assert fake.reserved == []
+
+
+def _waiting_batch(ex, batch, captured=(), reasons=()):
+    batch.state, batch.final_at, batch.reservation = m.FINAL, 0.0, "node-1-b0"
+    batch.captured, batch.release_waits = list(captured), list(reasons)
+    ex.release_timeout = -1.0
+    return [batch]
+
+
+def test_a_release_timeout_names_the_pods_holding_the_headroom():
+    ex, batch = _executor()
+    waiting = _waiting_batch(ex, batch, captured=["grab-2 (owner none, created x, after the reservation of y)"],
+                             reasons=["t/compute: usage does not fit"])
+    with pytest.raises(m.WaitTimeoutError) as err:
+        ex._raise_release_timeout(waiting)
+    assert "hold its headroom: grab-2 (owner none" in str(err.value) and "source pods still count" not in str(err.value)
+
+
+def test_a_release_timeout_gives_releases_reasons():
+    ex, batch = _executor()
+    waiting = _waiting_batch(ex, batch, reasons=["t/compute: source pod t/virt-launcher-vm-1-abc still counts"])
+    with pytest.raises(m.WaitTimeoutError) as err:
+        ex._raise_release_timeout(waiting)
+    assert "t/compute: source pod t/virt-launcher-vm-1-abc still counts" in str(err.value)
 
 
 def test_without_a_verified_event_each_settle_time_is_a_new_round(monkeypatch):

@@ -131,3 +131,38 @@ def test_a_killed_writers_lease_frees_within_the_default_lock_timeout():
     # lock_timeout (default 120 s) for a lease left by a killed run
     assert R.DEFAULT_RANCHER_SYNC_TIMEOUT < R.lock_duration() < 120
     assert R.lock_duration(300) > 300
+
+
+class _Entry(object):
+    def __init__(self, created, vm_uids):
+        self.created = created
+        self.refs = {"vms": [{"namespace": "t", "name": "vm-%d" % i, "uid": uid} for i, uid in enumerate(vm_uids)]}
+
+
+def _counted(name, created, owner_uid=None, owner_kind="VirtualMachineInstance"):
+    meta = {"name": name, "creationTimestamp": created}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "kubevirt.io/v1", "kind": owner_kind, "name": "vm-x",
+                                    "uid": owner_uid, "controller": True}]
+    return {"metadata": meta, "status": {"phase": "Running"}}
+
+
+def test_captured_headroom_names_pods_started_during_the_reservation_that_are_no_reserved_vms_launcher():
+    entry = _Entry("2026-11-24T03:00:00Z", ["vmi-uid-1"])
+    pods = [_counted("old", "2026-11-24T02:59:59Z"),                                   # there before: base usage
+            _counted("virt-launcher-vm-1-tgt", "2026-11-24T03:00:02Z", "vmi-uid-1"),   # the migration's target
+            _counted("grab", "2026-11-24T03:00:05Z"),                                  # a tenant's bare pod
+            _counted("other-vm", "2026-11-24T03:00:06Z", "vmi-uid-9")]                 # a VM not reserved
+    found = R._captured_headroom(entry, pods)
+    assert [text.split(" ")[0] for text in found] == ["grab", "other-vm"]
+    assert found[0] == ("grab (owner none, created 2026-11-24T03:00:05Z, after the reservation of "
+                        "2026-11-24T03:00:00Z)")
+    assert "owner VirtualMachineInstance vm-x" in found[1]
+
+
+def test_captured_headroom_ignores_a_label_only_launcher_and_a_reservation_without_time():
+    pod = _counted("fake", "2026-11-24T03:00:05Z")
+    pod["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "vmi-uid-1"}
+    assert [t.split(" ")[0] for t in R._captured_headroom(_Entry("2026-11-24T03:00:00Z", ["vmi-uid-1"]), [pod])] \
+        == ["fake"]
+    assert R._captured_headroom(_Entry(None, ["vmi-uid-1"]), [pod]) == []
