@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Chaos campaigns against the lab: prove that nothing is left behind.
 
-    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,reverts,admin,races,short,failed,lingering,badinput]
+    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,reverts,admin,races,short,failed,lingering,badinput,tenant]
                                  [--json F] [--no-doc] [--keep] [--report-from F1,F2]
 
 Each campaign starts a fresh lab (tests/lab: a real kube-apiserver with ResourceQuota admission, the quota
@@ -20,7 +20,8 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
   grow only when they move (usage above the base for good: release stops early with the fix);
 - failed: failed and stalled migrations;
 - lingering: source pods completing 30 s after their migration;
-- badinput: the bad-input lab tests of the modules and the roles, counted.
+- badinput: the bad-input lab tests of the modules and the roles, counted;
+- tenant: tests/chaos/tenant.py, every attack of a tenant on kvquota's state, each during a real drain (issue 10).
 
 After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
 annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no lock
@@ -55,28 +56,12 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+# harness first: it puts the repository's test code and the collection on the path
+from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, parse_resource_list, quantities
+from test_roles_lab import RoleLab, collections_path
+from kvqlab import state
+from kvqlab.emulator.rest import watch_events
 
-
-def _load_repo_conftest():
-    """The repository root's conftest.py exports KVQ_COLLECTIONS_PATH and makes the collection importable."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("kvq_repo_conftest", str(REPO / "conftest.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-
-_load_repo_conftest()
-for extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
-    if extra not in sys.path:
-        sys.path.insert(0, extra)
-
-from test_roles_lab import RoleLab, collections_path  # noqa: E402
-from kvqlab import state  # noqa: E402
-from kvqlab.emulator.rest import watch_events  # noqa: E402
-
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
-    parse_resource_list)
 
 KV = "/apis/kubevirt.io/v1"
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"
@@ -90,27 +75,14 @@ def _no_progress(result):
 
 PROGRESS = _no_progress
 
-ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput")
-RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
+ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant")
 
 
-_LIVE = []   # ansible-playbook process groups started here, killed if we are stopped
 
 
-def _kill_live(*_args):
-    for proc in list(_LIVE):
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-    if _args:
-        sys.exit(143)
 
 
-def log(msg):
-    sys.stderr.write("[chaos %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
-    sys.stderr.flush()
+log = logger("chaos")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -266,11 +238,7 @@ class Lab(object):
         return out
 
 
-def _num(rl):
-    try:
-        return parse_resource_list(rl)
-    except Exception:  # noqa: BLE001 - a value the sampler cannot read is reported elsewhere
-        return {}
+_num = quantities
 
 
 class Sampler(threading.Thread):
@@ -1198,9 +1166,42 @@ def campaign_badinput(args):
             "rows": rows, "evidence": evidence}
 
 
+def campaign_tenant(args):
+    """tests/chaos/tenant.py (its own lab): every tenant attack during a real drain; --quick its reduced set."""
+    out = Path(tempfile.mkdtemp(prefix="kvq-chaos-tenant-", dir=str(RUN_ROOT))) / "tenant.json"
+    cmd = [sys.executable, str(REPO / "tests" / "chaos" / "tenant.py"), "--json", str(out)]
+    if args.quick:
+        cmd.append("--quick")
+    proc = subprocess.Popen(cmd, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, start_new_session=True)
+    _LIVE.append(proc)
+    try:
+        output, _ignored = proc.communicate(timeout=3600)
+    except subprocess.TimeoutExpired:
+        _kill_live()
+        output, _ignored = proc.communicate()
+    finally:
+        _LIVE.remove(proc)
+    found = json.loads(out.read_text()) if out.exists() else None
+    shutil.rmtree(str(out.parent), ignore_errors=True)
+    if found is None:
+        return {"name": "tenant", "line": "tenant: no result (tenant.py rc=%s)" % proc.returncode, "ok": False,
+                "scenario": "tests/chaos/scenarios/tenant.yaml", "rows": [], "evidence": [{"tail": output[-5000:]}]}
+    rows = [{"attack": a["attack"], "namespace": a["namespace"], "contained": a["contained"],
+             "fence_refusals": a["fence_refusals"], "forbidden": len(a["forbidden"]),
+             "runs": ", ".join("%s rc=%s" % (r["playbook"], r["rc"]) for r in a["runs"]),
+             "seconds": a["seconds"], "outcome": "; ".join(a["notes"])[:300], "problems": a["failures"]}
+            for a in found["attacks"]]
+    ok = (proc.returncode == 0 and found["total"] > 0 and found["contained"] == found["total"]
+          and not found["quota_above_base"] and not found["runs_blocked"])
+    evidence = [{"attack": a["attack"], "problems": a["failures"]} for a in found["attacks"] if a["failures"]]
+    return {"name": "tenant", "line": found["line"], "ok": ok, "scenario": "tests/chaos/scenarios/tenant.yaml",
+            "rows": rows, "evidence": evidence}
+
+
 CAMPAIGNS = {"interrupt": campaign_interrupt, "reverts": campaign_reverts, "admin": campaign_admin,
              "races": campaign_races, "short": campaign_short, "failed": campaign_failed,
-             "lingering": campaign_lingering, "badinput": campaign_badinput}
+             "lingering": campaign_lingering, "badinput": campaign_badinput, "tenant": campaign_tenant}
 
 
 # ---------------------------------------------------------------------------------------------------------

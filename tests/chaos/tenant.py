@@ -34,7 +34,6 @@ __metaclass__ = type
 import argparse
 import calendar
 import datetime
-import importlib.util
 import json
 import os
 import re
@@ -49,30 +48,15 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from kubernetes.client.exceptions import ApiException
 
+# harness first: it puts the repository's test code and the collection on the path
+from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, quantities
+from test_roles_lab import RoleLab, collections_path
+from kvqlab import tenants
+from kvqlab.emulator import rancher as rancher_mod
+from kvqlab.emulator.rest import Rest
 
-def _load_repo_conftest():
-    """The repository root's conftest.py exports KVQ_COLLECTIONS_PATH and makes the collection importable."""
-    spec = importlib.util.spec_from_file_location("kvq_repo_conftest", str(REPO / "conftest.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-
-_load_repo_conftest()
-for extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
-    if extra not in sys.path:
-        sys.path.insert(0, extra)
-
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-
-from test_roles_lab import RoleLab, collections_path  # noqa: E402
-from kvqlab import tenants  # noqa: E402
-from kvqlab.emulator import rancher as rancher_mod  # noqa: E402
-from kvqlab.emulator.rest import Rest  # noqa: E402
-
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
-    parse_resource_list)
 
 SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "tenant.yaml")
 FENCE_FILE = REPO / "rbac" / "fence.yml"
@@ -88,35 +72,18 @@ RANCHER_ANNOTATION = rancher_mod.QUOTA_ANNOTATION
 PLAIN = ("t-plain-1", "t-plain-2")
 RANCHER_NS = "t-rancher"
 FINAL = ("Succeeded", "Failed")
-RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
 # bounded waits (as the chaos campaigns): a run that cannot release fails in a minute, not in the role's 10
 BOUNDED = {"node_maintenance_release_timeout": 60, "node_maintenance_rescue_release_timeout": 20,
            "node_maintenance_poll_interval": 1}
 RUN_TIMEOUT = 600
-_LIVE = []
 
 
-def log(msg):
-    sys.stderr.write("[tenant %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
-    sys.stderr.flush()
+log = logger("tenant")
 
 
-def _kill_live(*_args):
-    for proc in list(_LIVE):
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-    if _args:
-        sys.exit(143)
 
 
-def _num(hard):
-    try:
-        return parse_resource_list(hard or {})
-    except Exception:  # noqa: BLE001 - an unreadable value is reported by the final byte-for-byte check
-        return {}
+_num = quantities
 
 
 def _now_stamp(offset=0):

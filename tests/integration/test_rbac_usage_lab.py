@@ -186,10 +186,10 @@ def _can(lab, sa, verb, resource, namespace="", name=""):
     resource: 'group/resource[/subresource]' ('' group for core)."""
     group, _slash, rest = resource.partition("/")
     plural, _slash, sub = rest.partition("/")
-    ns, name = sa.split(":")
+    ns, account = sa.split(":")
     review = lab.rest.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": "system:serviceaccount:%s:%s" % (ns, name),
+        "spec": {"user": "system:serviceaccount:%s:%s" % (ns, account),
                  "groups": ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"],
                  "resourceAttributes": {"verb": verb, "group": group, "resource": plural, "subresource": sub,
                                         "namespace": namespace, "name": name}}})

@@ -25,7 +25,11 @@ import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import (
+    DEFAULT_OPERATOR_NAMESPACE,
+    check_namespace_name,
+    check_operator_namespace,
+)
 
 FENCE_CONFIGMAP = "kvq-fence"
 POLICY_NAME = "kvquota-headroom-fence"
@@ -41,7 +45,6 @@ LABELS = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.mainte
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 INSTALL_FIX = "kubectl apply -f rbac/fence.yml (see docs/reservations.md, Headroom fence)"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _USERNAME = re.compile(r"^[^\s,]{1,253}$")
@@ -52,7 +55,7 @@ _USERNAME = re.compile(r"^[^\s,]{1,253}$")
 
 def controller_identity(kubevirt_namespace):
     """The username KubeVirt's virt-controller acts as, from the namespace of the KubeVirt CR."""
-    _check_namespace(kubevirt_namespace, "kubevirt_namespace")
+    check_namespace_name(kubevirt_namespace, "kubevirt_namespace")
     return "system:serviceaccount:%s:%s" % (kubevirt_namespace, CONTROLLER_SERVICE_ACCOUNT)
 
 
@@ -62,12 +65,6 @@ def namespace_key(namespace):
 
 def vmi_key(namespace, uid):
     return "%s%s.%s" % (VMI_PREFIX, namespace, uid)
-
-
-def _check_namespace(namespace, what="namespace"):
-    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
-        raise InputError("%s %r is not a namespace name" % (what, namespace),
-                         "give a DNS label (lower-case letters, digits and '-', at most 63 characters)")
 
 
 def normalize_vmis(vmis):
@@ -173,7 +170,7 @@ def configmap_path(operator_namespace, name=None):
 
 def read_fence(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     """The fence ConfigMap (a dict) or None when there is none."""
-    _check_namespace(operator_namespace, "operator_namespace")
+    check_operator_namespace(operator_namespace)
     return cluster.exists(configmap_path(operator_namespace, FENCE_CONFIGMAP),
                           "get configmap %s in namespace %s" % (FENCE_CONFIGMAP, operator_namespace))
 
@@ -224,8 +221,8 @@ def fence(cluster, operator_namespace, namespace, vmis, note=None, controller=No
     note: the text refusals show (fence_note(since, expires, contact)); controller: KubeVirt's controller
     identity (controller_identity(<namespace of the KubeVirt CR>); None keeps the one in the ConfigMap).
     Returns {'changed', 'namespace', 'vmis' ({uid: name} fenced after), 'added', 'removed'}."""
-    _check_namespace(operator_namespace, "operator_namespace")
-    _check_namespace(namespace)
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
     wanted = normalize_vmis(vmis)
     if controller is not None and (not isinstance(controller, str) or not _USERNAME.match(controller)):
         raise InputError("fence controller identity %r is not a username" % (controller,),
@@ -244,8 +241,8 @@ def unfence(cluster, operator_namespace, namespace, vmis=None, check_mode=False)
     """Stop admitting target pods of vmis (a list of {name, uid}; None: all) in namespace; the namespace is
     unfenced once none of its VMIs is left. Idempotent (nothing to do without the ConfigMap).
     Returns {'changed', 'namespace', 'vmis' (left), 'fenced' (namespace still fenced), 'added', 'removed'}."""
-    _check_namespace(operator_namespace, "operator_namespace")
-    _check_namespace(namespace)
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
     uids = None if vmis is None else set(normalize_vmis(vmis))
     result = _update(cluster, operator_namespace, lambda data: unfence_data(data, namespace, uids),
                      "unfence namespace %s (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
@@ -260,7 +257,7 @@ def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     """True when rbac/fence.yml's policy and binding are installed, False when either is missing; an
     InputError when the binding reads its parameters from another namespace than operator_namespace (the
     fence would never see what this collection writes). Needs the ClusterRole kvquota-maintenance-fence."""
-    _check_namespace(operator_namespace, "operator_namespace")
+    check_operator_namespace(operator_namespace)
     try:
         cluster.get(ADMISSION_API + "/validatingadmissionpolicies/" + POLICY_NAME,
                     "get validatingadmissionpolicy %s" % POLICY_NAME)

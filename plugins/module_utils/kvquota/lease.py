@@ -22,7 +22,6 @@ __metaclass__ = type
 import contextlib
 import copy
 import os
-import re
 import socket
 import time
 
@@ -49,14 +48,6 @@ def micro_time(seconds):
     if micros >= 1000000:
         whole, micros = whole + 1, 0
     return "%s.%06dZ" % (format_time(whole)[:-1], micros)
-
-
-def lease_name(scope):
-    """A valid Lease name for a scope (DNS subdomain, at most 253 characters): kvquota-<scope>."""
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", str(scope).lower()).strip("-.")
-    if not cleaned:
-        raise InputError("empty lease scope %r" % (scope,), "give a scope such as a node or namespace name")
-    return ("kvquota-" + cleaned)[:253].rstrip("-.")
 
 
 def namespace_lock_name(namespace):

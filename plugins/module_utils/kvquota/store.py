@@ -46,13 +46,19 @@ QUOTA_ANNOTATION = "kvquota.maintenance/quota"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+def check_namespace_name(name, what="namespace",
+                         fix="give a DNS label (lower-case letters, digits and '-', at most 63 characters)"):
+    """name, if it is a namespace name (a DNS label); one clear error naming `what` otherwise."""
+    if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name or ""):
+        raise InputError("%s %r is not a namespace name" % (what, name), fix)
+    return name
+
+
 def check_operator_namespace(name):
     """The operator namespace name, validated (one clear error otherwise)."""
-    if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name or ""):
-        raise InputError("operator_namespace %r is not a namespace name" % (name,),
-                         "give the namespace that holds kvquota's ledgers and locks (default %s), created by "
-                         "playbooks/install.yml" % DEFAULT_OPERATOR_NAMESPACE)
-    return name
+    return check_namespace_name(name, "operator_namespace",
+                                "give the namespace that holds kvquota's ledgers and locks (default %s), created by "
+                                "playbooks/install.yml" % DEFAULT_OPERATOR_NAMESPACE)
 
 
 def _meta(obj):

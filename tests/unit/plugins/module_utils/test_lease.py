@@ -78,13 +78,6 @@ def test_held_message_names_holder_and_expiry():
     assert "awx-job-7@runner" in text and "2025-01-01T00:01:00Z" in text and "40 s" in text
 
 
-def test_lease_name():
-    assert LS.lease_name("Node-1") == "kvquota-node-1"
-    assert LS.lease_name("tenant_a/quota") == "kvquota-tenant-a-quota"
-    with pytest.raises(InputError):
-        LS.lease_name("///")
-
-
 def test_default_holder():
     assert LS.default_holder({"JOB_ID": "42"}).startswith("awx-job-42@")
     assert LS.default_holder({"USER": "ops"}).startswith("ops@")
@@ -94,3 +87,10 @@ def test_default_holder():
 def test_lease_is_free_exactly_after_its_duration(duration, elapsed):
     lease = held_by("job-1", duration=duration)
     assert LS.can_take(lease, "job-2", T0 + elapsed) == (elapsed >= duration)
+
+
+@pytest.mark.parametrize("holder, duration, named", [("", 60, "holder identity"), ("job-1", 0, "positive")])
+def test_acquire_refuses_bad_input_before_any_request(holder, duration, named):
+    with pytest.raises(InputError) as err:
+        LS.acquire(None, "kvquota-system", "kvq-lock-t", holder, duration)   # no cluster: nothing may be asked
+    assert named in str(err.value)
