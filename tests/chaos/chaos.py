@@ -78,10 +78,6 @@ PROGRESS = _no_progress
 ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant")
 
 
-
-
-
-
 log = logger("chaos")
 
 

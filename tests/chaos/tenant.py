@@ -81,8 +81,6 @@ RUN_TIMEOUT = 600
 log = logger("tenant")
 
 
-
-
 _num = quantities
 
 

@@ -30,6 +30,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (  # noqa: E402
     ForbiddenError,
     InputError,
+    KvquotaError,
     UnreachableError,
     WaitTimeoutError,
 )
@@ -533,6 +534,38 @@ def test_interrupted_runs_converge_when_run_again(lab, admin, cl, delay):
 
 # ---------------------------------------------------------------------------
 # Harvester (the emulator's quota scaling): the opt-out keeps its deltas off our reservation
+
+def test_harvester_opt_out_refused_by_a_rancher_lock_down_changes_nothing(lab, admin, cl, ns, rancher):
+    """Whether Harvester's bundled Rancher locks its quotas is not established: if it does, the opt-out (a write
+    of the quota) is refused, and the reservation must fail before the namespace annotation is written, with
+    the reason and the fix, leaving no ledger."""
+    custom = client.CustomObjectsApi(lab.api_client(admin=True))
+    rancher.set_knobs(lab, harvester="true")
+    custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
+        "apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting", "metadata": {"name": "server-version"},
+        "value": "v1.6.0"})
+    try:
+        raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
+        name = _rancher_namespace(lab, admin, ns, raw)
+        before = raw_quota(admin, ns, name)
+        rancher.set_knobs(lab, rancher_lockdown=True)
+        rancher.wait_lockdown(lab, True)
+        with pytest.raises(KvquotaError) as err:
+            R.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain node-1", 600,
+                      rancher_sync_timeout=10)
+        assert "cannot set Harvester's opt-out" in err.value.message and "nothing was changed" in err.value.message
+        assert "lock-down" in err.value.fix
+        assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
+        after = raw_quota(admin, ns, name)
+        assert after["spec"]["hard"] == before["spec"]["hard"]
+        assert SKIP not in (after["metadata"].get("annotations") or {})
+        assert ledger(admin, after) is None
+    finally:
+        rancher.set_knobs(lab, rancher_lockdown=None)
+        rancher.wait_lockdown(lab, False)
+        rancher.set_knobs(lab, harvester=None)
+        custom.delete_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", "server-version")
+
 
 def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
     from kvqlab import scenarios

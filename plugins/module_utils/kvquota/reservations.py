@@ -29,6 +29,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as store_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import (
     HARVESTER,
+    HARVESTER_SKIP_ANNOTATION,
     RANCHER_QUOTA_ANNOTATION,
     hard_of,
     is_rancher_managed,
@@ -321,6 +322,10 @@ def _commit(run, state, ledger):
             configmap = run.store.save(state.quota, final, configmap)
         writes = backend.render(state.quota, state.namespace, final)
         try:
+            if not is_idle(final):
+                # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
+                # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
+                _harvester_opt_out(run, state, final)
             for kind in ("quota", "namespace"):
                 if kind in writes:
                     what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
@@ -470,7 +475,9 @@ def _owned_by_namespace(backend):
 
 
 def _harvester_opt_out(run, state, final):
-    """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota)."""
+    """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota).
+    A refused write (Rancher 2.14+ refuses any write of a Rancher-labelled quota but Rancher's) fails the
+    reservation before the owner's value is written, naming why."""
     if run.check_mode or state.backend.name != HARVESTER or not _owned_by_namespace(state.backend):
         return
     for _attempt in range(DEFAULT_ATTEMPTS):
@@ -484,6 +491,15 @@ def _harvester_opt_out(run, state, final):
             return
         except ConflictError:
             continue
+        except ForbiddenError:
+            raise
+        except KvquotaError as err:
+            raise KvquotaError(
+                "cannot set Harvester's opt-out %s on quota %s/%s: %s. Without it Harvester adds its own "
+                "migration deltas on top of the reservation; nothing was changed"
+                % (HARVESTER_SKIP_ANNOTATION, state.target[0], state.target[1], err.message),
+                "let the collection's identity update this quota (a Rancher quota lock-down must exempt it), or "
+                "set %s: \"true\" on the quota yourself for the maintenance and re-run" % HARVESTER_SKIP_ANNOTATION)
     raise ConflictError("could not set the Harvester opt-out on %s/%s" % state.target, "re-run")
 
 
@@ -660,7 +676,6 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
         try:
             state, final, info, changed = _transact(run, target, mutations[target], first=states[target])
             if final is not None and not is_idle(final) and not run.check_mode:
-                _harvester_opt_out(run, state, final)
                 _wait_followed(run, state, final)
         except KvquotaError as err:
             if done:
