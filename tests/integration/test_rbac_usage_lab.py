@@ -30,7 +30,7 @@ import time
 import pytest
 
 import modlab as M
-from test_roles_lab import KV, REPO, collections_path, playbook, start_lab
+from test_roles_lab import KV, RECORDED_REQUESTS, REPO, collections_path, playbook, start_lab
 
 from kvqlab import rbacusage
 
@@ -234,3 +234,17 @@ def test_install_playbook_binds_the_roles(lab):
 
     rc, out = _install(lab, variables)
     assert rc == 0 and "changed=0" in out, out
+
+
+def test_every_request_of_the_role_tests_was_allowed_by_the_shipped_roles(lab):
+    """Every request the least-privilege user made in every lab of this session (the role tests before this
+    module, when run together as `make roles-tests` does, and this module's lab): refused by none, allowed by
+    the shipped rules only, and every rule used."""
+    lab.record_requests()
+    recorded = list(RECORDED_REQUESTS)
+    labs = sorted(set(run_dir for run_dir, _request in recorded))
+    usage = rbacusage.analyse([request for _run_dir, request in recorded], rbacusage.load_roles(),
+                              features={"rancher", "shutdown"})
+    print("%d lab(s): %s" % (len(labs), usage.summary()))
+    assert str(lab.run_dir) in labs and usage.resource_requests
+    assert usage.problems() == []

@@ -29,9 +29,12 @@ import pytest
 
 from modlab import require_lab_build, wait   # modlab puts tests/lab on sys.path: kvqlab after it
 
-from kvqlab import state  # noqa: E402
+from kvqlab import rbacusage, state  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+# every request the least-privilege user made in the labs of this pytest session, read from each lab's audit log
+# when it stops (test_rbac_usage_lab.py checks them all against the shipped roles): [(lab run dir, Request)]
+RECORDED_REQUESTS = []
 
 KV = "/apis/kubevirt.io/v1"
 FINAL = ("Succeeded", "Failed")
@@ -61,6 +64,7 @@ class RoleLab(object):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def stop(self):
+        self.record_requests()
         if os.environ.get("KVQ_ROLES_KEEP_LAB"):
             print("lab left running in %s" % self.run_dir)
             return
@@ -68,6 +72,16 @@ class RoleLab(object):
             self.emu.stop()
         finally:
             self.kvqlab.down(str(self.run_dir))
+
+    def record_requests(self):
+        """Add what the least-privilege user asked of this lab (its audit log) to RECORDED_REQUESTS, once."""
+        if getattr(self, "_recorded", False):
+            return
+        self._recorded = True
+        log = self.lab.audit_log
+        if log.exists():
+            RECORDED_REQUESTS.extend((str(self.run_dir), request)
+                                     for request in rbacusage.read_audit(log, self.lab.user_name))
 
     def set_knobs(self, **values):
         self.emulator_mod.set_knobs(self.lab, **values)
