@@ -60,6 +60,7 @@ from pathlib import Path
 from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, parse_resource_list, quantities
 from test_roles_lab import RoleLab, collections_path
 from kvqlab import state
+from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import watch_events
 
 
@@ -639,9 +640,18 @@ def campaign_admin(args):
 # campaign 4: two maintenance runs at once on two nodes sharing namespaces
 
 RACES_SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "races.yaml")
-# two AWX jobs per round: AWX gives a job its id as the extra var awx_job_id (the role's default owner
+RACES_RANCHER_SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "races-rancher.yaml")
+# (name, scenario, Rancher-managed, agent restarts while the jobs run): issue 10 wants the races on plain and
+# Rancher-managed namespaces, with and without Rancher agent restarts
+RACE_VARIANTS = (("plain", RACES_SCENARIO, False, False),
+                 ("rancher", RACES_RANCHER_SCENARIO, True, False),
+                 ("rancher+agent restarts", RACES_RANCHER_SCENARIO, True, True))
+# pairs per variant (full); quick: one plain pair and one Rancher pair with agent restarts
+RACE_PAIRS = 2
+RACE_QUICK_VARIANTS = ("plain", "rancher+agent restarts")
+# two AWX jobs per pair: AWX gives a job its id as the extra var awx_job_id (the role's default owner
 # awx-job-<id>) and as JOB_ID in the environment (the Lease holder awx-job-<id>@host)
-JOB_IDS = ((101, 102), (103, 104), (105, 106))
+FIRST_JOB_ID = 101
 
 
 def _start_job(lab, node, job_id):
@@ -709,15 +719,91 @@ def _lease_waits(out, holder):
                       % re.escape(holder), flat)
 
 
-def _race_pair(lab, job_a, job_b):
-    """Two AWX jobs at once: A drains node-1, B node-2 (sharing both namespaces), A frozen while it holds a Lease.
-    Returns (row, evidence or None)."""
+class RaceSampler(Sampler):
+    """The Sampler, plus two invariants of concurrent runs, each judged on the ledgers read before and after the
+    objects (a ledger unchanged across both reads describes what was read in between):
+
+    - a quota above its base while no ledger exists for it (neither read has one): headroom no reservation
+      accounts for (kvquota writes the ledger before it expands and deletes it only after it restored);
+    - a lost update on a Rancher-managed quota: the namespace's field.cattle.io/resourceQuota (the durable value
+      Rancher applies) not what its steady ledger says was written (or, while a write is under way, the value
+      before it). Plain quotas are compared by Sampler itself (check_ledger)."""
+
+    def __init__(self, lab):
+        super(RaceSampler, self).__init__(lab, check_ledger=True)
+        self.uncovered = []         # "ns/quota above base by {...} with no ledger"
+        self.rancher_compared = 0   # (Rancher quota, sample) pairs compared with a steady ledger
+        self._namespaces = {}
+
+    def _ledgers(self):
+        r = self.lab.r
+        first = dict((cm["metadata"]["name"][len(state.LEDGER_PREFIX):], cm) for cm in state.ledger_configmaps(r.rest))
+        quotas = r.get("/api/v1/resourcequotas")["items"]
+        self._namespaces = dict((ns["metadata"]["name"], ns) for ns in r.get("/api/v1/namespaces")["items"])
+        again = dict((cm["metadata"]["name"][len(state.LEDGER_PREFIX):], cm["metadata"]["resourceVersion"])
+                     for cm in state.ledger_configmaps(r.rest))
+        steady = set(uid for uid, cm in first.items() if again.get(uid) == cm["metadata"]["resourceVersion"])
+        for q in quotas:
+            self._check_covered(q, first, again)
+            uid = q["metadata"]["uid"]
+            if uid in steady:
+                self._check_annotation(q, state.ledger_data(first[uid]))
+        return first, quotas, steady
+
+    def _check_covered(self, q, first, again):
+        ns, name = q["metadata"]["namespace"], q["metadata"]["name"]
+        base = self._base_num.get(ns, {}).get(name)
+        if not base or q["metadata"]["uid"] in first or q["metadata"]["uid"] in again:
+            return
+        hard = _num((q.get("spec") or {}).get("hard") or {})
+        above = dict((res, str(value - base[res])) for res, value in hard.items() if res in base and value > base[res])
+        if above:
+            self.uncovered.append("%s/%s above base by %s with no ledger" % (ns, name, above))
+
+    def _check_annotation(self, q, ledger):
+        if ledger.get("backend") not in ("rancher", "harvester"):
+            return
+        ns, name = q["metadata"]["namespace"], q["metadata"]["name"]
+        text = ((self._namespaces.get(ns) or {}).get("metadata", {}).get("annotations") or {}).get(RANCHER_ANNOTATION)
+        try:
+            limit = _num(rancher_mod.rancher_limit_to_hard((json.loads(text or "{}") or {}).get("limit") or {}))
+        except ValueError:
+            limit = {}
+        self.rancher_compared += 1
+        written = _num(ledger.get("written") or {})
+        before = _num(ledger.get("previous") or {}) if isinstance(ledger.get("previous"), dict) else {}
+        for res, value in written.items():
+            if res in limit and limit[res] != value and before.get(res) != limit[res]:
+                self.ledger_mismatch.append((ns, name, "annotation %s" % limit[res],
+                                             (ledger.get("written") or {}).get(res)))
+
+
+def _restart_agent_while(lab, procs, rng, stop):
+    """Rancher agent restarts at random moments (every 0.5-4 s, as in the reverts campaign) while any of procs
+    runs; returns the number injected (in restarts[0])."""
+    restarts = [0]
+
+    def loop():
+        while not stop.is_set() and any(p.poll() is None for p in procs):
+            stop.wait(rng.uniform(0.5, 4.0))
+            if not stop.is_set() and any(p.poll() is None for p in procs):
+                lab.r.rancher_agent_restart()
+                restarts[0] += 1
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread, restarts
+
+
+def _race_pair(lab, job_a, job_b, variant="plain", rancher=False, restarts=False, rng=None):
+    """Two AWX jobs at once: A drains node-1, B node-2 (sharing both namespaces), A frozen while it holds a Lease;
+    with restarts, Rancher's agent restarts at random moments meanwhile. Returns (row, evidence or None)."""
     owner_a, owner_b = "awx-job-%d" % job_a, "awx-job-%d" % job_b
     nodes = ["node-1", "node-2"]
     started_on = dict((node, lab.vms_on(node)) for node in nodes)
     shared = sorted(set(k.split("/")[0] for k in started_on["node-1"])
                     & set(k.split("/")[0] for k in started_on["node-2"]))
-    sampler = Sampler(lab, check_ledger=True)
+    sampler = RaceSampler(lab)
     sampler.start()
     caught, ready = [], threading.Event()
     proc_a = None
@@ -734,6 +820,9 @@ def _race_pair(lab, job_a, job_b):
     ready.wait(10)
     time.sleep(2)
     proc_b = _start_job(lab, "node-2", job_b)
+    stop_restarts = threading.Event()
+    restarter, restarted = (_restart_agent_while(lab, (proc_a, proc_b), rng or random.Random(job_a), stop_restarts)
+                            if restarts else (None, [0]))
     held = _hold_first_lease(lab, proc_a, owner_a, proc_b, lambda out: "Migrate the VMs batch by batch]" in out,
                              caught)
     for p in (proc_a, proc_b):
@@ -741,11 +830,15 @@ def _race_pair(lab, job_a, job_b):
             p.wait(1200)
         except subprocess.TimeoutExpired:
             lab.kill(p)
+    stop_restarts.set()
+    if restarter is not None:
+        restarter.join(10)
+        time.sleep(2)   # let the last agent restart settle before judging
     sampler.stop()
     outs = [lab.output(p) for p in (proc_a, proc_b)]
     # a VM may land on the other job's node once that job has uncordoned it: judge each VM against the node
     # it started on
-    probs = lab.problems(vms_off_node=False)
+    probs = lab.problems(vms_off_node=False, rancher=rancher)
     where = lab.vmi_nodes()
     for node, keys in sorted(started_on.items()):
         for key in keys:
@@ -755,23 +848,31 @@ def _race_pair(lab, job_a, job_b):
             probs.append("node %s left cordoned" % node)
     if sampler.below_base:
         probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
+    if sampler.uncovered:
+        probs.append("%d sample(s) with a quota above its base and no ledger, first: %s"
+                     % (len(sampler.uncovered), sampler.uncovered[:3]))
     if sampler.ledger_mismatch:
-        probs.append("spec.hard differed from the ledger's written value: %s" % sampler.ledger_mismatch[:3])
-    if not sampler.ledger_compared:
+        probs.append("spec.hard (Rancher: the annotation) differed from the ledger's written value: %s"
+                     % sampler.ledger_mismatch[:3])
+    compared = sampler.rancher_compared if rancher else sampler.ledger_compared
+    if not compared:
         probs.append("no sample compared a ledger with its quota: the lost-update check saw nothing")
     rcs = [p.returncode for p in (proc_a, proc_b)]
     if any(rcs):
         probs.insert(0, "run(s) failed rc=%s" % rcs)
     named = [m for out_, other in ((outs[0], owner_b), (outs[1], owner_a)) for m in _lease_waits(out_, other)]
-    row = {"owners": [owner_a, owner_b], "vms": [len(started_on[n]) for n in nodes], "shared_namespaces": shared,
-           "rcs": rcs, "lease_frozen": held, "waits_naming_holder": len(named),
+    row = {"variant": variant, "owners": [owner_a, owner_b], "vms": [len(started_on[n]) for n in nodes],
+           "shared_namespaces": shared, "rcs": rcs, "lease_frozen": held, "waits_naming_holder": len(named),
            "wait_message": named[0] if named else "", "owners_in_ledgers": sorted(sampler.seen["owners"]),
-           "problems": probs, "samples": sampler.samples, "ledger_compared": sampler.ledger_compared}
-    log("races: %s vs %s shared=%s rcs=%s lease frozen=%s waits naming the holder=%d owners in ledgers=%s "
-        "problems=%s" % (owner_a, owner_b, shared, rcs, held, len(named), row["owners_in_ledgers"], probs))
+           "problems": probs, "samples": sampler.samples, "ledger_compared": compared,
+           "uncovered": len(sampler.uncovered), "agent_restarts": restarted[0]}
+    log("races [%s]: %s vs %s shared=%s rcs=%s lease frozen=%s waits naming the holder=%d owners in ledgers=%s "
+        "agent restarts=%d problems=%s" % (variant, owner_a, owner_b, shared, rcs, held, len(named),
+                                           row["owners_in_ledgers"], restarted[0], probs))
     evidence = None
     if probs or not named:
-        evidence = {"round": [owner_a, owner_b], "problems": probs, "tails": [o[-3000:] for o in outs]}
+        evidence = {"variant": variant, "round": [owner_a, owner_b], "problems": probs,
+                    "tails": [o[-3000:] for o in outs]}
     return row, evidence
 
 
@@ -780,15 +881,30 @@ def _race_pair(lab, job_a, job_b):
 RACE_ATTEMPTS = 3
 
 
+def race_rounds(quick):
+    """[(variant, scenario, rancher, restarts, (job A, job B))]: every variant RACE_PAIRS times (quick: one pair of
+    each of RACE_QUICK_VARIANTS), each pair with job ids of its own."""
+    rounds, job = [], FIRST_JOB_ID
+    for name, scenario, rancher, restarts in RACE_VARIANTS:
+        if quick and name not in RACE_QUICK_VARIANTS:
+            continue
+        for _pair in range(1 if quick else RACE_PAIRS):
+            rounds.append((name, scenario, rancher, restarts, (job, job + 1)))
+            job += 2
+    return rounds
+
+
 def campaign_races(args):
-    """Each pair on a fresh lab (the scenario's placement: job A on node-1 with 2 VMs, job B on node-2 with 4)."""
-    rounds = JOB_IDS[:1] if args.quick else JOB_IDS
+    """Each pair on a fresh lab (the scenario's placement: job A on node-1 with 2 VMs, job B on node-2 with 4), for
+    each variant of RACE_VARIANTS."""
+    rounds = race_rounds(args.quick)
+    rng = random.Random(20261124)
     rows, evidence = [], []
-    for job_a, job_b in rounds:
+    for name, scenario, rancher, restarts, (job_a, job_b) in rounds:
         for attempt in range(RACE_ATTEMPTS):
-            lab = Lab("races", RACES_SCENARIO, keep=args.keep)
+            lab = Lab("races", scenario, keep=args.keep)
             try:
-                row, found = _race_pair(lab, job_a, job_b)
+                row, found = _race_pair(lab, job_a, job_b, name, rancher, restarts, rng)
             finally:
                 lab.stop()
             row["attempt"] = attempt + 1
@@ -799,18 +915,30 @@ def campaign_races(args):
                       "evidence": evidence})
             if row["waits_naming_holder"] or row["problems"]:
                 break
+    return _races_result(rows, evidence, rounds)
+
+
+def _races_result(rows, evidence, rounds):
     ok = [r for r in rows if not r["problems"]]
+    variants = []
+    for name, _scenario, _rancher, _restarts in RACE_VARIANTS:
+        mine = [r for r in rows if r["variant"] == name]
+        if mine:
+            variants.append("%s %d/%d" % (name, len([r for r in mine if not r["problems"]]), len(mine)))
     waited = sum(1 for r in rows if r["waits_naming_holder"])
-    rounds_waited = len(set(tuple(r["owners"]) for r in rows if r["waits_naming_holder"]))
-    line = ("races: %d/%d concurrent pairs (two AWX jobs, node-1 and node-2, %s shared namespaces) ended at base with "
-            "no lost update (%d ledger/spec mismatches in %d comparisons sampled); a wait naming the lease holder seen in %d/%d "
-            "pairs (%d/%d rounds)%s"
-            % (len(ok), len(rows), "/".join(str(len(r["shared_namespaces"])) for r in rows),
-               sum(len([p for p in r["problems"] if "differed" in p]) for r in rows),
-               sum(r.get("ledger_compared", 0) for r in rows), waited, len(rows),
-               rounds_waited, len(rounds), "" if rounds_waited == len(rounds) else " (NOT SEEN in every round)"))
-    return {"name": "races", "line": line, "ok": len(ok) == len(rows) and bool(rows) and rounds_waited == len(rounds),
-            "scenario": "tests/chaos/scenarios/races.yaml", "rows": rows, "evidence": evidence}
+    pairs = sorted(set(tuple(r["owners"]) for r in rows if r["waits_naming_holder"]))
+    mismatches = sum(len([p for p in r["problems"] if "differed" in p]) for r in rows)
+    line = ("races: %d/%d concurrent pairs (two AWX jobs, node-1 and node-2, %s shared namespaces) ended at base "
+            "(%s), %d quota above base without a reservation in %d samples, no lost update (%d ledger/value mismatches "
+            "in %d comparisons sampled), %d Rancher agent restarts injected; a wait naming the lease holder seen in "
+            "%d/%d pairs (%d/%d rounds)%s"
+            % (len(ok), len(rows), "/".join(str(len(r["shared_namespaces"])) for r in rows), ", ".join(variants),
+               sum(r["uncovered"] for r in rows), sum(r["samples"] for r in rows), mismatches,
+               sum(r.get("ledger_compared", 0) for r in rows), sum(r["agent_restarts"] for r in rows), waited,
+               len(rows), len(pairs), len(rounds), "" if len(pairs) == len(rounds) else " (NOT SEEN in every round)"))
+    return {"name": "races", "line": line, "ok": len(ok) == len(rows) and bool(rows) and len(pairs) == len(rounds),
+            "scenario": "tests/chaos/scenarios/races.yaml, tests/chaos/scenarios/races-rancher.yaml", "rows": rows,
+            "evidence": evidence}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -832,9 +832,10 @@ def attack_vmim_labels(c, attack):
 
 
 def attack_rancher_annotation(c, attack):
-    """Rancher project member: during the window, rewrites its Namespace's field.cattle.io/resourceQuota (what
-    Rancher lets it do anyway) to the base values (a 'revert') and then +100m CPU above the base (a change). The run
-    keeps its reservation on top, restores the member's value, and nothing of the headroom is left on it."""
+    """Rancher project member: while the run waits for Rancher to apply its expanded field.cattle.io/resourceQuota,
+    rewrites it (what Rancher lets it do anyway) to the base values (a 'revert') and then +100m CPU above the base
+    (a change). The run adopts the rewrite under its lock, keeps its reservation on top, restores the member's value,
+    and nothing of the headroom is left on it."""
     ns = attack.ns
     node = c.node_for(ns)
     member = c.tenant(ns, "project-member")
@@ -843,6 +844,9 @@ def attack_rancher_annotation(c, attack):
     new_annotation = json.dumps({"limit": changed}, sort_keys=True)
 
     def rewrite():
+        # Rancher's agent is paused, so the run is still waiting for it once it has written its annotation: the
+        # member's rewrite lands inside that wait (the agent applies it as soon as it resumes)
+        c.wait(lambda: c.annotation(ns) != c.base_annotation, 60, "the run to write its annotation")
         # from now on the member's value is the base the quota must not exceed without a ledger
         quota_name = sorted(c.base[ns])[0]
         c.sampler.base[ns][quota_name]["limits.cpu"] = _num({"limits.cpu": changed["limitsCpu"]})["limits.cpu"]
@@ -852,8 +856,19 @@ def attack_rancher_annotation(c, attack):
             if status:
                 attack.fail("the project member could not patch its annotation: %s %s" % (status, text[:200]))
             time.sleep(2)
+        c.r.set_knobs(rancher=None)
+        c.r.rancher_agent_restart()   # the agent resumes and resyncs every namespace
+        attack.notes.append("Rancher's agent paused until the member had rewritten the annotation twice")
 
-    drain(c, attack, node, during=rewrite)
+    c.r.set_knobs(rancher=False)
+    try:
+        _rc, out = drain(c, attack, node, during=rewrite)
+    finally:
+        c.r.set_knobs(rancher=None)
+    adopted = "was changed to %s by someone else" % changed["limitsCpu"]
+    if adopted not in " ".join(out.split()):   # Ansible wraps its warnings
+        attack.fail("the run never reported the member's %s as the new base (%r not in its output)"
+                    % (changed["limitsCpu"], adopted))
     final = c.annotation(ns)
     try:
         final_limit = json.loads(final or "{}").get("limit")

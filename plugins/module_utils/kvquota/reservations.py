@@ -35,6 +35,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backen
     is_rancher_managed,
     project_fit,
     project_ref,
+    rancher_limit,
     select_backend,
     used_of,
 )
@@ -70,6 +71,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 DEFAULT_ATTEMPTS = 10
 DEFAULT_LOCK_TIMEOUT = 120
 DEFAULT_RANCHER_SYNC_TIMEOUT = 60
+# rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
+DEFAULT_RANCHER_ADOPTIONS = 3
 KUBEVIRT = ("kubevirt.io", "v1")
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
 _FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
@@ -168,10 +171,24 @@ class _Run(object):
         if self.check_mode:
             return _nothing_held()
         scopes = [(self.store.namespace, lease_mod.namespace_lock_name(ns)) for ns in set(namespaces)]
-        return lease_mod.held_many(self.cluster, scopes, self.lock.get("holder") or lease_mod.default_holder(),
-                                   self.lock.get("duration") or lock_duration(self.rancher_sync_timeout),
+        return lease_mod.held_many(self.cluster, scopes, self.holder(), self.lock_seconds(),
                                    self.lock.get("wait_timeout", DEFAULT_LOCK_TIMEOUT), clock=self.clock,
                                    sleep=self.sleep, on_wait=_lease_wait_noter(self))
+
+    def holder(self):
+        return self.lock.get("holder") or lease_mod.default_holder()
+
+    def lock_seconds(self):
+        return self.lock.get("duration") or lock_duration(self.rancher_sync_timeout)
+
+    def renew_lock(self, namespace):
+        """Push the held Lease of a tenant namespace forward before a write that comes after a long wait (the
+        lease lasts one write plus one Rancher wait); LeaseHeldError if another job took it over meanwhile, so
+        nothing is written without the lock."""
+        if self.check_mode:
+            return
+        lease = {"metadata": {"namespace": self.store.namespace, "name": lease_mod.namespace_lock_name(namespace)}}
+        lease_mod.renew(self.cluster, lease, self.holder(), self.lock_seconds(), clock=self.clock)
 
     def warn(self, text):
         if text not in self.warnings:
@@ -418,15 +435,23 @@ def _report_changes(run, state):
         _emit(run, state, reason, "kvquota: " + change["message"], "Warning")
 
 
-def _wait_followed(run, state, final):
+def _wait_followed(run, state, final, adoptions=DEFAULT_RANCHER_ADOPTIONS):
     """Rancher owns spec.hard: wait until it applied the namespace annotation. Each poll compares spec.hard with
     the ledger as it is NOW in the store (another job may have changed it since this one wrote), never with a
     remembered one. kvquota never writes spec.hard of a Rancher-owned quota (that bypasses the project limit
-    and Rancher 2.14+ refuses it): if Rancher neither applies nor refuses in time, fail with the numbers."""
+    and Rancher 2.14+ refuses it): if Rancher neither applies nor refuses in time, fail with the numbers.
+
+    A Rancher project member may rewrite the annotation while we wait (Rancher lets it, within the project
+    limit), and Rancher then applies the member's value, which no ledger value will ever match. Such a rewrite
+    is adopted like an administrator's change (ledger.observe): under the namespace's lock, which every caller
+    holds, against the stored ledger, the member's value becomes the base, the reservations stay on top, the
+    annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
+    left (the ledger is gone) the member's value is simply what Rancher must apply."""
     if not _owned_by_namespace(state.backend) or run.check_mode:
         return None
     deadline = run.clock() + run.rancher_sync_timeout
     expected = final
+    rewrites = []
     while True:
         quota = run.cluster.get_quota(*state.target)
         stored, _configmap = run.store.read(quota)
@@ -439,6 +464,18 @@ def _wait_followed(run, state, final):
         if refused:
             raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
                                "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
+        if stored is None and is_idle(final):
+            expected = _kept_after_release(run, state, final, namespace)
+            ok, wrong = state.backend.followed(quota, expected)
+            if ok:
+                return None
+        elif stored is not None and _annotation_rewritten(state.backend, quota, namespace, stored):
+            rewrites.append(_annotation_text(namespace))
+            if len(rewrites) > adoptions:
+                raise _rewritten_error(run, state.target, rewrites, stored)
+            _adopt_rewrite(run, state.target)
+            deadline = run.clock() + run.rancher_sync_timeout
+            continue
         if run.clock() >= deadline:
             break
         run.sleep(1.0)
@@ -453,6 +490,84 @@ def _wait_followed(run, state, final):
         % (state.target[0], run.rancher_sync_timeout, lagging, RANCHER_QUOTA_ANNOTATION),
         "check that Rancher's cluster agent (cattle-cluster-agent) runs and syncs namespace %s, then re-run: the "
         "ledger holds the reservation, so the re-run converges" % state.target[0])
+
+
+def _annotation_text(namespace):
+    return ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_QUOTA_ANNOTATION)
+
+
+def _annotation_rewritten(backend, quota, namespace, ledger):
+    """Whether the namespace's Rancher annotation no longer holds what the ledger says kvquota wrote: what
+    writing the ledger now would put there (unmanaged keys are kept as they are) differs from what is there."""
+    rendered = backend.render(quota, namespace, ledger).get("namespace")
+    if rendered is None:
+        return False
+    return _parsed_annotation(_annotation_text(rendered)) != _parsed_annotation(_annotation_text(namespace))
+
+
+def _parsed_annotation(text):
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _adopt_rewrite(run, target):
+    """Adopt a rewrite of the Rancher annotation found while waiting (see _wait_followed): with the lock renewed,
+    from a fresh read of the stored ledger, observe takes the rewritten values (a value equal to the base is a
+    revert, re-applied; any other one becomes the base, the deltas stay on top) and _transact writes the
+    annotation again. Warns and records Events like any external change."""
+    def mutate(state, now):
+        if state.stored is None:
+            return None, {"outcome": "no-ledger"}
+        return state.ledger, {"outcome": "adopted" if state.changes else "in-sync"}
+
+    run.renew_lock(target[0])
+    state, _final, _info, _changed = _transact(run, target, mutate)
+    _report_changes(run, state)
+
+
+def _kept_after_release(run, state, final, namespace):
+    """The final release restored the base and deleted the ledger; a value the annotation holds now for a managed
+    name (a project member's, written since) is what Rancher must apply: with no reservation left it is the
+    namespace's own quota, kvquota has nothing on top of it to keep. Warns and records Events once per value."""
+    limit = rancher_limit(namespace)
+    result = final.copy()
+    for name in sorted(final.written):
+        found = limit.get(name)
+        base = final.base.get(name)
+        if found is None or base is None or _same_amount(found, base, name):
+            continue
+        result.base[name] = found
+        result.written[name] = found
+        message = ("%s on %s/%s was changed to %s by someone else in the %s annotation while kvquota restored its "
+                   "base %s; no reservation is left, so %s stays" % (name, state.target[0], state.target[1], found,
+                                                                     RANCHER_QUOTA_ANNOTATION, base, found))
+        if message not in run.warnings:
+            run.warn(message)
+            _emit(run, state, "QuotaBaseChanged", "kvquota: " + message, "Warning")
+    return result
+
+
+def _same_amount(a, b, name):
+    try:
+        return parse_resource_list({name: a}, name) == parse_resource_list({name: b}, name)
+    except InputError:
+        return a == b
+
+
+def _rewritten_error(run, target, rewrites, ledger):
+    want = ", ".join("%s=%s" % (name, value) for name, value in sorted(desired_strings(ledger).items()))
+    return KvquotaError(
+        "the %s annotation of namespace %s was rewritten %d times by someone else while kvquota waited for Rancher "
+        "to apply it (found %s; kvquota adopted each value as the new base and wrote base + reservations, last %s); "
+        "gave up"
+        % (RANCHER_QUOTA_ANNOTATION, target[0], len(rewrites), " then ".join(str(t) for t in rewrites), want),
+        "ask the Rancher project members of namespace %s to leave its resource quota alone during the maintenance "
+        "window (change it after the window), then re-run: the ledger holds the reservation, so the re-run "
+        "converges" % target[0])
 
 
 def _rancher_refusal(namespace):
@@ -1298,15 +1413,15 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
 
     results = []
     for target in targets:
-        with run.locked([target[0]]):
+        with run.locked([target[0]]):   # held while waiting for Rancher too: a rewrite found then is adopted
             state, final, info, changed = _transact(run, tuple(target), mutate)
-        if not state.backend.writable:
-            continue
-        _report_changes(run, state)
-        results.append(_quota_result(state, final, info, changed))
-        if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
-            _harvester_opt_out(run, state, final)
-            _wait_followed(run, state, final)
+            if not state.backend.writable:
+                continue
+            _report_changes(run, state)
+            results.append(_quota_result(state, final, info, changed))
+            if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
+                _harvester_opt_out(run, state, final)
+                _wait_followed(run, state, final)
     return {"changed": any(item["changed"] for item in results), "quotas": results,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
 
