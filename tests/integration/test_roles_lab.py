@@ -241,8 +241,9 @@ class Run(object):
         return None
 
 
-def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=False, env=None):
-    """Run playbooks/<name>.yml of the collection against the lab; a Run, or the Popen when background."""
+def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=False, env=None, check=False):
+    """Run playbooks/<name>.yml of the collection against the lab (check: with --check); a Run, or the Popen
+    when background."""
     kubeconfig = lab.lab.admin_kubeconfig if admin else lab.lab.user_kubeconfig
     handle, vars_file = tempfile.mkstemp(prefix="kvq-vars-", suffix=".json")
     with os.fdopen(handle, "w") as fh:
@@ -262,6 +263,8 @@ def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=Fa
     })
     full_env.update(env or {})
     cmd = ["ansible-playbook", str(REPO / "playbooks" / ("%s.yml" % name)), "-e", "@" + vars_file]
+    if check:
+        cmd.append("--check")
     if background:
         out = open(vars_file + ".out", "w")
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=str(lab.run_dir))
