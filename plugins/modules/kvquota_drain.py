@@ -19,8 +19,8 @@ description:
   - This module lists the pods on O(node) labelled C(kubevirt.io=virt-launcher) and keeps only the VM pods by
     ownership and by what KubeVirt writes, each with a controller ownerReference to a VirtualMachineInstance's
     UID, the VMI's active launcher (its C(status.activePods)), the target pod of a migration of that VMI still
-    under way (the VMI's C(status.migrationState) or a running VirtualMachineInstanceMigration's status), or the
-    source pod of its completed migration (KubeVirt ends it). Every other one (labels only, an ownerReference to
+    under way (the VMI's C(status.migrationState) or a running VirtualMachineInstanceMigration's status), the
+    source pod of its completed migration (KubeVirt ends it), or a finished pod of that VMI. Every other one (labels only, an ownerReference to
     no VMI, or to a real VMI that does not count the pod as its own) is evicted.
   - Evictions go through the Eviction API (C(POST .../pods/<name>/eviction), policy/v1, conditional on the pod's
     uid), as k8s_drain makes them; a 429 (a PodDisruptionBudget) is retried until O(wait_timeout), then the module

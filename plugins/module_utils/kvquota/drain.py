@@ -14,7 +14,9 @@ UID:
 - the target pod of a live migration of that VMI still under way (VMI status.migrationState, or the status of
   a VMIM of that VMI that is not final): it becomes the active launcher;
 - the source pod a completed migration left behind (status.migrationState.sourcePod on its source node,
-  created before the migration started): KubeVirt ends it by itself.
+  created before the migration started): KubeVirt ends it by itself;
+- a finished pod (Succeeded, Failed) of that VMI, such as the source pod of an earlier migration: it runs
+  nothing.
 Every other labelled pod is an impostor, evicted through the Eviction API as k8s_drain would have evicted it
 without the label, under the same options (force, ignore_daemonsets, delete_emptydir_data; mirror pods are
 left, as the API server cannot delete them). A tenant can also point a controller ownerReference at its own
@@ -109,6 +111,9 @@ def vm_pod_reason(pod, vmis_by_uid, migrations=()):
         return "target pod of migration %s of VMI %s, under way" % (migration, _ref(vmi))
     if _vacated_source(pod, vmi):
         return "source pod of the completed migration of VMI %s (KubeVirt ends it)" % _ref(vmi)
+    if ((pod or {}).get("status") or {}).get("phase") in FINISHED_POD_PHASES:
+        # an earlier launcher of the VMI (or a pod pointing at it) that has finished runs nothing
+        return "finished pod of VMI %s (runs nothing)" % _ref(vmi)
     return None
 
 

@@ -121,6 +121,15 @@ def test_the_source_pod_of_a_completed_migration_is_kept_unless_created_after_it
     assert names(impostors) == ["virt-launcher-vm-1-abcde"] and vm_pods == []
 
 
+def test_a_finished_pod_of_the_vmi_is_kept_but_a_finished_pod_with_labels_only_is_evicted_like_k8s_drain_does():
+    earlier = pod("virt-launcher-vm-1-old", "old-uid", owner_uid="vmi-uid", phase="Succeeded")
+    finished_fake = pod("finished-fake", "ff-uid", phase="Failed")
+    impostors, vm_pods = D.find_impostors([earlier, finished_fake], [vmi()], node=NODE)
+    assert names(vm_pods) == ["virt-launcher-vm-1-old"] and "runs nothing" in vm_pods[0]["reason"]
+    assert names(impostors) == ["finished-fake"]
+    assert D.drain_category(finished_fake) == "finished"
+
+
 def test_terminating_pods_and_pods_of_other_nodes_are_left_out():
     impostors, vm_pods = D.find_impostors(
         [pod("going", "going-uid", deleting=True), pod("there", "there-uid", node="n2")], [vmi()], node=NODE)
