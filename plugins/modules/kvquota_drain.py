@@ -14,7 +14,7 @@ author:
   - kvquota maintainers (@kvquota)
 description:
   - Runs right after M(kubernetes.core.k8s_drain) with C(pod_selectors=[kubevirt.io!=virt-launcher]). That selector
-    leaves the VM pods to the live migrations, but it trusts a label: any tenant with C(edit) in its namespace can
+    leaves the VM pods to the live migrations, but it trusts a label, which any tenant with C(edit) in its namespace can
     label a pod of its own C(kubevirt.io=virt-launcher) and bind it to the node.
   - This module lists the pods on O(node) labelled C(kubevirt.io=virt-launcher) and keeps only the VM pods by
     ownership and by what KubeVirt writes, each with a controller ownerReference to a VirtualMachineInstance's
