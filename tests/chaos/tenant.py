@@ -777,31 +777,44 @@ def attack_capture_unfenced_early(c, attack):
 
 
 def attack_launcher_labels(c, attack):
-    """edit tenant: a bare pod on the drained node labelled kubevirt.io=virt-launcher, kubevirt.io/created-by and
-    vm.kubevirt.io/name (a fake launcher), before the drain; the drain must evict it like any pod, and the release
-    must not be held up by it. (created-by names no real VMI: the lab's emulated virt-handler finds source pods by
-    that label and would complete the fake instead of the real source pod, which real KubeVirt does not do.)"""
+    """edit tenant: before the drain, two pods bound to the drained node posing as virt-launcher pods: one with the
+    labels kubevirt.io=virt-launcher, kubevirt.io/created-by and vm.kubevirt.io/name only (a bare pod), one also
+    with a controller ownerReference to the real VMI's UID (which the tenant can read). The drain must evict both
+    like any pod (the bare one needs force, as for any bare pod), and the release must not be held up by them.
+    (created-by names no real VMI: the lab's emulated virt-handler finds source pods by that label and would
+    complete a fake instead of the real source pod, which real KubeVirt does not do.)"""
     ns = attack.ns
     node = c.node_for(ns)
     vmi = [v for v in c.r.vmis(ns) if (v.get("status") or {}).get("nodeName") == node][0]["metadata"]
-    name = "fake-launcher-" + secrets.token_hex(2)
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "labels": {
-                "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "00000000-0000-4000-8000-%012d" % 1,
-                "vm.kubevirt.io/name": vmi["name"], "kubevirt.io/domain": vmi["name"]}},
-            "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "example.invalid/fake",
-                                                       "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}}}]}}
-    status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
-    if status:
-        attack.fail("creating the fake launcher: %s %s" % (status, text[:300]))
-    drain(c, attack, node)
-    pod = c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, name))
-    if pod and pod["spec"].get("nodeName") == node and not pod["metadata"].get("deletionTimestamp"):
-        attack.fail("the fake launcher %s is still on %s: the drain took it for a VM's pod" % (name, node))
-    else:
-        attack.notes.append("fake launcher %s drained like any pod" % name)
-    if pod:
-        attempt(c.rest.delete, "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+    token = secrets.token_hex(2)
+    fakes = {"fake-launcher-" + token: None,
+             "forged-owner-" + token: [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                        "name": vmi["name"], "uid": vmi["uid"], "controller": True}]}
+    for number, (name, owners) in enumerate(sorted(fakes.items()), start=1):
+        meta = {"name": name, "namespace": ns, "labels": {
+            "kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "00000000-0000-4000-8000-%012d" % number,
+            "vm.kubevirt.io/name": vmi["name"], "kubevirt.io/domain": vmi["name"]}}
+        if owners:
+            meta["ownerReferences"] = owners
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                "spec": {"nodeName": node, "containers": [{"name": "compute", "image": "example.invalid/fake",
+                                                           "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}}}]}}
+        status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/pods" % ns, body)
+        if status:
+            attack.fail("creating the fake launcher %s: %s %s" % (name, status, text[:300]))
+    drain(c, attack, node, extra_vars={"node_maintenance_drain_force": True})
+    for name, owners in sorted(fakes.items()):
+        kind = "with a forged ownerReference to VMI %s" % vmi["name"] if owners else "with the labels only"
+        pod = c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, name))
+        if pod and pod["spec"].get("nodeName") == node and not pod["metadata"].get("deletionTimestamp"):
+            attack.fail("the fake launcher %s (%s) is still on %s: the drain took it for a VM's pod"
+                        % (name, kind, node))
+        else:
+            attack.notes.append("fake launcher %s (%s) drained like any pod" % (name, kind))
+        if pod:
+            # the lab has no kubelet to finish a terminating pod
+            attempt(c.rest.delete, "/api/v1/namespaces/%s/pods/%s" % (ns, name), body={"gracePeriodSeconds": 0},
+                    gracePeriodSeconds=0)
     settle(c, attack, node)
 
 

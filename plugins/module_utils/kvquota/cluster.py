@@ -310,9 +310,11 @@ def map_error(exc, what, host=None):
             return InputError("the API server refused to %s: %s" % (what, message),
                               "fix the value it names; nothing else was changed by this request")
         if status == 429 or status >= 500:
+            # details.status: a 429 can also be an answer (an eviction refused by a PodDisruptionBudget)
             return UnreachableError("the API server answered %s while trying to %s%s: %s"
                                     % (status, what, where, message),
-                                    "retry later; check the control plane's health (kubectl get --raw /readyz)")
+                                    "retry later; check the control plane's health (kubectl get --raw /readyz)",
+                                    details={"status": status})
         return KvquotaError("the API server answered %s while trying to %s: %s" % (status, what, message))
     text = _short_reason(exc)
     if _is_tls(_one_line(exc)) or (HAS_URLLIB3 and _has_cause(exc, urllib3.exceptions.SSLError)):
