@@ -26,7 +26,6 @@ VMI (it can read the UID): that pod is owned, but neither active nor a migration
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import calendar
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
@@ -37,13 +36,14 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     UnreachableError,
     WaitTimeoutError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
 
 # what `pod_selectors: [kubevirt.io!=virt-launcher]` leaves on the node
 LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
 FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
-KUBEVIRT = ("kubevirt.io", "v1")
 TOO_MANY_REQUESTS = 429
 
 
@@ -57,13 +57,12 @@ def _ref(obj):
 
 
 def _epoch(stamp):
-    """Seconds since the epoch of an RFC 3339 UTC timestamp (2026-01-02T03:04:05Z, fractions allowed), or None."""
+    """Seconds since the epoch of an RFC 3339 timestamp (ledger.parse_time), or None when absent or malformed."""
     if not isinstance(stamp, str) or not stamp:
         return None
-    text = stamp.rstrip("Z").split(".", 1)[0]
     try:
-        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
+        return parse_time(stamp)
+    except InputError:
         return None
 
 

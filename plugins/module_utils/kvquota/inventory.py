@@ -26,6 +26,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     NotFoundError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import (
+    KUBEVIRT,
     event_is_about,
     launcher_vmi_uid,
 )
@@ -33,7 +34,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
 DEFAULT_PAGE_SIZE = 500
 
-KUBEVIRT = ("kubevirt.io", "v1")
 HARVESTER_SETTINGS = ("harvesterhci.io", "v1beta1", "settings")
 AAQ_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareresourcequotas")
 RANCHER_PROJECTS = ("management.cattle.io", "v3", "projects")

@@ -39,7 +39,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headro
     parse_top_up_cap,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import ref_uids, uid_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT, ref_uids, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
     FINAL_MIGRATION_PHASES,
@@ -60,7 +60,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     remove_zeros,
 )
 
-KUBEVIRT = ("kubevirt.io", "v1")
 VMIMS = "virtualmachineinstancemigrations"
 NOT_ADMITTED_PHASES = ("", "Pending")
 MANAGED_BY = "kvquota.maintenance"

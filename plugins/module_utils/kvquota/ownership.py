@@ -17,6 +17,7 @@ __metaclass__ = type
 
 VMI_KIND = "VirtualMachineInstance"
 KUBEVIRT_GROUP = "kubevirt.io"
+KUBEVIRT = (KUBEVIRT_GROUP, "v1")   # KubeVirt's API (group, version), for the custom-object calls
 VIRT_CONTROLLER = "virt-controller"
 
 

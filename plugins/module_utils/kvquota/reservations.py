@@ -67,13 +67,13 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     parse_resource_list,
     subtract,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
 
 DEFAULT_ATTEMPTS = 10
 DEFAULT_LOCK_TIMEOUT = 120
 DEFAULT_RANCHER_SYNC_TIMEOUT = 60
 # rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
 DEFAULT_RANCHER_ADOPTIONS = 3
-KUBEVIRT = ("kubevirt.io", "v1")
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
 _FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 _TERMINAL_POD_PHASES = ("Succeeded", "Failed")

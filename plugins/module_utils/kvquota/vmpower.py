@@ -30,9 +30,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     InputError,
     NotFoundError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
 
 SUBRESOURCES = ("subresources.kubevirt.io", "v1")
-KUBEVIRT = ("kubevirt.io", "v1")
 RECORD_PREFIX = "kvq-stopped-"
 RECORD_KEY = "vms"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kvquota.maintenance"}
