@@ -72,7 +72,8 @@ lab-tests: deps lab-build
 roles-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
 	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py \
-	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_rbac_usage_lab.py
+	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_roles_check_mode_lab.py \
+	  tests/integration/test_rbac_usage_lab.py
 
 # Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
 # MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.

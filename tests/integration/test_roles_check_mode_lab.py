@@ -48,7 +48,7 @@ CASES = [
     ("node_maintenance", {"node_maintenance_node": "{node}"}, ["check mode: the batches would migrate"]),
     ("upgrade", {"rolling_upgrade_nodes": ["{node}"]}, ["{node}"]),
     ("kubevirt_update", {"kubevirt_update_mode": "drive", "kubevirt_update_namespaces": [NS]}, ["batch 1/"]),
-    ("preflight", {"preflight_nodes": ["{node}"]}, ["{node}"]),
+    ("preflight", {"preflight_nodes": ["{node}"]}, ["preflight_verdict"]),
     ("reaper", {}, ["check-reap"]),
 ]
 
