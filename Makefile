@@ -161,7 +161,7 @@ $(VENVS)/core-%/kvq-venv.stamp:
 	fi; \
 	echo "make: building $$venv (ansible-core $$core.x on $$("$$py" -V), kubernetes.core of Ansible $$ansible)"; \
 	rm -rf "$$venv"; "$$py" -m venv "$$venv"; \
-	"$$venv/bin/pip" install -q "ansible-core==$$core.*" "kubernetes>=24.2.0" "pyyaml>=6.0" "jmespath>=1.0"; \
+	"$$venv/bin/pip" install -q "ansible-core==$$core.*" -r requirements.txt; \
 	wheels=$$(mktemp -d); trap 'rm -rf "$$wheels"' EXIT; \
 	"$$venv/bin/pip" download -q --no-deps --only-binary :all: -d "$$wheels" "ansible==$$ansible.*"; \
 	"$$venv/bin/python" -c 'import glob, sys, zipfile; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/ansible-*.whl")[0]); \
