@@ -118,8 +118,10 @@ ansible-units: deps collection-copy ansible-test-bootstrap
 lint: deps
 	ansible-lint --profile production
 
+# The plugin and role docs, and the generated part of each roles/<role>/README.md (tests/role_readmes.py).
 docs-lint: deps collection-copy
 	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs .
+	$(PY) tests/role_readmes.py --check
 
 build: deps
 	@mkdir -p $(CACHE)/dist
