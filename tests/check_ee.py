@@ -29,19 +29,19 @@ def requirement_lines(path):
         return [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
 
 
-def run(cmd, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit("%s failed (rc=%d):\n%s%s" % (" ".join(cmd), result.returncode, result.stdout,
                                                        result.stderr))
-    return result.stdout + result.stderr
+    return result
 
 
 def check_create(collection_dir, tarball, context, galaxy, runtime, problems):
     shutil.copy(tarball, collection_dir)
-    output = run(["ansible-builder", "create", "-f", os.path.join(collection_dir, "meta", "execution-environment.yml"),
+    result = run(["ansible-builder", "create", "-f", os.path.join(collection_dir, "meta", "execution-environment.yml"),
                   "-c", context, "--output-filename", "Containerfile", "-v3"])
-    print(output.rstrip())
+    print((result.stdout + result.stderr).rstrip())
     build = os.path.join(context, "_build")
     tar_name = os.path.basename(tarball)
     if not os.path.isfile(os.path.join(build, "collections", tar_name)):
@@ -80,10 +80,7 @@ def check_create(collection_dir, tarball, context, galaxy, runtime, problems):
 
 
 def check_introspect(install_root, wanted_python, problems):
-    result = subprocess.run(["ansible-builder", "introspect", install_root], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit("ansible-builder introspect failed (rc=%d):\n%s%s"
-                         % (result.returncode, result.stdout, result.stderr))
+    result = run(["ansible-builder", "introspect", install_root])
     print(result.stdout.rstrip())
     # Each line reads "kubernetes>=...  # from collection a.b"; ansible-builder leaves out what ansible-core itself
     # requires (pyyaml among others), so those are not expected.
