@@ -12,6 +12,7 @@ STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
+        changelog changelog-lint ee-check \
         collection-copy bench bench-check bench-maintenance clean venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
@@ -52,7 +53,7 @@ demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
-test: deps lab-build sanity ansible-units lint docs-lint build lab-tests roles-tests roles-empty-paths chaos-quick
+test: deps lab-build sanity ansible-units lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
 	@echo "make test: all gates passed"
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
@@ -118,13 +119,32 @@ ansible-units: deps collection-copy ansible-test-bootstrap
 lint: deps
 	ansible-lint --profile production
 
+# The plugin and role docs, and the generated part of each roles/<role>/README.md (tests/role_readmes.py).
 docs-lint: deps collection-copy
 	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs .
+	$(PY) tests/role_readmes.py --check
 
 build: deps
 	@mkdir -p $(CACHE)/dist
 	ansible-galaxy collection build --force --output-path $(CACHE)/dist .
 	$(PY) tests/check_artifact.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+
+# The fragments (changelogs/fragments) and changelogs/changelog.yaml are valid (a few seconds). ansible-test sanity
+# lints the fragments too; this also checks the release data CHANGELOG.rst is generated from.
+changelog-lint: deps
+	antsibull-changelog lint
+	antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+
+# Regenerate CHANGELOG.rst for galaxy.yml's version from every fragment (docs/releasing.md): new fragments join the
+# release, edited ones are refreshed (keep_fragments: true). DATE=YYYY-MM-DD sets the release date (default today).
+changelog: deps
+	antsibull-changelog release --version $$(sed -n 's/^version: //p' galaxy.yml) --update-existing \
+	  --refresh-fragments $(if $(DATE),--date $(DATE))
+
+# meta/execution-environment.yml through ansible-builder create and introspect, on the built artifact (no image is
+# built: no network, no container runtime; tests/check_ee.py).
+ee-check: build
+	$(PY) tests/check_ee.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # Benchmarks (not tests): figures side by side with their baselines.
 bench: bench-check bench-maintenance
@@ -162,7 +182,7 @@ $(VENVS)/core-%/kvq-venv.stamp:
 	fi; \
 	echo "make: building $$venv (ansible-core $$core.x on $$("$$py" -V), kubernetes.core of Ansible $$ansible)"; \
 	rm -rf "$$venv"; "$$py" -m venv "$$venv"; \
-	"$$venv/bin/pip" install -q "ansible-core==$$core.*" "kubernetes>=24.2.0" "pyyaml>=6.0" "jmespath>=1.0"; \
+	"$$venv/bin/pip" install -q "ansible-core==$$core.*" -r requirements.txt; \
 	wheels=$$(mktemp -d); trap 'rm -rf "$$wheels"' EXIT; \
 	"$$venv/bin/pip" download -q --no-deps --only-binary :all: -d "$$wheels" "ansible==$$ansible.*"; \
 	"$$venv/bin/python" -c 'import glob, sys, zipfile; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/ansible-*.whl")[0]); \

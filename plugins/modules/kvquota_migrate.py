@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_migrate
 short_description: Live-migrate a node's VMs batch by batch, each batch with its own quota reservation
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - kvquota maintainers (@kvquota)
 description:

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_vm_power
 short_description: Stop VMs that cannot live-migrate for a node's maintenance, and start them again
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - kvquota maintainers (@kvquota)
 description:
