@@ -24,7 +24,15 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as S
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
 
-from test_state_protocol import BASE_HARD, OPERATOR, RANCHER_ANNOTATION, TARGET, Clock, FakeApi, cluster_objects
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_state_protocol import (
+    BASE_HARD,
+    OPERATOR,
+    RANCHER_ANNOTATION,
+    TARGET,
+    Clock,
+    FakeApi,
+    cluster_objects,
+)
 
 NAMESPACE_PATH = "/api/v1/namespaces/tenant-a"
 QUOTA_PATH = NAMESPACE_PATH + "/resourcequotas/compute"
