@@ -505,7 +505,9 @@ def ledger_findings(namespace, ns_obj, quota_objs, now, vmims=(), pods=(), clust
 def without_reservations(quota, book):
     """A copy of quota whose spec.hard and status.hard leave out the active reservations' deltas: the plan
     counts headroom reserved by any run (another job's, or an earlier batch of this one) as taken, never as
-    free room."""
+    free room. Only a value that is still what kvquota wrote (or the value before a write under way) holds the
+    deltas; any other value is an administrator's new base or a revert to the base (ledger.observe keeps it as
+    the base on the next write), so it is the room without reservations as it is."""
     delta = _ledger.active_delta(book) if book is not None else {}
     if not delta:
         return quota
@@ -515,10 +517,19 @@ def without_reservations(quota, book):
         if not hard:
             continue
         for name, value in delta.items():
-            if name in hard:
+            if name in hard and _holds_our_write(hard[name], name, book):
                 hard[name] = format_quantity(parse_resource_list({name: hard[name]})[name] - value,
                                              quantity_format(hard[name]))
     return result
+
+
+def _holds_our_write(text, name, book):
+    """Whether a quota value equals what the ledger says kvquota wrote there (or held before its write)."""
+    value = parse_resource_list({name: text})[name]
+    for written in (book.written or {}, book.previous or {}):
+        if written.get(name) is not None and parse_resource_list({name: written[name]})[name] == value:
+            return True
+    return False
 
 
 def _reservation_findings(namespace, qname, book, now_seconds, vmims, pods, grace_seconds):

@@ -58,8 +58,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
     new_ledger,
     observe,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import BINARY_SI
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
+    default_format,
     format_resource_list,
     formats_of,
     less_or_equal,
@@ -1101,14 +1103,24 @@ def _usage_may_still_drop(run, namespace, counted_pods):
     return False
 
 
+_NOTICEABLE_STEP = {True: 1024 * 1024, False: Fraction(1, 1000)}   # BinarySI names: 1Mi; others: 1m
+
+
 def _overuse(state, after, used, target, names):
     """{name: (used, value to restore, base, base that would fit)} as strings, for usage above what release
     would restore although nothing is left to lower it (e.g. target pods larger than planned)."""
     strings = desired_strings(after)
     base_strings = dict((n, after.base[n]) for n in names if after.base.get(n) is not None)
     base = parse_resource_list(base_strings, "base")
-    fitting = format_resource_list(add(base, subtract(mask(used, names), mask(target, names))),
-                                   formats_of(base_strings))
+    fits = add(base, subtract(mask(used, names), mask(target, names)))
+    # an administrator's write of the value spec.hard already holds (the reservation can hold exactly that) is
+    # no change kvquota could see and keep as the new base: ask for the next round value above it instead
+    hard = parse_resource_list(mask(hard_of(state.quota), names), "spec.hard")
+    for name in list(fits):
+        if hard.get(name) == fits[name]:
+            step = _NOTICEABLE_STEP[default_format(name) == BINARY_SI]
+            fits[name] = (fits[name] // step + 1) * step
+    fitting = format_resource_list(fits, formats_of(base_strings))
     return dict((name, (used_of(state.quota)[name], strings[name], after.base.get(name), fitting.get(name)))
                 for name in names)
 

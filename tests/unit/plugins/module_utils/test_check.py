@@ -191,6 +191,19 @@ def test_the_plan_counts_active_reservations_as_taken():
     assert c.without_reservations(quota, None) is quota
 
 
+def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
+    """An administrator set the quota during a reservation (the release's fix "raise the base to V"): the ledger
+    keeps V as the new base on its next write, so the plan sees V as the room without reservations, not
+    V minus the deltas (which made the re-run stop on "usage above hard"). A revert to the base likewise."""
+    book = _ledger_with_reservations(("node-1-b0", "2025-01-31T11:30:00Z", 3600, None))
+    for value in ("5200Mi", "5000Mi"):          # an administrator's value; a revert to the base
+        quota = _quota({"limits.memory": value, "limits.cpu": "8"})
+        quota["status"] = {"hard": {"limits.memory": "6024Mi", "limits.cpu": "8"}}   # not caught up yet
+        planned = c.without_reservations(quota, book)
+        assert planned["spec"]["hard"]["limits.memory"] == value
+        assert planned["status"]["hard"]["limits.memory"] == "5000Mi"   # still what kvquota wrote: minus 1Gi
+
+
 def test_parse_time():
     assert c.parse_time("2025-01-31T12:00:00Z") == datetime.datetime(2025, 1, 31, 12, tzinfo=c._UTC)
     expected = datetime.datetime(2025, 1, 31, 12, 0, 0, 500000, tzinfo=c._UTC)

@@ -13,6 +13,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, strategies as st
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 
@@ -166,3 +167,27 @@ def test_captured_headroom_ignores_a_label_only_launcher_and_a_reservation_witho
     assert [t.split(" ")[0] for t in R._captured_headroom(_Entry("2026-11-24T03:00:00Z", ["vmi-uid-1"]), [pod])] \
         == ["fake"]
     assert R._captured_headroom(_Entry(None, ["vmi-uid-1"]), [pod]) == []
+
+
+class _QuotaState(object):
+    def __init__(self, hard, used):
+        self.quota = {"spec": {"hard": dict(hard)}, "status": {"hard": dict(hard), "used": dict(used)}}
+
+
+def test_overuse_asks_for_a_value_the_administrators_write_visibly_changes():
+    """The short campaign's case: after a top-up the reservation holds exactly what the pods use, so "raise the
+    base to <used>" would be a write of the value spec.hard already has, which kvquota cannot see and keep as the
+    new base. The fix then names the next MiB (memory) or millicore (cpu) above it."""
+    used = {"limits.memory": "5113225521", "limits.cpu": "2"}
+    after = L.Ledger("t", "q", base={"limits.memory": "5067874616", "limits.cpu": "1500m"})
+    state = _QuotaState({"limits.memory": "5113225521", "limits.cpu": "2"}, used)
+    names = ["limits.cpu", "limits.memory"]
+    parsed_used = {"limits.memory": 5113225521, "limits.cpu": 2}
+    target = {"limits.memory": 5067874616, "limits.cpu": Fraction(3, 2)}
+    found = R._overuse(state, after, parsed_used, target, names)
+    assert found["limits.memory"][3] == str(4877 * Mi)          # 4877Mi = 5113905152 > 5113225521 = spec.hard
+    assert found["limits.cpu"][3] == "2001m"
+    # spec.hard above what fits (another reservation still on top): what fits is asked for as it is
+    state = _QuotaState({"limits.memory": str(6 * 1024 * Mi), "limits.cpu": "3"}, used)
+    found = R._overuse(state, after, parsed_used, target, names)
+    assert found["limits.memory"][3] == "5113225521" and found["limits.cpu"][3] == "2"
