@@ -29,6 +29,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -43,7 +44,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
-FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 TOO_MANY_REQUESTS = 429
 
 

@@ -194,6 +194,11 @@ _CAPTURED_FIX = ("stop or delete those pods (the quota's base did not allow them
                  "reservation")
 
 
+def _captured_pods(release_result):
+    """The pods a release result (reservations.release) names as holding the reservation's headroom."""
+    return [pod for item in release_result.get("captured") or () for pod in item["pods"]]
+
+
 class Interrupted(KvquotaError):
     """The process that started the run ended: stop without touching anything more."""
 
@@ -657,7 +662,7 @@ class Executor(object):
             waited = err.details.get("result") or {}
             batch.release_waits = ["%s/%s: %s" % (p["namespace"], p["quota"], "; ".join(p["reasons"]))
                                    for p in waited.get("pending") or ()]
-            batch.captured = [pod for item in waited.get("captured") or () for pod in item["pods"]]
+            batch.captured = _captured_pods(waited)
             return False
         self._warn(outcome.get("warnings"))
         batch.state, batch.released_at = RELEASED, self.clock()
@@ -735,7 +740,7 @@ class Executor(object):
         outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=False, check_mode=True,
                                        quotas=[list(t) for t in batch.targets], clock=self.clock, sleep=self.sleep,
                                        lock=self.lock, operator_namespace=self.operator_namespace)
-        captured = [pod for item in outcome.get("captured") or () for pod in item["pods"]]
+        captured = _captured_pods(outcome)
         if captured:
             raise KvquotaError("%s: %s because pods started during reservation %s took its headroom: %s"
                                % (batch.label(), what, batch.reservation, ", ".join(captured)), _CAPTURED_FIX)
