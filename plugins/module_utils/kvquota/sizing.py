@@ -38,7 +38,90 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas
 Mi = 1024 ** 2
 
 OLDEST_VERSION = (0, 54, 0)
-NEWEST_KNOWN_VERSION = (1, 8, 99)
+NEWEST_KNOWN_VERSION = (1, 9, 99)
+
+# The newest patch release of each minor whose code was audited. A patch release newer than
+# these (say v1.6.7) is sized with the rules of the newest audited one of its minor, and says so.
+NEWEST_AUDITED_PATCH = {
+    (0, 54): 0, (0, 55): 2, (0, 56): 1, (0, 57): 1, (0, 58): 2, (0, 59): 2,
+    (1, 0): 1, (1, 1): 1, (1, 2): 2, (1, 3): 1, (1, 4): 1, (1, 5): 3, (1, 6): 6,
+    (1, 7): 4, (1, 8): 4, (1, 9): 0,
+}
+
+# Every version-dependent rule: name -> ((first release, last release, value), ...).
+# Both bounds are release tags and inclusive; last None means "still in the newest release".
+# A version outside every range gets None (the rule does not apply). docs/sizing.md has the
+# same table with the KubeVirt file or commit that shows each bound (section 6).
+RULES = {
+    # memory overhead (GetMemoryOverhead): the fixed part in Mi
+    "fixed_overhead_mi": (((0, 54, 0), (0, 54, 0), 180), ((0, 55, 0), (0, 56, 1), 205),
+                          ((0, 57, 0), (0, 58, 0), 208), ((0, 58, 1), (1, 4, 0), 210),
+                          ((1, 4, 1), (1, 4, 1), 215), ((1, 5, 0), None, 220)),
+    "video_overhead_mi": (((0, 54, 0), (1, 5, 3), 16), ((1, 6, 0), None, 32)),
+    "overhead_ratio": (((0, 58, 2), (0, 58, 2), True), ((0, 59, 1), None, True)),
+    "arch_from_vmi_spec": (((1, 2, 0), None, True),),
+    "passt_800mi": (((0, 59, 0), (1, 2, 2), True),),
+    "dedicated_100mi_after_ratio": (((1, 1, 0), (1, 5, 2), True),),
+    "dedicated_100mi_before_ratio": (((1, 5, 3), None, True),),
+    "tpm_enabled_false_honoured": (((1, 5, 2), None, True),),
+    "sev_es_snp_overhead": (((1, 7, 0), None, True),),
+    "added_overhead_field": (((1, 8, 0), None, True),),
+    "network_binding_memory": (((1, 4, 0), None, True),),
+    "core_passt_250mi": (((1, 8, 0), None, True),),
+    # where the memory request comes from
+    "webhook_writes_memory_request": (((0, 54, 0), (1, 6, 3), True),),
+    "webhook_guest_request_ignores_overcommit": (((1, 6, 2), (1, 6, 2), True),),
+    "overcommit_applied_to_every_request": (((1, 6, 2), (1, 6, 2), True),),
+    # the compute container
+    "renderer": (((0, 56, 0), None, True),),  # renderresources.go; template.go inline before
+    "emulator_thread_in_calculated_limits": (((0, 56, 0), (0, 58, 1), True),),
+    "emulator_thread_parity_annotation": (((1, 1, 1), None, True),),
+    "parity_counts_supplemental_io_threads": (((1, 5, 0), None, True),),
+    "io_threads_added_to_cpu_limit": (((1, 5, 0), (1, 5, 1), True),),
+    "io_threads_counted_in_cpu": (((1, 5, 2), None, True),),
+    "dedicated_cpus_in_vmi_resources": (((1, 5, 2), None, True),),
+    "auto_cpu_limit_selector": (((1, 0, 0), None, True),),
+    "auto_memory_limits": (((1, 0, 1), None, True),),
+    "auto_cpu_limits": (((1, 1, 0), None, True),),
+    "auto_limits_need_gate": (((1, 0, 1), (1, 4, 1), True),),
+    "vsock_device": (((0, 59, 0), None, True),),
+    "pr_helper_device": (((1, 0, 0), None, True),),
+    "dra_claims_skip_device_plugin": (((1, 6, 0), None, True),),
+    "hypervisor_device": (((1, 8, 0), None, True),),
+    "tdx_device": (((1, 9, 0), None, True),),
+    "iommufd_device": (((1, 9, 0), None, True),),
+    # other containers and objects
+    "support_container_overrides": (((1, 0, 0), None, True),),
+    "guest_console_log": (((1, 1, 0), None, True),),
+    "guest_console_log_native_sidecar": (((1, 6, 0), None, True),),
+    "network_binding_sidecars": (((1, 1, 0), None, True),),
+    "container_disk_v1_resources": (((1, 0, 0), None, True),),
+    "hotplug_requests_equal_limits_when_dedicated": (((0, 58, 1), (0, 58, 1), True), ((0, 59, 0), (0, 59, 0), True)),
+    "hotplug_requests_equal_limits": (((0, 58, 2), (0, 58, 2), True), ((0, 59, 1), (0, 59, 2), True)),
+    "hotplug_requests_100m_80m": (((1, 0, 0), (1, 1, 1), True),),
+    "backend_storage_pvc": (((1, 4, 0), None, True),),
+    "cr_annotation_copied_to_vmi": (((1, 1, 1), None, True),),
+}
+
+
+def audited_version(version):
+    """The audited release whose rules size version: itself, or the newest audited patch of its minor."""
+    newest = NEWEST_AUDITED_PATCH.get(version[:2])
+    if newest is None:
+        if version[:2] > max(NEWEST_AUDITED_PATCH):
+            minor = max(NEWEST_AUDITED_PATCH)
+            return minor + (NEWEST_AUDITED_PATCH[minor],)
+        return version
+    return version if version[2] <= newest else version[:2] + (newest,)
+
+
+def rule(name, version):
+    """The value of a version-dependent rule at version (see RULES), or None where it does not apply."""
+    version = audited_version(version)
+    for first, last, value in RULES[name]:
+        if first <= version and (last is None or version <= last):
+            return value
+    return None
 
 KVM_DEVICE = "devices.kubevirt.io/kvm"
 TUN_DEVICE = "devices.kubevirt.io/tun"
@@ -46,6 +129,12 @@ VHOST_NET_DEVICE = "devices.kubevirt.io/vhost-net"
 VHOST_VSOCK_DEVICE = "devices.kubevirt.io/vhost-vsock"
 SEV_DEVICE = "devices.kubevirt.io/sev"
 PR_DEVICE = "devices.kubevirt.io/pr-helper"
+TDX_DEVICE = "devices.kubevirt.io/tdx"
+IOMMUFD_DEVICE = "devices.kubevirt.io/iommufd"
+
+# spec.configuration.hypervisors[].name (v1.8+, with the ConfigurableHypervisor feature gate) ->
+# the device-plugin resource the compute container asks for. Memory overhead is the same for both.
+HYPERVISOR_DEVICES = {"kvm": KVM_DEVICE, "hyperv-direct": "devices.kubevirt.io/mshv"}
 
 AUTO_MEMORY_LIMITS_RATIO_LABEL = "alpha.kubevirt.io/auto-memory-limits-ratio"
 EMULATOR_THREAD_EVEN_PARITY_ANNOTATION = "alpha.kubevirt.io/EmulatorThreadCompleteToEvenParity"
@@ -76,7 +165,9 @@ class ClusterConfig:
     arch: str = "amd64"
     disable_serial_console_log: bool = False
     support_container_resources: tuple = ()  # KubeVirt CR supportContainerResources entries
-    auto_resource_limits: bool = True  # v1.1-1.4: AutoResourceLimitsGate enabled
+    # v1.0.1-v1.4.1: AutoResourceLimitsGate enabled. None: as feature_gates say (KubeVirt's
+    # default is off); from v1.5.0 KubeVirt always adds the limits and this is not read.
+    auto_resource_limits: Optional[bool] = None
     feature_gates: tuple = ()
     # Further KubeVirt CR settings, all with KubeVirt's defaults:
     cpu_request: Optional[str] = None  # spec.configuration.cpuRequest (VMI mutator default)
@@ -87,9 +178,12 @@ class ClusterConfig:
     backend_storage_rwx: bool = False  # the persistent TPM/EFI PVC is RWX (reused, not recreated)
     vm_state_storage_class: Optional[str] = None  # spec.configuration.vmStateStorageClass
     pod_overhead: tuple = ()  # (name, quantity) pairs: RuntimeClass overhead.podFixed
+    hypervisor: Optional[str] = None  # v1.8+: "kvm" (default) or "hyperv-direct"
+    kubevirt_annotations: tuple = ()  # (name, value) pairs: KubeVirt CR metadata.annotations
 
     def __post_init__(self):
-        for name in ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead"):
+        for name in ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead",
+                     "kubevirt_annotations"):
             value = getattr(self, name)
             if isinstance(value, dict):
                 value = tuple(sorted(value.items()))
@@ -106,6 +200,24 @@ class ClusterConfig:
             raise InputError("cpu_allocation_ratio must be a whole number, got %r" % (self.cpu_allocation_ratio,),
                              "use KubeVirt's developerConfiguration.cpuAllocationRatio, default 10")
         object.__setattr__(self, "cpu_allocation_ratio", ratio if ratio > 0 else DEFAULT_CPU_ALLOCATION_RATIO)
+        if self.auto_resource_limits is not None and not isinstance(self.auto_resource_limits, bool):
+            raise InputError("auto_resource_limits must be true, false or unset, got %r" % (self.auto_resource_limits,),
+                             "leave it unset to follow the KubeVirt CR's feature gates")
+        if self.hypervisor is not None and self.hypervisor not in HYPERVISOR_DEVICES:
+            raise InputError("unknown hypervisor %r" % (self.hypervisor,),
+                             "use one of %s, or leave it unset for kvm" % ", ".join(sorted(HYPERVISOR_DEVICES)))
+
+    @property
+    def auto_resource_limits_enabled(self):
+        """The AutoResourceLimitsGate as the caller says, else as the feature gates say."""
+        return bool(self.auto_resource_limits) or "AutoResourceLimitsGate" in self.feature_gates
+
+    @property
+    def hypervisor_device(self):
+        """The device-plugin resource of the hypervisor (devices.kubevirt.io/kvm unless v1.8+ says otherwise)."""
+        if self.hypervisor and rule("hypervisor_device", self.version):
+            return HYPERVISOR_DEVICES[self.hypervisor]
+        return KVM_DEVICE
 
     @property
     def version(self):
@@ -304,7 +416,7 @@ def _support_quantity(config, container_type, kind, resource):
 
 def _support(config, container_type, kind, resource, default):
     """The support-container quantity: the override if one is set (v1.0+), else the default."""
-    if config.version >= (1, 0, 0):
+    if rule("support_container_overrides", config.version):
         override = _support_quantity(config, container_type, kind, resource)
         if override is not None:
             return override
@@ -334,6 +446,12 @@ def _selector_matches(selector, labels):
 
 # ---------------------------------------------------------------- reading the VMI
 
+def _is_vm(obj):
+    """obj is a VirtualMachine (sized through its spec.template), not a VMI."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    return isinstance(spec, dict) and (obj.get("kind") == "VirtualMachine" or ("template" in spec and "domain" not in spec))
+
+
 def _vmi_parts(obj):
     """(metadata, spec) of a VMI, or of a VM's spec.template (namespace from the VM)."""
     if not isinstance(obj, dict):
@@ -344,7 +462,7 @@ def _vmi_parts(obj):
     if not isinstance(spec, dict):
         raise InputError("%s has no spec" % (kind or "object"), "pass a VirtualMachineInstance or VirtualMachine manifest")
     metadata = obj.get("metadata") or {}
-    if kind == "VirtualMachine" or ("template" in spec and "domain" not in spec):
+    if _is_vm(obj):
         if spec.get("instancetype") or spec.get("preference"):
             raise InputError("VirtualMachine %s uses an instancetype or preference that kvquota cannot expand"
                              % metadata.get("name", "?"),
@@ -379,7 +497,7 @@ class _Vmi(object):
         metadata, spec = _vmi_parts(obj)
         self.metadata = metadata
         self.spec = spec
-        self.annotations = metadata.get("annotations") or {}
+        self.annotations = dict(metadata.get("annotations") or {})
         domain = spec["domain"]
         self.domain = domain
         self.devices = domain.get("devices") or {}
@@ -391,26 +509,48 @@ class _Vmi(object):
         self.guest = _q(self.memory["guest"], "spec.domain.memory.guest") if self.memory.get("guest") is not None else None
         self.cpu = dict(domain.get("cpu")) if isinstance(domain.get("cpu"), dict) else None
         self._apply_defaults(config)
+        if _is_vm(obj):
+            self._copy_cr_annotations(config)
+
+    def _copy_cr_annotations(self, config):
+        """The VMI mutator (v1.1.1+) copies the even-parity annotation of the KubeVirt CR onto a new VMI.
+
+        Only for a VM: its next VMI is created now; a running VMI already carries what was copied
+        when it was created, and a later change of the CR does not reach it.
+        """
+        cr_annotations = dict(config.kubevirt_annotations)
+        if (rule("cr_annotation_copied_to_vmi", config.version) and self.cpu and self.cpu.get("isolateEmulatorThread")
+                and EMULATOR_THREAD_EVEN_PARITY_ANNOTATION in cr_annotations and "AlignCPUs" in config.feature_gates):
+            self.annotations[EMULATOR_THREAD_EVEN_PARITY_ANNOTATION] = ""
 
     def _apply_defaults(self, config):
         """setDefaultResourceRequests and SetDefaultGuestCPUTopology (idempotent on mutated VMIs).
 
-        Up to v1.6 the mutating webhook writes the memory request into the VMI spec, so the
-        overhead's page tables and the Guaranteed-QoS test see it; from v1.7 the renderer sets
+        Up to v1.6.3 the mutating webhook writes the memory request into the VMI spec, so the
+        overhead's page tables and the Guaranteed-QoS test see it; from v1.6.4 the renderer sets
         it on the pod only (WithMemoryRequests), and the VMI spec keeps what the user wrote.
+        v1.6.2 alone wrote memory.guest unscaled and applied memoryOvercommit to whatever
+        memory request the pod got, an explicit one too (reverted in v1.6.3).
+        self.requests is what the renderer starts from; self.spec_requests is the VMI spec.
         """
+        version = config.version
         cpu_limit, cpu_req = self.limits.get("cpu"), self.requests.get("cpu")
         if cpu_limit is not None and cpu_limit.value != 0 and (cpu_req is None or cpu_req.value == 0):
             self.requests["cpu"] = cpu_limit
-        if config.version >= (1, 7, 0):
+        if rule("webhook_writes_memory_request", version):
+            self._default_memory_request(config, scale=not rule("webhook_guest_request_ignores_overcommit", version))
             self.spec_requests = dict(self.requests)
-        self._default_memory_request(config)
-        if config.version < (1, 7, 0):
+        else:
             self.spec_requests = dict(self.requests)
+            self._default_memory_request(config)
+        overcommit = int(config.memory_overcommit or 100)
+        if rule("overcommit_applied_to_every_request", version) and overcommit != 100 and "memory" in self.requests:
+            memory = self.requests["memory"]
+            self.requests["memory"] = _Q(Fraction(_ceil(memory.value) * 100 // overcommit), memory.fmt)
         self._default_cpu(config)
 
-    def _default_memory_request(self, config):
-        """Memory request from the limit, else from memory.guest (or the hugepage size) and memoryOvercommit."""
+    def _default_memory_request(self, config, scale=True):
+        """Memory request from the limit, else from memory.guest (or the hugepage size), scaled by memoryOvercommit."""
         mem_limit, mem_req = self.limits.get("memory"), self.requests.get("memory")
         if mem_limit is not None and mem_limit.value != 0 and (mem_req is None or mem_req.value == 0):
             self.requests["memory"] = mem_limit
@@ -422,7 +562,7 @@ class _Vmi(object):
                 except InputError:
                     memory = None
             if memory is not None and _ceil(memory.value) > 0:
-                overcommit = int(config.memory_overcommit or 100)
+                overcommit = int(config.memory_overcommit or 100) if scale else 100
                 if overcommit == 100:
                     self.requests["memory"] = memory
                 else:
@@ -491,7 +631,7 @@ class _Vmi(object):
 
     def is_sev(self, version):
         security = self.domain.get("launchSecurity") or {}
-        if version >= (1, 7, 0):
+        if rule("sev_es_snp_overhead", version):
             return any(security.get(k) is not None for k in ("sev", "snp", "sevsnp"))
         return security.get("sev") is not None
 
@@ -499,7 +639,7 @@ class _Vmi(object):
         tpm = self.devices.get("tpm")
         if tpm is None:
             return False
-        if version >= (1, 5, 2) and isinstance(tpm, dict) and tpm.get("enabled") is False:
+        if rule("tpm_enabled_false_honoured", version) and isinstance(tpm, dict) and tpm.get("enabled") is False:
             return False
         return True
 
@@ -578,22 +718,12 @@ class _Vmi(object):
 
 def _fixed_overhead_mi(version):
     """virt-launcher-monitor + virt-launcher + virtlogd + libvirtd/virtqemud + qemu, in Mi."""
-    if version < (0, 55, 0):
-        return 25 + 75 + 17 + 33 + 30  # 180
-    if version < (0, 57, 0):
-        return 25 + 100 + 17 + 33 + 30  # 205
-    if version < (0, 58, 1):
-        return 25 + 100 + 18 + 35 + 30  # 208
-    if version < (1, 4, 1):
-        return 25 + 100 + 20 + 35 + 30  # 210
-    if version < (1, 5, 0):
-        return 25 + 100 + 20 + 40 + 30  # 215
-    return 25 + 100 + 25 + 40 + 30  # 220
+    return rule("fixed_overhead_mi", version)
 
 
 def _ratio_supported(version):
     """additionalGuestMemoryOverheadRatio exists in v0.58.2, v0.59.1+ and v1.0.0+."""
-    return version >= (0, 58, 2) and version != (0, 59, 0)
+    return bool(rule("overhead_ratio", version))
 
 
 def _multiply_memory(overhead, ratio):
@@ -620,9 +750,9 @@ def _memory_overhead(v, config):
     overhead = _qadd(overhead, _Q(Fraction(8 * Mi * max(vcpus, 1)), BINARY_SI))
     overhead = _qadd(overhead, _Q(Fraction(8 * Mi), BINARY_SI))  # IOThread
     if v.autoattach("autoattachGraphicsDevice"):
-        overhead = _qadd(overhead, _Q(Fraction((32 if version >= (1, 6, 0) else 16) * Mi), BINARY_SI))
+        overhead = _qadd(overhead, _Q(Fraction(rule("video_overhead_mi", version) * Mi), BINARY_SI))
     arch = config.arch
-    if version >= (1, 2, 0) and v.spec.get("architecture"):
+    if rule("arch_from_vmi_spec", version) and v.spec.get("architecture"):
         arch = v.spec["architecture"]
     if arch == "arm64":
         overhead = _qadd(overhead, _Q(Fraction(128 * Mi), BINARY_SI))
@@ -637,22 +767,22 @@ def _memory_overhead(v, config):
         overhead = _qadd(overhead, _Q(Fraction(256 * Mi), BINARY_SI))
     if v.has_tpm(version):
         overhead = _qadd(overhead, _Q(Fraction(53 * Mi), BINARY_SI))
-    if (0, 59, 0) <= version < (1, 3, 0):
+    if rule("passt_800mi", version):
         for iface in v.interfaces:
             if isinstance(iface, dict) and iface.get("passt") is not None and not iface.get("ports"):
                 overhead = _qadd(overhead, _Q(Fraction(800 * Mi), BINARY_SI))
-    dedicated_extra = version >= (1, 1, 0) and (v.dedicated or v.guaranteed)
-    if dedicated_extra and version >= (1, 5, 3):
+    dedicated_extra = v.dedicated or v.guaranteed
+    if dedicated_extra and rule("dedicated_100mi_before_ratio", version):
         overhead = _qadd(overhead, _Q(Fraction(100 * Mi), BINARY_SI))
     added = _get(v.memory, "reservedOverhead", "addedOverhead")
-    if version >= (1, 8, 0) and added is not None:
+    if rule("added_overhead_field", version) and added is not None:
         overhead = _qadd(overhead, _q(added, "spec.domain.memory.reservedOverhead.addedOverhead"))
     ratio = parse_overhead_ratio(config.overhead_ratio) if _ratio_supported(version) else None
     if ratio is not None:
         overhead = _multiply_memory(overhead, ratio)
-    if dedicated_extra and version < (1, 5, 3):
+    if dedicated_extra and rule("dedicated_100mi_after_ratio", version):
         overhead = _qadd(overhead, _Q(Fraction(100 * Mi), BINARY_SI))
-    if version >= (1, 4, 0):
+    if rule("network_binding_memory", version):
         overhead = _qadd(overhead, _network_binding_memory(v, config))
     return overhead
 
@@ -660,7 +790,7 @@ def _memory_overhead(v, config):
 def _network_binding_memory(v, config):
     """computeResourceOverhead memory of each network binding plugin used (once per plugin); core passt 250Mi (v1.8+)."""
     total = _Q(Fraction(0), DECIMAL_SI)
-    if config.version >= (1, 8, 0) and any(isinstance(i, dict) and i.get("passtBinding") is not None
+    if rule("core_passt_250mi", config.version) and any(isinstance(i, dict) and i.get("passtBinding") is not None
                                            for i in v.interfaces):
         total = _qadd(total, _Q(Fraction(250 * Mi), BINARY_SI))
     plugins = dict(config.network_bindings)
@@ -735,8 +865,8 @@ def _compute_container(v, config, overhead, namespace_labels, quota_tracks, netw
     if v.wants_virtio_net() and not config.allow_emulation:
         r.vm_limits[VHOST_NET_DEVICE] = one
     if not config.allow_emulation:
-        r.vm_limits[KVM_DEVICE] = one
-    if version >= (0, 59, 0) and v.devices.get("autoattachVSOCK") is not None and _truthy(v.devices["autoattachVSOCK"]):
+        r.vm_limits[config.hypervisor_device] = one
+    if rule("vsock_device", version) and v.devices.get("autoattachVSOCK") is not None and _truthy(v.devices["autoattachVSOCK"]):
         r.vm_limits[VHOST_VSOCK_DEVICE] = one
 
     with_cpu_limits = _wants_auto_limits(v, config, "cpu", quota_tracks) or _auto_cpu_selector(v, config, namespace_labels)
@@ -747,10 +877,10 @@ def _compute_container(v, config, overhead, namespace_labels, quota_tracks, netw
         _cpu_pinning(r, v, version, iothreads, additional)
     else:
         vcpus = v.vcpus if v.cpu is not None else 1
-        total = vcpus + (iothreads if version >= (1, 6, 0) else 0)
+        total = vcpus + (iothreads if rule("io_threads_counted_in_cpu", version) else 0)
         if total != 0 and config.cpu_allocation_ratio > 0:
             r.calc_requests["cpu"] = _cpu_request_quantity(total, config.cpu_allocation_ratio)
-            if with_cpu_limits and version >= (1, 0, 0):
+            if with_cpu_limits and rule("auto_cpu_limit_selector", version):
                 r.calc_limits["cpu"] = _q(str(total))
 
     if v.has_hugepages():
@@ -763,7 +893,7 @@ def _compute_container(v, config, overhead, namespace_labels, quota_tracks, netw
         if "memory" in r.vm_limits:
             r.vm_limits["memory"] = _qadd(r.vm_limits["memory"], overhead)
 
-    if version < (0, 57, 0) and v.dedicated:
+    if not rule("renderer", version) and v.dedicated:
         r.vm_limits["memory"] = r.vm_requests["memory"]  # template.go copied the request after the overhead
 
     if _wants_auto_limits(v, config, "memory", quota_tracks):
@@ -775,26 +905,33 @@ def _compute_container(v, config, overhead, namespace_labels, quota_tracks, netw
         if resource_name:
             r.request_resource(resource_name)
     for gpu in v.gpus():
-        if isinstance(gpu, dict) and gpu.get("deviceName") and (version < (1, 6, 0) or gpu.get("claimRequest") is None):
+        if isinstance(gpu, dict) and gpu.get("deviceName") and (not rule("dra_claims_skip_device_plugin", version) or gpu.get("claimRequest") is None):
             r.request_resource(gpu["deviceName"])
     for dev in v.host_devices():
-        if isinstance(dev, dict) and dev.get("deviceName") and (version < (1, 6, 0) or dev.get("claimRequest") is None):
+        if isinstance(dev, dict) and dev.get("deviceName") and (not rule("dra_claims_skip_device_plugin", version) or dev.get("claimRequest") is None):
             r.request_resource(dev["deviceName"])
     if v.is_sev(version):
         r.request_resource(SEV_DEVICE)
-    if version >= (1, 0, 0) and v.has_persistent_reservation():
+    if rule("tdx_device", version) and _get(v.domain, "launchSecurity", "tdx") is not None:
+        r.request_resource(TDX_DEVICE)
+    if rule("pr_helper_device", version) and v.has_persistent_reservation():
         r.request_resource(PR_DEVICE)
-    if (1, 5, 0) <= version < (1, 6, 0) and additional > 0:
+    if rule("iommufd_device", version) and "IOMMUFD" in config.feature_gates:
+        r.request_resource(IOMMUFD_DEVICE)
+    if rule("io_threads_added_to_cpu_limit", version) and additional > 0:
         r.vm_limits["cpu"] = _qadd(r.vm_limits.get("cpu"), _Q(Fraction(additional), BINARY_SI))
     return r.requests(), r.limits()
 
 
 def _wants_auto_limits(v, config, resource, quota_tracks):
-    """doesVMIRequireAutoResourceLimits: v1.1+ (behind AutoResourceLimitsGate until v1.4), a quota tracks limits.<resource>."""
+    """doesVMIRequireAuto{Memory,Resource}Limits: a quota tracks limits.<resource> and the VMI sets no such limit.
+
+    Memory from v1.0.1, CPU from v1.1.0; behind the AutoResourceLimitsGate up to v1.4.1, always from v1.5.0.
+    """
     version = config.version
-    if version < (1, 1, 0):
+    if not rule("auto_%s_limits" % resource, version):
         return False
-    if version < (1, 5, 0) and not (config.auto_resource_limits or "AutoResourceLimitsGate" in config.feature_gates):
+    if rule("auto_limits_need_gate", version) and not config.auto_resource_limits_enabled:
         return False
     if resource in v.limits:
         return False
@@ -804,7 +941,7 @@ def _wants_auto_limits(v, config, resource, quota_tracks):
 def _auto_cpu_selector(v, config, namespace_labels):
     """autoCPULimitNamespaceLabelSelector (v1.0+) matches the namespace and the VMI sets no cpu limit."""
     selector = config.auto_cpu_limit_namespace_label_selector
-    if config.version < (1, 0, 0) or not selector or "cpu" in v.limits:
+    if not rule("auto_cpu_limit_selector", config.version) or not selector or "cpu" in v.limits:
         return False
     return _selector_matches(selector, namespace_labels)
 
@@ -821,9 +958,11 @@ def _auto_memory_ratio(namespace_labels):
 
 
 def _cpu_pinning(r, v, version, iothreads, additional):
-    """WithCPUPinning (and the template.go variant before v0.57)."""
+    """WithCPUPinning (and the template.go variant before v0.56)."""
     vcpus = v.vcpus
-    if version >= (1, 6, 0):
+    in_vmi_resources = rule("dedicated_cpus_in_vmi_resources", version)  # v1.5.2+
+    renderer = rule("renderer", version)
+    if in_vmi_resources:
         if vcpus != 0:
             total = _Q(Fraction(vcpus + iothreads), BINARY_SI)
             r.vm_limits["cpu"] = total
@@ -835,7 +974,7 @@ def _cpu_pinning(r, v, version, iothreads, additional):
             if "cpu" in r.vm_requests:
                 r.vm_requests["cpu"] = _qadd(r.vm_requests["cpu"], extra)
     elif vcpus != 0:
-        target = r.vm_limits if version < (0, 57, 0) else r.calc_limits
+        target = r.calc_limits if renderer else r.vm_limits
         target["cpu"] = _Q(Fraction(vcpus), BINARY_SI)
     else:
         if "cpu" in r.vm_limits:
@@ -843,28 +982,29 @@ def _cpu_pinning(r, v, version, iothreads, additional):
         elif "cpu" in r.vm_requests:
             r.vm_limits["cpu"] = r.vm_requests["cpu"]
     if v.cpu and v.cpu.get("isolateEmulatorThread"):
-        if version >= (1, 6, 0):
+        # The emulator thread's CPU is added to the calculated limit (vCPUs) up to v1.5.1, to the
+        # VMI's limit from v1.5.2; up to v0.58.1 the sum went into the calculated limits, which
+        # a cpu limit in the VMI spec overrides, so such a VMI got no CPU for it.
+        if in_vmi_resources or not renderer:
             limits = r.vm_limits.get("cpu", _Q(Fraction(0), ""))
-        elif version >= (0, 57, 0):
-            limits = r.calc_limits.get("cpu", _Q(Fraction(0), ""))
         else:
-            limits = r.vm_limits.get("cpu", _Q(Fraction(0), ""))
+            limits = r.calc_limits.get("cpu", _Q(Fraction(0), ""))
         emulator = 1
-        if version >= (1, 1, 0) and EMULATOR_THREAD_EVEN_PARITY_ANNOTATION in v.annotations:
-            extra = additional if version >= (1, 5, 0) else 0
+        if rule("emulator_thread_parity_annotation", version) and EMULATOR_THREAD_EVEN_PARITY_ANNOTATION in v.annotations:
+            extra = additional if rule("parity_counts_supplemental_io_threads", version) else 0
             if (_ceil(limits.value) + extra) % 2 == 0:
                 emulator = 2
         limits = _qadd(limits, _Q(Fraction(emulator), BINARY_SI))
-        if (0, 57, 0) <= version < (0, 59, 0):
+        if rule("emulator_thread_in_calculated_limits", version):
             r.calc_limits["cpu"] = limits
         else:
             r.vm_limits["cpu"] = limits
         if "cpu" in r.vm_requests:
             r.vm_requests["cpu"] = _qadd(r.vm_requests["cpu"], _Q(Fraction(emulator), BINARY_SI))
-    if version >= (1, 6, 0):
+    if in_vmi_resources:
         if "memory" in r.vm_requests:
             r.vm_limits["memory"] = r.vm_requests["memory"]
-    elif version >= (0, 57, 0):
+    elif renderer:
         r.vm_limits["memory"] = r.vm_requests.get("memory", _Q(Fraction(0), DECIMAL_SI))
 
 
@@ -914,7 +1054,7 @@ def _container(name, requests, limits, restartable=False):
 
 def _console_log_container(v, config):
     """guest-console-log (v1.1+): 5m/35M requests, 15m/60M limits; requests = limits when dedicated or Guaranteed."""
-    if config.version < (1, 1, 0):
+    if not rule("guest_console_log", config.version):
         return None
     if v.devices.get("autoattachSerialConsole") is not None and not _truthy(v.devices["autoattachSerialConsole"]):
         return None
@@ -929,13 +1069,13 @@ def _console_log_container(v, config):
               "cpu": _support(config, GUEST_CONSOLE_LOG, "limits", "cpu", "15m")}
     if v.dedicated or v.guaranteed:
         requests = dict(limits)
-    return _container("guest-console-log", requests, limits, restartable=config.version >= (1, 6, 0))
+    return _container("guest-console-log", requests, limits, restartable=bool(rule("guest_console_log_native_sidecar", config.version)))
 
 
 def _container_disk_resources(v, config):
     """Requests/limits of a container-disk container (and its -init twin)."""
     ded = v.dedicated or v.guaranteed
-    if config.version < (1, 0, 0):
+    if not rule("container_disk_v1_resources", config.version):
         requests = {"cpu": _q("10m"), "memory": _q("40M" if ded else "1M"), "ephemeral-storage": _q("50M")}
         limits = {"memory": _q("40M"), "cpu": _q("10m" if ded else "100m")}
         return requests, limits
@@ -982,7 +1122,7 @@ def _virtiofs_resources(v, config):
 def _sidecar_resources(v, config):
     """A hook or network-binding sidecar: nothing by default; 200m/64M (requests = limits) when dedicated or Guaranteed."""
     requests, limits = {}, {}
-    overrides = config.version >= (1, 0, 0)
+    overrides = bool(rule("support_container_overrides", config.version))
     if overrides:
         for resource in ("cpu", "memory"):
             q = _support_quantity(config, SIDECAR, "requests", resource)
@@ -1006,13 +1146,14 @@ def _hotplug_pod_resources(v, config):
     version = config.version
     limits = {"cpu": _support(config, HOTPLUG_ATTACHMENT, "limits", "cpu", "100m"),
               "memory": _support(config, HOTPLUG_ATTACHMENT, "limits", "memory", "80M")}
-    if (1, 0, 0) <= version < (1, 2, 0):
+    if rule("hotplug_requests_100m_80m", version):
         default_cpu, default_mem = "100m", "80M"
     else:
         default_cpu, default_mem = "10m", "2M"
     requests = {"cpu": _support(config, HOTPLUG_ATTACHMENT, "requests", "cpu", default_cpu),
                 "memory": _support(config, HOTPLUG_ATTACHMENT, "requests", "memory", default_mem)}
-    if (0, 59, 0) <= version < (1, 0, 0) and (v.dedicated or v.guaranteed):
+    if rule("hotplug_requests_equal_limits", version) or (
+            rule("hotplug_requests_equal_limits_when_dedicated", version) and (v.dedicated or v.guaranteed)):
         requests = dict(limits)
     return requests, limits
 
@@ -1107,6 +1248,9 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
     if version > NEWEST_KNOWN_VERSION:
         notes.append("KubeVirt %s is newer than the newest version kvquota knows (%d.%d); sized with its rules"
                      % ((config.kubevirt_version,) + NEWEST_KNOWN_VERSION[:2]))
+    elif audited_version(version) != version:
+        notes.append("KubeVirt %s is newer than the newest audited patch release of its minor; sized with v%d.%d.%d's rules"
+                     % ((config.kubevirt_version,) + audited_version(version)))
     multus = [n["multus"].get("networkName") for n in v.spec.get("networks") or []
               if isinstance(n, dict) and isinstance(n.get("multus"), dict)]
     network_resources = dict(network_resources or {})
@@ -1132,7 +1276,7 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
     if console is not None and not console.restartable:
         containers.append(console)
     sidecars = v.hook_sidecars()
-    if version >= (1, 1, 0):
+    if rule("network_binding_sidecars", version):
         plugins = dict(config.network_bindings)
         used = set(_get(i, "binding", "name") for i in v.interfaces if isinstance(i, dict))
         sidecars += sum(1 for name in used if name in plugins and _get(plugins[name], "sidecarImage"))
@@ -1165,7 +1309,7 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
                                       formats=hp_formats, name="hp-volume"))
         extra_charge = _add_lists(extra_charge, hp_charge)
         extra_formats.update(hp_formats)
-    if version >= (1, 4, 0) and v.needs_backend_storage() and not config.backend_storage_rwx:
+    if rule("backend_storage_pvc", version) and v.needs_backend_storage() and not config.backend_storage_rwx:
         extra_charge = _add_lists(extra_charge, _pvc_charge(config))
         notes.append("a 10Mi backend-storage PVC is created for the target (persistent TPM/EFI, not RWX)")
     return LauncherPod(
@@ -1234,6 +1378,11 @@ def config_from_cluster(kubevirt_cr, harvester_settings=None, kubevirt_version=N
     gates = tuple(developer.get("featureGates") or ())
     vm_options = configuration.get("virtualMachineOptions") or {}
     default_arch = _get(configuration, "architectureConfiguration", "defaultArchitecture")
+    hypervisors = configuration.get("hypervisors") or []
+    hypervisor = None  # GetHypervisorFromKvConfig: the first entry, only with the feature gate
+    if "ConfigurableHypervisor" in gates and hypervisors and isinstance(hypervisors[0], dict):
+        hypervisor = hypervisors[0].get("name") or None
+    annotations = _get(cr, "metadata", "annotations") or {}
     return ClusterConfig(
         kubevirt_version=str(version),
         overhead_ratio=ratio,
@@ -1241,7 +1390,6 @@ def config_from_cluster(kubevirt_cr, harvester_settings=None, kubevirt_version=N
         arch=arch or default_arch or "amd64",
         disable_serial_console_log=vm_options.get("disableSerialConsoleLog") is not None,
         support_container_resources=tuple(configuration.get("supportContainerResources") or ()),
-        auto_resource_limits="AutoResourceLimitsGate" in gates,
         feature_gates=gates,
         cpu_request=configuration.get("cpuRequest"),
         memory_overcommit=int(developer.get("memoryOvercommit") or 100),
@@ -1249,6 +1397,8 @@ def config_from_cluster(kubevirt_cr, harvester_settings=None, kubevirt_version=N
         auto_cpu_limit_namespace_label_selector=configuration.get("autoCPULimitNamespaceLabelSelector"),
         network_bindings=tuple(sorted(bindings.items())) if isinstance(bindings, dict) else (),
         vm_state_storage_class=configuration.get("vmStateStorageClass"),
+        hypervisor=hypervisor,
+        kubevirt_annotations=tuple(sorted(annotations.items())) if isinstance(annotations, dict) else (),
     )
 
 

@@ -536,7 +536,7 @@ def test_config_from_cluster_reads_the_kubevirt_cr_first():
     assert config.overhead_ratio == "2.0"
     assert config.cpu_allocation_ratio == 16
     assert config.disable_serial_console_log
-    assert config.auto_resource_limits
+    assert config.auto_resource_limits_enabled and config.auto_resource_limits is None
     assert config.support_container_resources[0]["type"] == "GuestConsoleLog"
 
 
