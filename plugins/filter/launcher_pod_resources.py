@@ -22,7 +22,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.sizing
 )
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ClusterConfig))
-_TUPLE_FIELDS = ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead")
+_TUPLE_FIELDS = ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead",
+                 "kubevirt_annotations")
 _BOOL_FIELDS = ("disable_serial_console_log", "auto_resource_limits", "allow_emulation", "backend_storage_rwx")
 _EXTRA_OPTIONS = ("namespace_labels", "quota_tracks", "network_resources", "kubevirt", "harvester_settings")
 
@@ -41,6 +42,8 @@ def _bool(name, value):
 
 def _config_value(name, value):
     """Normalise one ClusterConfig option from Jinja types."""
+    if name == "auto_resource_limits" and value is None:
+        return None  # follow the feature gates
     if name in _BOOL_FIELDS:
         return _bool(name, value)
     if name == "overhead_ratio":
@@ -63,6 +66,15 @@ def _quota_tracks(value):
         else:
             names.add(str(item))
     return frozenset(names)
+
+
+def _extra_pod(extra):
+    """A pod created with the target (hp-volume attachment pod): its containers and its own quota charge."""
+    return {
+        "name": extra.name,
+        "containers": [c.formatted() for c in extra.containers],
+        "charge": extra.formatted_charge(),
+    }
 
 
 def launcher_pod_resources(vmi, **options):
@@ -95,6 +107,8 @@ def launcher_pod_resources(vmi, **options):
         "containers": [c.formatted() for c in pod.containers],
         "init_containers": [c.formatted() for c in pod.init_containers],
         "extra": pod.formatted_charge("extra_charge"),
+        "extra_pods": [_extra_pod(extra) for extra in pod.extra_pods],
+        "pvcs": pod.formatted_charge("pvc_charge"),
         "migration": pod.formatted_total(),
         "memory_overhead": format_quantity(pod.memory_overhead, BINARY_SI),
         "kubevirt_version": config.kubevirt_version,

@@ -256,8 +256,9 @@ class LauncherPod:
     containers: tuple  # ContainerResources, in pod order (compute first)
     init_containers: tuple
     charge: dict  # quota names -> Fraction: requests.cpu, limits.memory, pods, count/pods, ...
-    extra_pods: tuple = ()  # LauncherPod-like charges of pods created with the target (hotplug)
+    extra_pods: tuple = ()  # LauncherPods created with the target (the hp-volume attachment pod), per container
     extra_charge: dict = field(default_factory=dict)  # extra pods plus PVCs (requests.storage, ...)
+    pvc_charge: dict = field(default_factory=dict)  # the PVCs alone (backend storage), also in extra_charge
     formats: dict = field(default_factory=dict, compare=False)  # quota name -> quantity format
     extra_formats: dict = field(default_factory=dict, compare=False)  # the same for extra_charge
     memory_overhead: Fraction = Fraction(0)  # KubeVirt's overhead O for the compute container
@@ -265,8 +266,8 @@ class LauncherPod:
     name: str = "virt-launcher"
 
     def formatted_charge(self, which="charge"):
-        """The charge (or extra_charge) as quota names -> canonical quantity strings."""
-        formats = self.extra_formats if which == "extra_charge" else self.formats
+        """The charge (or extra_charge, pvc_charge) as quota names -> canonical quantity strings."""
+        formats = self.extra_formats if which in ("extra_charge", "pvc_charge") else self.formats
         return _format_list(getattr(self, which), formats)
 
     def formatted_total(self):
@@ -1309,8 +1310,10 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
                                       formats=hp_formats, name="hp-volume"))
         extra_charge = _add_lists(extra_charge, hp_charge)
         extra_formats.update(hp_formats)
+    pvc_charge = {}
     if rule("backend_storage_pvc", version) and v.needs_backend_storage() and not config.backend_storage_rwx:
-        extra_charge = _add_lists(extra_charge, _pvc_charge(config))
+        pvc_charge = _pvc_charge(config)
+        extra_charge = _add_lists(extra_charge, pvc_charge)
         notes.append("a 10Mi backend-storage PVC is created for the target (persistent TPM/EFI, not RWX)")
     return LauncherPod(
         containers=tuple(containers),
@@ -1318,6 +1321,7 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
         charge=charge,
         extra_pods=tuple(extra_pods),
         extra_charge=extra_charge,
+        pvc_charge=pvc_charge,
         formats=formats,
         extra_formats=extra_formats,
         memory_overhead=overhead.value,

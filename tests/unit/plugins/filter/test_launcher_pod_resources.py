@@ -113,3 +113,39 @@ def test_sidecar_documentation_is_valid_yaml():
     documented = set(doc["DOCUMENTATION"]["options"]) - {"_input"}
     from ansible_collections.kvquota.maintenance.plugins.filter.launcher_pod_resources import _CONFIG_FIELDS, _EXTRA_OPTIONS
     assert documented == set(_CONFIG_FIELDS) | set(_EXTRA_OPTIONS)
+
+
+def test_extra_pods_per_container_apart_from_pvcs():
+    # v1.6.3: hp-volume pod requests 10m/2M, limits 100m/80M (hotplugContainerRequests/Limits);
+    # persistent TPM: a 10Mi backend-storage PVC (docs/sizing.md section 4), charged apart
+    obj = vmi()
+    obj["spec"]["volumes"] = [{"name": "hp", "persistentVolumeClaim": {"claimName": "hp", "hotpluggable": True}}]
+    obj["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}
+    result = launcher_pod_resources(obj, kubevirt_version="1.6.3")
+    (pod,) = result["extra_pods"]
+    assert pod["name"] == "hp-volume"
+    assert pod["containers"] == [{"name": "hotplug-disk", "requests": {"cpu": "10m", "memory": "2M"},
+                                  "limits": {"cpu": "100m", "memory": "80M"}}]
+    assert pod["charge"]["requests.cpu"] == "10m" and pod["charge"]["pods"] == "1"
+    assert result["pvcs"] == {"count/persistentvolumeclaims": "1", "persistentvolumeclaims": "1",
+                              "requests.storage": "10Mi"}
+    assert result["extra"]["requests.storage"] == "10Mi" and result["extra"]["requests.cpu"] == "10m"
+
+
+def test_auto_resource_limits_unset_follows_the_feature_gates():
+    # v1.3.1, gate off by default: no automatic memory limit even though limits.memory is tracked
+    plain = vmi()
+    del plain["spec"]["domain"]["resources"]["limits"]
+    result = launcher_pod_resources(plain, kubevirt_version="1.3.1", quota_tracks=["limits.memory"],
+                                    auto_resource_limits=None)
+    assert "memory" not in result["containers"][0]["limits"]
+    gated = launcher_pod_resources(plain, kubevirt_version="1.3.1", quota_tracks=["limits.memory"],
+                                   feature_gates=["AutoResourceLimitsGate"])
+    assert "memory" in gated["containers"][0]["limits"]
+
+
+def test_hypervisor_option():
+    result = launcher_pod_resources(vmi(), kubevirt_version="1.8.0", hypervisor="hyperv-direct")
+    assert result["containers"][0]["limits"]["devices.kubevirt.io/mshv"] == "1"
+    with pytest.raises(AnsibleFilterError, match="hypervisor"):
+        launcher_pod_resources(vmi(), kubevirt_version="1.8.0", hypervisor="xen")
