@@ -34,6 +34,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
     parse_quantity_format,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import usage_from_requests_limits
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import default_format
 
 Mi = 1024 ** 2
 
@@ -103,25 +104,6 @@ RULES = {
     "cr_annotation_copied_to_vmi": (((1, 1, 1), None, True),),
 }
 
-
-def audited_version(version):
-    """The audited release whose rules size version: itself, or the newest audited patch of its minor."""
-    newest = NEWEST_AUDITED_PATCH.get(version[:2])
-    if newest is None:
-        if version[:2] > max(NEWEST_AUDITED_PATCH):
-            minor = max(NEWEST_AUDITED_PATCH)
-            return minor + (NEWEST_AUDITED_PATCH[minor],)
-        return version
-    return version if version[2] <= newest else version[:2] + (newest,)
-
-
-def rule(name, version):
-    """The value of a version-dependent rule at version (see RULES), or None where it does not apply."""
-    version = audited_version(version)
-    for first, last, value in RULES[name]:
-        if first <= version and (last is None or version <= last):
-            return value
-    return None
 
 KVM_DEVICE = "devices.kubevirt.io/kvm"
 TUN_DEVICE = "devices.kubevirt.io/tun"
@@ -319,7 +301,6 @@ def _add_lists(a, b):
 
 def _format_list(rl, formats):
     """Canonical strings for a ResourceList, in name order."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import default_format
     return dict((name, format_quantity(rl[name], formats.get(name) or default_format(name))) for name in sorted(rl))
 
 
@@ -358,6 +339,26 @@ def _shortest_digits(value):
 
 
 # ---------------------------------------------------------------- versions and options
+
+def audited_version(version):
+    """The audited release whose rules size version: itself, or the newest audited patch of its minor."""
+    newest = NEWEST_AUDITED_PATCH.get(version[:2])
+    if newest is None:
+        if version[:2] > max(NEWEST_AUDITED_PATCH):
+            minor = max(NEWEST_AUDITED_PATCH)
+            return minor + (NEWEST_AUDITED_PATCH[minor],)
+        return version
+    return version if version[2] <= newest else version[:2] + (newest,)
+
+
+def rule(name, version):
+    """The value of a version-dependent rule at version (see RULES), or None where it does not apply."""
+    version = audited_version(version)
+    for first, last, value in RULES[name]:
+        if first <= version and (last is None or version <= last):
+            return value
+    return None
+
 
 def parse_version(text):
     """(major, minor, patch) of a KubeVirt version such as 'v1.6.3', '1.6' or 'v1.1.1-rc.0'."""
@@ -791,8 +792,8 @@ def _memory_overhead(v, config):
 def _network_binding_memory(v, config):
     """computeResourceOverhead memory of each network binding plugin used (once per plugin); core passt 250Mi (v1.8+)."""
     total = _Q(Fraction(0), DECIMAL_SI)
-    if rule("core_passt_250mi", config.version) and any(isinstance(i, dict) and i.get("passtBinding") is not None
-                                           for i in v.interfaces):
+    if rule("core_passt_250mi", config.version) and any(
+            isinstance(i, dict) and i.get("passtBinding") is not None for i in v.interfaces):
         total = _qadd(total, _Q(Fraction(250 * Mi), BINARY_SI))
     plugins = dict(config.network_bindings)
     seen = set()
