@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Size a virt-launcher pod (and so a live-migration target pod) the way KubeVirt does.
 
-The rules follow KubeVirt's pkg/virt-controller/services (template.go up to v0.56,
-renderresources.go from v0.57, pkg/hypervisor/kvm from v1.8) at each release tag, and
+The rules follow KubeVirt's pkg/virt-controller/services (template.go up to v0.55,
+renderresources.go from v0.56, pkg/hypervisor from v1.8) at every release tag to v1.9.0, and
 Kubernetes' own pod accounting for ResourceQuota (component-helpers PodRequests/PodLimits
 and the quota pod evaluator). docs/sizing.md lists every version-dependent rule and what
 was checked.
