@@ -1148,8 +1148,11 @@ def _capacity_report(capacity):
 
 def _config_view(config):
     keys = ("kubevirt_version", "overhead_ratio", "cpu_allocation_ratio", "arch", "disable_serial_console_log",
-            "auto_resource_limits")
-    return dict((k, getattr(config, k)) for k in keys if hasattr(config, k))
+            "hypervisor")
+    view = dict((k, getattr(config, k)) for k in keys if hasattr(config, k))
+    # what the sizing applies (the caller's choice, else the KubeVirt CR's feature gates), never "unset"
+    view["auto_resource_limits"] = config.auto_resource_limits_enabled
+    return view
 
 
 def _assemble(snapshot, options, config, per_cluster, per_node, per_ns_cap, keys, batches, ns_reports,
