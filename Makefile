@@ -12,7 +12,7 @@ STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
-        changelog changelog-lint ee-check \
+        changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest \
         collection-copy bench bench-check bench-maintenance clean venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
@@ -53,7 +53,7 @@ demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
-test: deps lab-build sanity ansible-units lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
+test: deps lab-build sanity ansible-units sanity-newest units-newest lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
 	@echo "make test: all gates passed"
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
@@ -70,8 +70,12 @@ lab-tests: deps lab-build
 
 # The roles against the lab (scenarios a-d, rolling upgrade, kubevirt update, reaper, preflight HTML in
 # headless Chromium); the last step of `make test`.
-roles-tests: deps lab-build
-	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
+# They run on the newest ansible-core of the supported range (PLAYBOOK_VENV; PLAYBOOK_VENV= runs them on the
+# ansible beside $(PY), the oldest end).
+PLAYBOOK_VENV ?= $(CACHE)/venvs/core-$(CORE_NEWEST)
+PLAYBOOKS_ON = $(if $(PLAYBOOK_VENV),KVQ_ANSIBLE_VENV_PLAYBOOKS=$(PLAYBOOK_VENV))
+roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
+	KVQ_LAB_REQUIRED=1 $(PLAYBOOKS_ON) $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
 	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py \
 	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_roles_check_mode_lab.py \
 	  tests/integration/test_rbac_usage_lab.py
@@ -88,8 +92,8 @@ molecule: deps lab-build
 chaos: deps lab-build
 	$(PY) tests/chaos/chaos.py --json $(CACHE)/chaos.json
 
-chaos-quick: deps lab-build
-	$(PY) tests/chaos/chaos.py --quick --no-doc --json $(CACHE)/chaos-quick.json
+chaos-quick: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
+	$(PLAYBOOKS_ON) $(PY) tests/chaos/chaos.py --quick --no-doc --json $(CACHE)/chaos-quick.json
 
 # The tenant campaign alone (tests/chaos/tenant.py, issue 10): every tenant attack on kvquota's state, each during
 # a real drain; `make chaos` and `make chaos-quick` include it (campaign tenant).
@@ -115,6 +119,28 @@ sanity: deps collection-copy ansible-test-bootstrap
 
 ansible-units: deps collection-copy ansible-test-bootstrap
 	cd $(COLL_COPY) && ansible-test units --venv --python 3.11 --color no --requirements
+
+# The newest end of the supported range (meta/runtime.yml): ansible-test of ansible-core $(CORE_NEWEST) from
+# make venv-core-newest, on Python $(VENV_PY_$(CORE_NEWEST)), with its own sanity rules, in its own copy of the
+# collection (the oldest end's copy may be in use by a parallel run).
+NEWEST_ROOT := $(CACHE)/ansible-test-newest
+NEWEST_COPY := $(NEWEST_ROOT)/ansible_collections/kvquota/maintenance
+NEWEST_VENV = $(VENVS)/core-$(CORE_NEWEST)
+NEWEST_TEST = PATH=$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-test
+
+collection-copy-newest: venv-core-newest
+	@rm -rf $(NEWEST_COPY) && mkdir -p $(NEWEST_COPY)
+	@git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
+	  | tar -xf - -C $(NEWEST_COPY)
+	@v=$$($(NEWEST_VENV)/bin/python -c "import ansible_test._internal.python_requirements as r, inspect, re; print(re.search(r\"pip='([0-9.]+)'\", inspect.getsource(r)).group(1))"); \
+	  mkdir -p $(HOME)/.ansible/test/cache; \
+	  cp tests/ansible_test_get_pip.py $(HOME)/.ansible/test/cache/get_pip_$${v//./_}.py
+
+sanity-newest: collection-copy-newest
+	cd $(NEWEST_COPY) && $(NEWEST_TEST) sanity --venv --python $(VENV_PY_$(CORE_NEWEST)) --color no
+
+units-newest: collection-copy-newest
+	cd $(NEWEST_COPY) && $(NEWEST_TEST) units --venv --python $(VENV_PY_$(CORE_NEWEST)) --color no --requirements
 
 lint: deps
 	ansible-lint --profile production

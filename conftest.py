@@ -4,6 +4,11 @@ Each checkout gets its own symlink farm under ~/.cache/kvquota/collections/<hash
 so two checkouts on one machine (a CI clone beside a work tree) never point each other's
 tests at the wrong code. The farm's path is exported as KVQ_COLLECTIONS_PATH for the
 ansible-playbook runs the lab tests start.
+
+KVQ_ANSIBLE_VENV_PLAYBOOKS names a venv of `make venv-core-*` (another ansible-core): the role tests and the
+chaos campaigns then run that venv's ansible-playbook, with the kubernetes.core installed in
+<venv>/collections (make test runs the role tests and the reduced campaign on the newest ansible-core this way).
+The module-level lab tests (tests/integration/modlab.py) keep the ansible beside this Python.
 """
 import hashlib
 import os
@@ -31,3 +36,21 @@ def _ensure_collection_path():
 
 
 _ensure_collection_path()
+
+
+def _use_playbook_venv():
+    venv = os.environ.get("KVQ_ANSIBLE_VENV_PLAYBOOKS")
+    if not venv:
+        return
+    venv = os.path.abspath(venv)
+    bin_dir = os.path.join(venv, "bin")
+    if not os.path.exists(os.path.join(bin_dir, "ansible-playbook")):
+        raise SystemExit("KVQ_ANSIBLE_VENV_PLAYBOOKS names %s, which has no bin/ansible-playbook. Fix: make "
+                         "venv-core-newest, or unset KVQ_ANSIBLE_VENV_PLAYBOOKS" % venv)
+    if not os.environ["PATH"].startswith(bin_dir + os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
+    os.environ.setdefault("KVQ_ROLES_COLLECTIONS_PATH", os.pathsep.join(
+        [os.environ["KVQ_COLLECTIONS_PATH"], os.path.join(venv, "collections")]))
+
+
+_use_playbook_venv()
