@@ -69,7 +69,8 @@ lab-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider $(LAB_TESTS)
 
 # The roles against the lab (scenarios a-d, rolling upgrade, kubevirt update, reaper, preflight HTML in
-# headless Chromium); the last step of `make test`.
+# headless Chromium, the playbooks through ansible-runner as AWX runs them); the last step of `make test`.
+# test_rbac_usage_lab.py stays last: it checks the requests of every lab before it.
 # They run on the newest ansible-core of the supported range (PLAYBOOK_VENV; PLAYBOOK_VENV= runs them on the
 # ansible beside $(PY), the oldest end).
 PLAYBOOK_VENV ?= $(CACHE)/venvs/core-$(CORE_NEWEST)
@@ -78,7 +79,7 @@ roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
 	KVQ_LAB_REQUIRED=1 $(PLAYBOOKS_ON) $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
 	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py \
 	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_roles_check_mode_lab.py \
-	  tests/integration/test_rbac_usage_lab.py
+	  tests/integration/test_awx_runner_lab.py tests/integration/test_rbac_usage_lab.py
 
 # Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
 # MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.
