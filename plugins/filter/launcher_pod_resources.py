@@ -23,7 +23,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.sizing
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ClusterConfig))
 _TUPLE_FIELDS = ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead",
-                 "kubevirt_annotations")
+                 "kubevirt_annotations", "disabled_feature_gates")
 _BOOL_FIELDS = ("disable_serial_console_log", "auto_resource_limits", "allow_emulation", "backend_storage_rwx")
 _EXTRA_OPTIONS = ("namespace_labels", "quota_tracks", "network_resources", "kubevirt", "harvester_settings")
 

@@ -64,10 +64,11 @@ RULES = {
     "passt_800mi": (((0, 59, 0), (1, 2, 2), True),),
     "dedicated_100mi_after_ratio": (((1, 1, 0), (1, 5, 2), True),),
     "dedicated_100mi_before_ratio": (((1, 5, 3), None, True),),
-    "tpm_enabled_false_honoured": (((1, 5, 2), None, True),),
-    "sev_es_snp_overhead": (((1, 7, 0), None, True),),
+    # tpm.HasDevice (53Mi, and the persistent-TPM PVC) honours tpm.enabled: false; v1.5.0 lacks it
+    "tpm_enabled_false_honoured": (((1, 4, 1), (1, 4, 1), True), ((1, 5, 1), None, True)),
+    "snp_counted_as_sev": (((1, 7, 0), None, True),),  # IsSEVVMI: launchSecurity.sev, from v1.7.0 also .snp
     "added_overhead_field": (((1, 8, 0), None, True),),
-    "network_binding_memory": (((1, 4, 0), None, True),),
+    "network_binding_memory": (((1, 3, 0), None, True),),
     "core_passt_250mi": (((1, 8, 0), None, True),),
     # where the memory request comes from
     "webhook_writes_memory_request": (((0, 54, 0), (1, 6, 3), True),),
@@ -96,11 +97,19 @@ RULES = {
     "guest_console_log": (((1, 1, 0), None, True),),
     "guest_console_log_native_sidecar": (((1, 6, 0), None, True),),
     "network_binding_sidecars": (((1, 1, 0), None, True),),
+    "slirp_binding_sidecar": (((1, 1, 0), (1, 2, 2), True),),  # a slirp interface brings the slirp plugin's sidecar
     "container_disk_v1_resources": (((1, 0, 0), None, True),),
+    "image_volume_gate": (((1, 6, 0), None, True),),  # ImageVolume gate: container disks are image volumes
+    "beta_gates_on_by_default": (((1, 9, 0), None, True),),  # featuregate.IsEnabled: Beta on unless disabled
+    "virtiofs_container": (((0, 58, 0), None, True),),  # before, virtiofsd ran inside compute
+    "virtiofs_v1_resources": (((1, 0, 0), None, True),),  # 80M memory limit, supportContainerResources
+    "virtiofs_dedicated_resources": (((1, 1, 0), None, True),),  # dedicated/Guaranteed raise the requests
+    "virtiofs_skips_container_path": (((1, 8, 0), None, True),),
     "hotplug_requests_equal_limits_when_dedicated": (((0, 58, 1), (0, 58, 1), True), ((0, 59, 0), (0, 59, 0), True)),
     "hotplug_requests_equal_limits": (((0, 58, 2), (0, 58, 2), True), ((0, 59, 1), (0, 59, 2), True)),
     "hotplug_requests_100m_80m": (((1, 0, 0), (1, 1, 1), True),),
     "backend_storage_pvc": (((1, 4, 0), None, True),),
+    "cbt_needs_backend_storage": (((1, 7, 0), None, True),),  # status.changedBlockTracking Initializing/Enabled
     "cr_annotation_copied_to_vmi": (((1, 1, 1), None, True),),
 }
 
@@ -117,6 +126,13 @@ IOMMUFD_DEVICE = "devices.kubevirt.io/iommufd"
 # spec.configuration.hypervisors[].name (v1.8+, with the ConfigurableHypervisor feature gate) ->
 # the device-plugin resource the compute container asks for. Memory overhead is the same for both.
 HYPERVISOR_DEVICES = {"kvm": KVM_DEVICE, "hyperv-direct": "devices.kubevirt.io/mshv"}
+
+# Beta feature gates (featuregate/active.go) that change a launcher pod's size. From v1.9.0 KubeVirt
+# enables every Beta gate unless developerConfiguration.disabledFeatureGates lists it.
+BETA_SIZING_GATES = frozenset(["ImageVolume"])
+IMAGE_VOLUME_GATE = "ImageVolume"
+SLIRP_BINDING = "slirp"
+CBT_STATES_NEEDING_STORAGE = ("Initializing", "Enabled")
 
 AUTO_MEMORY_LIMITS_RATIO_LABEL = "alpha.kubevirt.io/auto-memory-limits-ratio"
 EMULATOR_THREAD_EVEN_PARITY_ANNOTATION = "alpha.kubevirt.io/EmulatorThreadCompleteToEvenParity"
@@ -151,6 +167,7 @@ class ClusterConfig:
     # default is off); from v1.5.0 KubeVirt always adds the limits and this is not read.
     auto_resource_limits: Optional[bool] = None
     feature_gates: tuple = ()
+    disabled_feature_gates: tuple = ()  # developerConfiguration.disabledFeatureGates (read from v1.9.0)
     # Further KubeVirt CR settings, all with KubeVirt's defaults:
     cpu_request: Optional[str] = None  # spec.configuration.cpuRequest (VMI mutator default)
     memory_overcommit: int = 100  # developerConfiguration.memoryOvercommit (VMI mutator)
@@ -165,7 +182,7 @@ class ClusterConfig:
 
     def __post_init__(self):
         for name in ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead",
-                     "kubevirt_annotations"):
+                     "kubevirt_annotations", "disabled_feature_gates"):
             value = getattr(self, name)
             if isinstance(value, dict):
                 value = tuple(sorted(value.items()))
@@ -193,6 +210,13 @@ class ClusterConfig:
     def auto_resource_limits_enabled(self):
         """The AutoResourceLimitsGate as the caller says, else as the feature gates say."""
         return bool(self.auto_resource_limits) or "AutoResourceLimitsGate" in self.feature_gates
+
+    def gate_enabled(self, gate):
+        """isFeatureGateEnabled: listed in featureGates, or (v1.9.0+) a Beta gate not listed as disabled."""
+        if gate in self.feature_gates:
+            return True
+        return bool(rule("beta_gates_on_by_default", self.version)) and gate in BETA_SIZING_GATES \
+            and gate not in self.disabled_feature_gates
 
     @property
     def hypervisor_device(self):
@@ -499,6 +523,7 @@ class _Vmi(object):
         metadata, spec = _vmi_parts(obj)
         self.metadata = metadata
         self.spec = spec
+        self.status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
         self.annotations = dict(metadata.get("annotations") or {})
         domain = spec["domain"]
         self.domain = domain
@@ -632,9 +657,12 @@ class _Vmi(object):
         return bool(self.gpus() or self.host_devices() or self.is_sriov())
 
     def is_sev(self, version):
+        """util.IsSEVVMI (SEV-ES is launchSecurity.sev with policy.encryptedState, so always counted)."""
         security = self.domain.get("launchSecurity") or {}
-        if rule("sev_es_snp_overhead", version):
-            return any(security.get(k) is not None for k in ("sev", "snp", "sevsnp"))
+        if not isinstance(security, dict):
+            return False
+        if rule("snp_counted_as_sev", version) and security.get("snp") is not None:
+            return True
         return security.get("sev") is not None
 
     def has_tpm(self, version):
@@ -645,12 +673,15 @@ class _Vmi(object):
             return False
         return True
 
-    def needs_backend_storage(self):
+    def needs_backend_storage(self, version):
+        """IsBackendStorageNeeded: a persistent TPM or EFI, from v1.7.0 also changed block tracking in the status."""
         tpm = self.devices.get("tpm")
-        persistent_tpm = isinstance(tpm, dict) and tpm.get("enabled") is not False and _truthy(tpm.get("persistent"))
+        persistent_tpm = isinstance(tpm, dict) and self.has_tpm(version) and _truthy(tpm.get("persistent"))
         efi = _get(self.domain, "firmware", "bootloader", "efi")
         persistent_efi = isinstance(efi, dict) and _truthy(efi.get("persistent"))
-        return persistent_tpm or persistent_efi
+        cbt = rule("cbt_needs_backend_storage", version) and \
+            _get(self.status, "changedBlockTracking", "state") in CBT_STATES_NEEDING_STORAGE
+        return bool(persistent_tpm or persistent_efi or cbt)
 
     def autoattach(self, key):
         """devices.<key> is unset or true."""
@@ -683,9 +714,17 @@ class _Vmi(object):
     def has_kernel_boot_container(self):
         return bool(_get(self.domain, "firmware", "kernelBoot", "container", "image"))
 
-    def virtiofs_volumes(self):
+    def virtiofs_volumes(self, version):
+        """Volumes shared through virtiofs that get their own virtiofsd container (containerPath ones not, v1.8+)."""
+        if not rule("virtiofs_container", version):
+            return []
         names = set(fs.get("name") for fs in self.devices.get("filesystems") or [] if isinstance(fs, dict))
-        return [v for v in self.volumes if isinstance(v, dict) and v.get("name") in names]
+        skip_container_path = rule("virtiofs_skips_container_path", version)
+        return [v for v in self.volumes if isinstance(v, dict) and v.get("name") in names
+                and not (skip_container_path and v.get("containerPath") is not None)]
+
+    def has_slirp_interface(self):
+        return any(isinstance(i, dict) and i.get("slirp") is not None for i in self.interfaces)
 
     def hotplug_volumes(self):
         result = []
@@ -1106,9 +1145,17 @@ def _binary_init_resources(v, config):
 
 
 def _virtiofs_resources(v, config):
-    """A virtiofs container: 10m/1M requests, 100m/80M limits, raised to the limits for dedicated/Guaranteed."""
-    dedicated = v.dedicated
-    guaranteed = v.dedicated or v.guaranteed
+    """A virtiofs container: 10m/1M requests, 100m/80M limits (v1.0+), raised to the limits for dedicated/Guaranteed (v1.1+).
+
+    v0.58.0-v0.59.2: 10m/1M requests, 100m/40M limits; v0.58.0-v1.0.1 pass (false, false) for
+    dedicated/Guaranteed, so the requests stay low whatever the VMI.
+    """
+    version = config.version
+    if not rule("virtiofs_v1_resources", version):
+        return {"cpu": _q("10m"), "memory": _q("1M")}, {"memory": _q("40M"), "cpu": _q("100m")}
+    aware = bool(rule("virtiofs_dedicated_resources", version))
+    dedicated = aware and v.dedicated
+    guaranteed = aware and (v.dedicated or v.guaranteed)
     requests = {"cpu": _support(config, VIRTIOFS, "requests", "cpu", "10m")}
     limits = {"memory": _support(config, VIRTIOFS, "limits", "memory", "80M"),
               "cpu": _support(config, VIRTIOFS, "limits", "cpu", "100m")}
@@ -1266,13 +1313,19 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
     init_containers = []
 
     disk_req, disk_lim = _container_disk_resources(v, config)
-    disks = v.container_disk_volumes()
+    # With the ImageVolume gate the disks are image volumes: no containers, and no init containers for a
+    # migration target, whose image digests are read from the source pod (ExtractImageIDsFromSourcePod).
+    image_volumes = bool(rule("image_volume_gate", version)) and config.gate_enabled(IMAGE_VOLUME_GATE)
+    disks = [] if image_volumes else v.container_disk_volumes()
+    kernel_boot = v.has_kernel_boot_container() and not image_volumes
+    if image_volumes and (v.container_disk_volumes() or v.has_kernel_boot_container()):
+        notes.append("container disks are image volumes (ImageVolume feature gate): no container-disk containers")
     for volume in disks:
         containers.append(_container("volume" + str(volume.get("name", "")), disk_req, disk_lim))
-    if v.has_kernel_boot_container():
+    if kernel_boot:
         containers.append(_container("kernel-boot", disk_req, disk_lim))
     vfs_req, vfs_lim = _virtiofs_resources(v, config)
-    for volume in v.virtiofs_volumes():
+    for volume in v.virtiofs_volumes(version):
         containers.append(_container("virtiofs-" + str(volume.get("name", "")), vfs_req, vfs_lim))
     console = _console_log_container(v, config)
     if console is not None and not console.restartable:
@@ -1282,18 +1335,20 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
         plugins = dict(config.network_bindings)
         used = set(_get(i, "binding", "name") for i in v.interfaces if isinstance(i, dict))
         sidecars += sum(1 for name in used if name in plugins and _get(plugins[name], "sidecarImage"))
+    if rule("slirp_binding_sidecar", version) and v.has_slirp_interface():
+        sidecars += 1  # the registered slirp plugin's image, else KubeVirt's default one
     side_req, side_lim = _sidecar_resources(v, config)
     for i in range(sidecars):
         containers.append(_container("hook-sidecar-%d" % i, side_req, side_lim))
 
     if console is not None and console.restartable:
         init_containers.append(console)
-    if disks or v.has_kernel_boot_container():
+    if disks or kernel_boot:
         bin_req, bin_lim = _binary_init_resources(v, config)
         init_containers.append(_container("container-disk-binary", bin_req, bin_lim))
         for volume in disks:
             init_containers.append(_container("volume" + str(volume.get("name", "")) + "-init", disk_req, disk_lim))
-        if v.has_kernel_boot_container():
+        if kernel_boot:
             init_containers.append(_container("kernel-boot-init", disk_req, disk_lim))
 
     overhead_list = dict(config.pod_overhead)
@@ -1312,10 +1367,10 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
         extra_charge = _add_lists(extra_charge, hp_charge)
         extra_formats.update(hp_formats)
     pvc_charge = {}
-    if rule("backend_storage_pvc", version) and v.needs_backend_storage() and not config.backend_storage_rwx:
+    if rule("backend_storage_pvc", version) and v.needs_backend_storage(version) and not config.backend_storage_rwx:
         pvc_charge = _pvc_charge(config)
         extra_charge = _add_lists(extra_charge, pvc_charge)
-        notes.append("a 10Mi backend-storage PVC is created for the target (persistent TPM/EFI, not RWX)")
+        notes.append("a 10Mi backend-storage PVC is created for the target (persistent TPM/EFI or CBT, not RWX)")
     return LauncherPod(
         containers=tuple(containers),
         init_containers=tuple(init_containers),
@@ -1396,6 +1451,7 @@ def config_from_cluster(kubevirt_cr, harvester_settings=None, kubevirt_version=N
         disable_serial_console_log=vm_options.get("disableSerialConsoleLog") is not None,
         support_container_resources=tuple(configuration.get("supportContainerResources") or ()),
         feature_gates=gates,
+        disabled_feature_gates=tuple(developer.get("disabledFeatureGates") or ()),
         cpu_request=configuration.get("cpuRequest"),
         memory_overcommit=int(developer.get("memoryOvercommit") or 100),
         allow_emulation=_truthy(developer.get("useEmulation")),

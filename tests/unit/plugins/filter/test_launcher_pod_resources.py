@@ -149,3 +149,13 @@ def test_hypervisor_option():
     assert result["containers"][0]["limits"]["devices.kubevirt.io/mshv"] == "1"
     with pytest.raises(AnsibleFilterError, match="hypervisor"):
         launcher_pod_resources(vmi(), kubevirt_version="1.8.0", hypervisor="xen")
+
+
+def test_disabled_feature_gates_option_keeps_container_disks_in_v1_9():
+    # v1.9.0 featuregate.IsEnabled turns the Beta ImageVolume gate on unless disabledFeatureGates lists it
+    disk = vmi()
+    disk["spec"]["volumes"] = [{"name": "cd", "containerDisk": {"image": "example.com/disk:1"}}]
+    default = launcher_pod_resources(disk, kubevirt_version="1.9.0")
+    assert "volumecd" not in [c["name"] for c in default["containers"]]
+    kept = launcher_pod_resources(disk, kubevirt_version="1.9.0", disabled_feature_gates=["ImageVolume"])
+    assert "volumecd" in [c["name"] for c in kept["containers"]]

@@ -416,11 +416,12 @@ def test_tpm_probes_and_persistent_tpm_pvc():
     probed["spec"]["livenessProbe"] = {"exec": {"command": ["true"]}}
     probed["spec"]["readinessProbe"] = {"exec": {"command": ["true"]}}
     assert launcher_pod(probed, ClusterConfig(kubevirt_version="1.6.0")).memory_overhead == 390 * Mi
-    # a disabled TPM counts before v1.5.2 (TPM != nil) and not after
+    # a disabled TPM counts where GetMemoryOverhead tests TPM != nil (v1.5.0) and not where it calls
+    # tpm.HasDevice (v1.5.1, commit c53b1640be); test_sizing_releases.py has the v1.4.x side
     off = plain_vmi("1Gi")
     off["spec"]["domain"]["devices"]["tpm"] = {"enabled": False}
-    assert launcher_pod(off, ClusterConfig(kubevirt_version="1.5.1")).memory_overhead == (2 + 220 + 8 + 8 + 16 + 53) * Mi
-    assert launcher_pod(off, ClusterConfig(kubevirt_version="1.5.2")).memory_overhead == (2 + 220 + 8 + 8 + 16) * Mi
+    assert launcher_pod(off, ClusterConfig(kubevirt_version="1.5.0")).memory_overhead == (2 + 220 + 8 + 8 + 16 + 53) * Mi
+    assert launcher_pod(off, ClusterConfig(kubevirt_version="1.5.1")).memory_overhead == (2 + 220 + 8 + 8 + 16) * Mi
 
 
 def test_passt_800mi_only_v0_59_to_v1_2():
@@ -487,14 +488,17 @@ def test_support_container_resources_and_serial_console_switches():
     assert [c.name for c in launcher_pod(vmi, ClusterConfig(kubevirt_version="1.0.1")).containers] == ["compute"]
 
 
-def test_network_binding_plugin_memory_once_per_plugin_v1_4():
-    # v1.4.0, 1Gi: 2 + 210 + 8 + 8 + 16 = 244Mi, + 500Mi plugin overhead (two interfaces, one plugin) = 744Mi
+def test_network_binding_plugin_memory_once_per_plugin_v1_3():
+    # v1.4.0, 1Gi: 2 + 210 + 8 + 8 + 16 = 244Mi, + 500Mi plugin overhead (two interfaces, one plugin) = 744Mi;
+    # v1.3.0 template.go VMIResourcePredicates adds netbinding.CalculateMemoryOverhead (commit d0201086db),
+    # v1.2.2 has no such term
     vmi = plain_vmi("1Gi")
     vmi["spec"]["domain"]["devices"]["interfaces"] = [
         {"name": "a", "binding": {"name": "slirp"}}, {"name": "b", "binding": {"name": "slirp"}}]
     bindings = {"slirp": {"computeResourceOverhead": {"requests": {"memory": "500Mi"}}}}
     assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.4.0", network_bindings=bindings)).memory_overhead == 744 * Mi
-    assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.3.1", network_bindings=bindings)).memory_overhead == 244 * Mi
+    assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.3.0", network_bindings=bindings)).memory_overhead == 744 * Mi
+    assert launcher_pod(vmi, ClusterConfig(kubevirt_version="1.2.2", network_bindings=bindings)).memory_overhead == 244 * Mi
 
 
 def test_vm_input_uses_the_template_and_mutator_defaults():

@@ -336,3 +336,315 @@ def test_tdx_and_iommufd_devices_from_v1_9(version, present):
 def test_rule_lookup_outside_every_range_is_none():
     assert rule("passt_800mi", (1, 3, 0)) is None
     assert rule("passt_800mi", (1, 2, 2)) is True
+
+
+# ================================================================ second audit: the remaining rules
+# Each rule below was read at every release tag v0.54.0 .. v1.9.0 (git show <tag>:<file>); the vectors
+# sit on both sides of every bound. 1Gi of memory request gives 2Mi of page tables
+# (ceil(1,073,741,824 / 1000) x 1000 // 512 = 2,097,152); 1 vCPU gives 8Mi, the IO thread 8Mi.
+
+def with_devices(obj, **devices):
+    """obj with spec.domain.devices entries replaced (a VMI from vmi())."""
+    obj["spec"]["domain"]["devices"].update(devices)
+    return obj
+
+
+def overhead_mi(version, obj, **config):
+    """KubeVirt's memory overhead O at version, in Mi (a Fraction, so an inexact figure fails the test)."""
+    return launcher_pod(obj, ClusterConfig(kubevirt_version=version, **config)).memory_overhead / Mi
+
+
+def names(containers):
+    return [c.name for c in containers]
+
+
+# ---------------------------------------------------------------- the fixed overhead terms
+
+# GetMemoryOverhead (template.go to v0.55, renderresources.go v0.56-v1.7, pkg/hypervisor/kvm from v1.8):
+# VirtLauncherMonitorOverhead + VirtLauncherOverhead + VirtlogdOverhead + LibvirtdOverhead/VirtqemudOverhead
+# + QemuOverhead = 25+75+17+33+30 = 180 (v0.54.0), 25+100+17+33+30 = 205 (v0.55.0), 25+100+18+35+30 = 208
+# (v0.57.0), 25+100+20+35+30 = 210 (v0.58.1, d57708a842), 25+100+20+40+30 = 215 (v1.4.1), 25+100+25+40+30
+# = 220 (v1.5.0; kvm/hypervisorbackend.go keeps them in v1.8.0 and v1.9.0). Video 16Mi, 32Mi from v1.6.0.
+@pytest.mark.parametrize("version, expected", [
+    ("0.54.0", 2 + 180 + 8 + 8 + 16),
+    ("0.55.0", 2 + 205 + 8 + 8 + 16),
+    ("0.56.1", 2 + 205 + 8 + 8 + 16),
+    ("0.57.0", 2 + 208 + 8 + 8 + 16),
+    ("0.58.0", 2 + 208 + 8 + 8 + 16),
+    ("0.58.1", 2 + 210 + 8 + 8 + 16),
+    ("1.4.0", 2 + 210 + 8 + 8 + 16),
+    ("1.4.1", 2 + 215 + 8 + 8 + 16),
+    ("1.5.0", 2 + 220 + 8 + 8 + 16),
+    ("1.5.3", 2 + 220 + 8 + 8 + 16),
+    ("1.6.0", 2 + 220 + 8 + 8 + 32),
+    ("1.9.0", 2 + 220 + 8 + 8 + 32),
+])
+def test_fixed_overhead_terms(version, expected):
+    assert overhead_mi(version, vmi(requests={"memory": "1Gi"})) == expected
+
+
+# Per vCPU 8Mi ("coresMemory"), the same at every tag: 4 sockets -> 32Mi. VFIO (a host device) +1Gi at
+# every tag (util.IsVFIOVMI; vmitrait.HasVFIO in v1.9.0).
+@pytest.mark.parametrize("version, fixed, video", [("0.54.0", 180, 16), ("1.9.0", 220, 32)])
+def test_per_vcpu_and_vfio_terms(version, fixed, video):
+    four = vmi(cpu={"sockets": 4, "cores": 1, "threads": 1}, requests={"memory": "1Gi"})
+    assert overhead_mi(version, four) == 2 + fixed + 4 * 8 + 8 + video
+    hostdev = with_devices(vmi(requests={"memory": "1Gi"}), hostDevices=[{"name": "d", "deviceName": "vendor.com/dev"}])
+    assert overhead_mi(version, hostdev) == 2 + fixed + 8 + 8 + video + 1024
+
+
+# arm64 +128Mi: v1.1.1 template.go passes t.clusterConfig.GetClusterCPUArch(); v1.2.0 VMIResourcePredicates
+# takes vmi.Spec.Architecture first. An arm64 VMI on an amd64 cluster: 244Mi at v1.1.1, 372Mi at v1.2.0.
+@pytest.mark.parametrize("version, expected", [("1.1.1", 244), ("1.2.0", 244 + 128)])
+def test_arm64_term_from_the_vmi_architecture(version, expected):
+    obj = vmi(requests={"memory": "1Gi"})
+    obj["spec"]["architecture"] = "arm64"
+    assert overhead_mi(version, obj) == expected
+
+
+# ---------------------------------------------------------------- TPM enabled: false
+
+# GetMemoryOverhead tests `TPM != nil` in v1.4.0 and v1.5.0 and calls tpm.HasDevice (TPM != nil and enabled
+# unset or true) in v1.4.1 (commit c1f5ce7553) and from v1.5.1 (commit c53b1640be). The same switch in
+# backend-storage.go IsBackendStorageNeededForVMI (HasPersistentTPMDevice -> tpm.HasPersistentDevice) decides
+# the migration target's PVC. 1Gi: v1.4.0 2+210+8+8+16 (+53) ; v1.4.1 215 fixed; v1.5.x 220 fixed.
+@pytest.mark.parametrize("version, expected, pvc", [
+    ("1.4.0", 2 + 210 + 8 + 8 + 16 + 53, True),
+    ("1.4.1", 2 + 215 + 8 + 8 + 16, False),
+    ("1.5.0", 2 + 220 + 8 + 8 + 16 + 53, True),
+    ("1.5.1", 2 + 220 + 8 + 8 + 16, False),
+    ("1.9.0", 2 + 220 + 8 + 8 + 32, False),
+])
+def test_disabled_tpm(version, expected, pvc):
+    obj = with_devices(vmi(requests={"memory": "1Gi"}), tpm={"enabled": False, "persistent": True})
+    pod = launcher_pod(obj, ClusterConfig(kubevirt_version=version))
+    assert pod.memory_overhead / Mi == expected
+    assert pod.formatted_charge("pvc_charge") == ({"requests.storage": "10Mi", "persistentvolumeclaims": "1",
+                                                   "count/persistentvolumeclaims": "1"} if pvc else {})
+
+
+# ---------------------------------------------------------------- SEV, SEV-ES, SNP
+
+# v1.6.6 GetMemoryOverhead: util.IsSEVVMI = launchSecurity.sev != nil (SEV-ES is sev with
+# policy.encryptedState, so it is counted); v1.7.0 (commit 31bd088d0d) IsSEVVMI also takes launchSecurity.snp,
+# for the 256Mi and for WithSEV (devices.kubevirt.io/sev). 1Gi: 270Mi, +256Mi = 526Mi.
+@pytest.mark.parametrize("version, security, expected, device", [
+    ("1.6.6", {"snp": {}}, 270, False),
+    ("1.7.0", {"snp": {}}, 526, True),
+    ("1.6.6", {"sev": {"policy": {"encryptedState": True}}}, 526, True),
+    ("0.54.0", {"sev": {}}, 2 + 180 + 8 + 8 + 16 + 256, True),
+])
+def test_sev_snp_overhead_and_device(version, security, expected, device):
+    obj = vmi(requests={"memory": "1Gi"}, domain_extra={"launchSecurity": security})
+    pod = launcher_pod(obj, ClusterConfig(kubevirt_version=version))
+    assert pod.memory_overhead / Mi == expected
+    assert ("devices.kubevirt.io/sev" in pod.containers[0].limits) is device
+
+
+# ---------------------------------------------------------------- network binding plugins
+
+# v1.3.0 template.go VMIResourcePredicates: memoryOverhead.Add(netbinding.CalculateMemoryOverhead(...)) (commit
+# d0201086db; pkg/network/netbinding/memory.go 823efd94d7), after the ratio; v1.2.2 has no such term.
+# v1.8.0 pkg/network/resources/memory.go adds 250Mi for a core passtBinding interface (commit 4dc650d9d6).
+# 1Gi: v1.2.2 244Mi, v1.3.0 244 + 200 = 444Mi; v1.7.4 270Mi; v1.8.0 270 + 250 = 520Mi.
+@pytest.mark.parametrize("version, expected", [("1.2.2", 244), ("1.3.0", 444), ("1.9.0", 470)])
+def test_network_binding_plugin_memory(version, expected):
+    obj = with_devices(vmi(requests={"memory": "1Gi"}), interfaces=[{"name": "default", "binding": {"name": "mybind"}}])
+    bindings = {"mybind": {"computeResourceOverhead": {"requests": {"memory": "200Mi"}}}}
+    assert overhead_mi(version, obj, network_bindings=bindings) == expected
+
+
+@pytest.mark.parametrize("version, expected", [("1.7.4", 270), ("1.8.0", 520)])
+def test_core_passt_binding_memory(version, expected):
+    obj = with_devices(vmi(requests={"memory": "1Gi"}), interfaces=[{"name": "default", "passtBinding": {}}])
+    assert overhead_mi(version, obj) == expected
+
+
+# v1.1.0 pkg/network/netbinding/netbinding.go NetBindingPluginSidecarList: slirpNetBindingPluginSidecar adds a
+# sidecar for any slirp interface (the registered "slirp" plugin's image, else DefaultSlirpPluginImage), wired
+# by watch/application.go WithSidecarCreator; removed in v1.3.0 (commit 00f1008a67 "network: Remove SLIRP core
+# binding"). Without dedicated CPUs the sidecar has no resources: it shows as a container, not in the charge.
+@pytest.mark.parametrize("version, expected", [
+    ("1.0.1", ["compute"]),
+    ("1.1.0", ["compute", "guest-console-log", "hook-sidecar-0"]),
+    ("1.2.2", ["compute", "guest-console-log", "hook-sidecar-0"]),
+    ("1.3.0", ["compute", "guest-console-log"]),
+])
+def test_slirp_interface_sidecar(version, expected):
+    obj = with_devices(vmi(requests={"memory": "1Gi"}), interfaces=[{"name": "default", "slirp": {}}])
+    assert names(launcher_pod(obj, ClusterConfig(kubevirt_version=version)).containers) == expected
+
+
+# ---------------------------------------------------------------- support containers
+
+# guest-console-log: serialconsolelog.go appears at v1.1.0 (none at v1.0.1), 5m/35M requests, 15m/60M limits
+# unchanged to v1.9.0; template.go appends it to containers up to v1.5.3 and to initContainers with
+# RestartPolicy Always from v1.6.0.
+@pytest.mark.parametrize("version, in_containers, native", [
+    ("1.0.1", False, False), ("1.1.0", True, False), ("1.5.3", True, False), ("1.6.0", False, True), ("1.9.0", False, True),
+])
+def test_console_log_container_placement(version, in_containers, native):
+    pod = launcher_pod(vmi(requests={"memory": "1Gi"}), ClusterConfig(kubevirt_version=version))
+    assert ("guest-console-log" in names(pod.containers)) is in_containers
+    assert ("guest-console-log" in names(pod.init_containers)) is native
+    if in_containers or native:
+        console = [c for c in pod.containers + pod.init_containers if c.name == "guest-console-log"][0]
+        assert console.formatted()["requests"] == {"cpu": "5m", "memory": "35M"}
+        assert console.formatted()["limits"] == {"cpu": "15m", "memory": "60M"}
+        assert console.restartable is native
+
+
+# pkg/container-disk/container-disk.go generateContainerFromVolume: v0.59.2 requests 10m/1M/50M, limits
+# 100m/40M; v1.0.0 (commits 3bfdb37d17, ef75adf3c2 "lower dedicated cpu values from 100m to 10m") 1m/1M/50M,
+# 10m/40M, supportContainerResources honoured; unchanged to v1.9.0 (getMinimalInitContainerDiskResources).
+CONTAINER_DISK = [{"name": "cd", "containerDisk": {"image": "example.com/disk:1"}}]
+
+
+@pytest.mark.parametrize("version, requests, limits", [
+    ("0.59.2", {"cpu": "10m", "memory": "1M", "ephemeral-storage": "50M"}, {"cpu": "100m", "memory": "40M"}),
+    ("1.0.0", {"cpu": "1m", "memory": "1M", "ephemeral-storage": "50M"}, {"cpu": "10m", "memory": "40M"}),
+    ("1.9.0", {"cpu": "1m", "memory": "1M", "ephemeral-storage": "50M"}, {"cpu": "10m", "memory": "40M"}),
+])
+def test_container_disk_container_resources(version, requests, limits):
+    config = ClusterConfig(kubevirt_version=version, disabled_feature_gates=("ImageVolume",))
+    pod = launcher_pod(vmi(requests={"memory": "1Gi"}, volumes=CONTAINER_DISK), config)
+    (disk,) = [c for c in pod.containers if c.name == "volumecd"]
+    assert disk.formatted()["requests"] == requests
+    assert disk.formatted()["limits"] == limits
+
+
+# ImageVolume gate: v1.6.0 template.go (commit b020b9e114) renders no container-disk containers and no
+# container-disk-binary / -init containers when ImageVolumeEnabled(); v1.7.0+ adds an init container only for a
+# disk whose digest is unknown, and a migration target reads the digest from the source pod
+# (ExtractImageIDsFromSourcePod). The gate is Alpha in v1.6, Beta from v1.7.0, and v1.9.0
+# (featuregate.IsEnabled, commit 6a8dfaf64c "Enable beta feature gates by default") turns Beta gates on unless
+# developerConfiguration.disabledFeatureGates lists them; v1.8.4 still needs them listed.
+@pytest.mark.parametrize("version, gates, disabled, disks", [
+    ("1.5.3", ("ImageVolume",), (), True),   # no such gate
+    ("1.6.0", ("ImageVolume",), (), False),
+    ("1.6.0", (), (), True),
+    ("1.8.4", (), (), True),                 # Beta, but not on by default yet
+    ("1.9.0", (), (), False),                # Beta on by default
+    ("1.9.0", (), ("ImageVolume",), True),
+])
+def test_image_volume_gate(version, gates, disabled, disks):
+    config = ClusterConfig(kubevirt_version=version, feature_gates=gates, disabled_feature_gates=disabled)
+    pod = launcher_pod(vmi(requests={"memory": "1Gi"}, volumes=CONTAINER_DISK), config)
+    assert ("volumecd" in names(pod.containers)) is disks
+    assert ("container-disk-binary" in names(pod.init_containers)) is disks
+    assert ("volumecd-init" in names(pod.init_containers)) is disks
+
+
+def test_disabled_feature_gates_read_from_the_kubevirt_cr():
+    cr = {"spec": {"configuration": {"developerConfiguration": {"disabledFeatureGates": ["ImageVolume"]}}}}
+    assert not config_from_cluster(cr, kubevirt_version="1.9.0").gate_enabled("ImageVolume")
+    assert config_from_cluster({}, kubevirt_version="1.9.0").gate_enabled("ImageVolume")
+    assert not config_from_cluster({}, kubevirt_version="1.8.4").gate_enabled("ImageVolume")
+
+
+# Hook sidecars: renderresources.go sidecarResources, v0.56.0 (template.go inline before): no resources unless
+# dedicated or Guaranteed (200m/64M limits); v1.0.0 (commit 3bfdb37d17) reads supportContainerResources
+# type SideCar, here a 50m cpu request, which v0.59.2 ignores.
+HOOK = {"hooks.kubevirt.io/hookSidecars": '[{"image": "example.com/hook:1"}]'}
+SIDECAR_OVERRIDE = ({"type": "SideCar", "resources": {"requests": {"cpu": "50m"}}},)
+
+
+@pytest.mark.parametrize("version, requests", [("0.59.2", {}), ("1.0.0", {"cpu": "50m"}), ("1.9.0", {"cpu": "50m"})])
+def test_hook_sidecar_support_container_override(version, requests):
+    config = ClusterConfig(kubevirt_version=version, support_container_resources=SIDECAR_OVERRIDE)
+    pod = launcher_pod(vmi(requests={"memory": "1Gi"}, annotations=HOOK), config)
+    (sidecar,) = [c for c in pod.containers if c.name.startswith("hook-sidecar")]
+    assert sidecar.formatted()["requests"] == requests
+
+
+@pytest.mark.parametrize("version", ["0.55.2", "0.56.0", "1.9.0"])
+def test_hook_sidecar_dedicated_limits(version):
+    obj = vmi(cpu={"cores": 2, "dedicatedCpuPlacement": True}, requests={"memory": "1Gi"}, annotations=HOOK)
+    (sidecar,) = [c for c in launcher_pod(obj, ClusterConfig(kubevirt_version=version)).containers
+                  if c.name.startswith("hook-sidecar")]
+    assert sidecar.formatted()["limits"] == {"cpu": "200m", "memory": "64M"}
+    assert sidecar.formatted()["requests"] == {"cpu": "200m", "memory": "64M"}
+
+
+# ---------------------------------------------------------------- virtiofs
+
+# v0.57.1: virtiofsd runs in the compute container (no virtiofs.go). v0.58.0 services/virtiofs.go (commit
+# d4e702668c "Virtiofs: Switch to container approach"): resourcesForVirtioFSContainer(false, false) = 10m/1M
+# requests, 100m/40M limits. v1.0.0 (14f39687e9 "Bump virtiofs container limit", 3bfdb37d17): 80M limit,
+# supportContainerResources, still (false, false). v1.1.0 (2947376cba "fix guaranteed qos of virt-launcher pod
+# broken when use virtiofs"): (IsCPUDedicated, IsCPUDedicated || WantsToHaveQOSGuaranteed) raise the requests
+# to the limits. v1.8.0 (33821b1c6b) skips containerPath volumes; pkg/virtiofs/resources.go keeps the values.
+SHARE = [{"name": "share", "persistentVolumeClaim": {"claimName": "share"}}]
+FILESYSTEMS = [{"name": "share", "virtiofs": {}}]
+
+
+def virtiofs_containers(version, dedicated=False):
+    cpu = {"cores": 2, "dedicatedCpuPlacement": True} if dedicated else None
+    obj = with_devices(vmi(cpu=cpu, requests={"memory": "1Gi"}, volumes=SHARE), filesystems=FILESYSTEMS)
+    pod = launcher_pod(obj, ClusterConfig(kubevirt_version=version))
+    return [c.formatted() for c in pod.containers if c.name.startswith("virtiofs")]
+
+
+@pytest.mark.parametrize("version, dedicated, requests, limits", [
+    ("0.58.0", False, {"cpu": "10m", "memory": "1M"}, {"cpu": "100m", "memory": "40M"}),
+    ("0.59.2", True, {"cpu": "10m", "memory": "1M"}, {"cpu": "100m", "memory": "40M"}),
+    ("1.0.0", False, {"cpu": "10m", "memory": "1M"}, {"cpu": "100m", "memory": "80M"}),
+    ("1.0.1", True, {"cpu": "10m", "memory": "1M"}, {"cpu": "100m", "memory": "80M"}),
+    ("1.1.0", True, {"cpu": "100m", "memory": "80M"}, {"cpu": "100m", "memory": "80M"}),
+    ("1.9.0", True, {"cpu": "100m", "memory": "80M"}, {"cpu": "100m", "memory": "80M"}),
+    ("1.9.0", False, {"cpu": "10m", "memory": "1M"}, {"cpu": "100m", "memory": "80M"}),
+])
+def test_virtiofs_container_resources(version, dedicated, requests, limits):
+    (container,) = virtiofs_containers(version, dedicated)
+    assert container["requests"] == requests
+    assert container["limits"] == limits
+
+
+def test_no_virtiofs_container_before_v0_58():
+    assert virtiofs_containers("0.57.1") == []
+
+
+def test_container_path_volumes_get_no_virtiofs_container_from_v1_8():
+    volumes = SHARE + [{"name": "cp", "containerPath": {"path": "/var/run/x"}}]
+    obj = with_devices(vmi(requests={"memory": "1Gi"}, volumes=volumes),
+                       filesystems=FILESYSTEMS + [{"name": "cp", "virtiofs": {}}])
+    containers = launcher_pod(obj, ClusterConfig(kubevirt_version="1.8.0")).containers
+    assert [c.name for c in containers if c.name.startswith("virtiofs")] == ["virtiofs-share"]
+
+
+# ---------------------------------------------------------------- backend storage
+
+# pkg/storage/backend-storage/backend-storage.go: CreatePVCForMigrationTarget (a new 10Mi PVC unless the
+# source's is RWX) from v1.4.0, for a persistent TPM or EFI; v1.7.0 IsBackendStorageNeeded (commit f643ffc25f)
+# also for cbt.HasCBTStateEnabled(vmi.Status.ChangedBlockTracking) (state Initializing or Enabled).
+@pytest.mark.parametrize("version, state, pvc", [
+    ("1.6.6", "Enabled", False),
+    ("1.7.0", "Enabled", True),
+    ("1.7.0", "Initializing", True),
+    ("1.7.0", "Disabled", False),
+    ("1.9.0", "Enabled", True),
+])
+def test_changed_block_tracking_needs_a_backend_storage_pvc(version, state, pvc):
+    obj = vmi(requests={"memory": "1Gi"})
+    obj["status"] = {"changedBlockTracking": {"state": state}}
+    charge = launcher_pod(obj, ClusterConfig(kubevirt_version=version)).formatted_charge("pvc_charge")
+    assert charge == ({"requests.storage": "10Mi", "persistentvolumeclaims": "1",
+                       "count/persistentvolumeclaims": "1"} if pvc else {})
+
+
+@pytest.mark.parametrize("version, pvc", [("1.3.1", False), ("1.4.0", True)])
+def test_persistent_efi_pvc_from_v1_4(version, pvc):
+    obj = vmi(requests={"memory": "1Gi"}, domain_extra={"firmware": {"bootloader": {"efi": {"persistent": True}}}})
+    assert bool(launcher_pod(obj, ClusterConfig(kubevirt_version=version)).pvc_charge) is pvc
+
+
+# ---------------------------------------------------------------- DRA claims
+
+# v1.6.0 renderresources.go WithGPUsDevicePlugins / WithHostDevicesDevicePlugins request the device-plugin
+# resource only for entries without claimRequest (DRA ones become pod resourceClaims, not quota resources);
+# v1.5.3 WithGPUs requests every GPU's deviceName. The 1Gi VFIO term counts every GPU in both.
+@pytest.mark.parametrize("version, charged", [("1.5.3", True), ("1.6.0", False), ("1.9.0", False)])
+def test_dra_gpu_skips_the_device_plugin_resource(version, charged):
+    gpu = {"name": "g", "deviceName": "nvidia.com/GPU", "claimRequest": {"claimName": "c", "requestName": "r"}}
+    pod = launcher_pod(with_devices(vmi(requests={"memory": "1Gi"}), gpus=[gpu]), ClusterConfig(kubevirt_version=version))
+    assert ("nvidia.com/GPU" in pod.containers[0].limits) is charged
