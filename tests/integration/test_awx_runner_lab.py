@@ -132,6 +132,13 @@ class Job(object):
         return stats[0]["event_data"]["artifact_data"]
 
 
+# The ansible-core the jobs run on: the venv of KVQ_ANSIBLE_VENV_PLAYBOOKS (the repository's conftest.py put its
+# bin first on PATH, where ansible-runner finds ansible-playbook; its kubernetes.core is in <venv>/collections, as
+# an execution environment holds it), else the ansible beside this Python.
+PLAYBOOK_VENV = os.environ.get("KVQ_ANSIBLE_VENV_PLAYBOOKS")
+JOB_PYTHON = os.path.join(os.path.abspath(PLAYBOOK_VENV), "bin", "python") if PLAYBOOK_VENV else sys.executable
+
+
 def launch(credential, private_data_dir, book, survey, ident):
     """One job: the playbook kvquota.maintenance.<book> with the survey answers (every value a string)."""
     assert all(isinstance(v, str) for v in survey.values()), "survey answers are strings: %r" % survey
@@ -141,10 +148,16 @@ def launch(credential, private_data_dir, book, survey, ident):
         os.makedirs(os.path.join(private_data_dir, sub), exist_ok=True)
     if not os.path.lexists(os.path.join(collections, "maintenance")):
         os.symlink(str(REPO), os.path.join(collections, "maintenance"))
+    if PLAYBOOK_VENV:
+        kubernetes = os.path.join(project, "collections", "ansible_collections", "kubernetes")
+        os.makedirs(kubernetes, exist_ok=True)
+        if not os.path.lexists(os.path.join(kubernetes, "core")):
+            os.symlink(os.path.join(os.path.abspath(PLAYBOOK_VENV), "collections", "ansible_collections", "kubernetes",
+                                    "core"), os.path.join(kubernetes, "core"))
     with open(os.path.join(project, "%s.yml" % book), "w") as fh:
         fh.write("---\n- ansible.builtin.import_playbook: kvquota.maintenance.%s\n" % book)
     with open(os.path.join(private_data_dir, "inventory", "hosts"), "w") as fh:
-        fh.write("localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
+        fh.write("localhost ansible_connection=local ansible_python_interpreter=%s\n" % JOB_PYTHON)
     with open(os.path.join(private_data_dir, "env", "extravars"), "w") as fh:
         json.dump(survey, fh)
     with open(os.path.join(private_data_dir, "env", "envvars"), "w") as fh:
