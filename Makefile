@@ -12,7 +12,7 @@ STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
-        changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest \
+        changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends \
         collection-copy bench bench-check bench-maintenance clean venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
@@ -53,7 +53,7 @@ demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
 # The README's test command.
-test: deps lab-build sanity ansible-units sanity-newest units-newest lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
+test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
 	@echo "make test: all gates passed"
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
@@ -120,6 +120,12 @@ sanity: deps collection-copy ansible-test-bootstrap
 
 ansible-units: deps collection-copy ansible-test-bootstrap
 	cd $(COLL_COPY) && ansible-test units --venv --python 3.11 --color no --requirements
+
+# ansible-test sanity, then units, on both ends of the supported range at once (make -j2: each ansible-test run is
+# mostly one process waiting on another; two at a time take about the time of one).
+ansible-test-ends: deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target sanity sanity-newest
+	$(MAKE) --no-print-directory -j2 --output-sync=target ansible-units units-newest
 
 # The newest end of the supported range (meta/runtime.yml): ansible-test of ansible-core $(CORE_NEWEST) from
 # make venv-core-newest, on Python $(VENV_PY_$(CORE_NEWEST)), with its own sanity rules, in its own copy of the
