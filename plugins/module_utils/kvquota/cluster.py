@@ -29,6 +29,7 @@ docs/reliability.md states what a retried write can and cannot do.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import contextlib
 import json
 import os
 import random
@@ -781,6 +782,26 @@ def _describe_path(obj):
     if meta.get("namespace"):
         return "%s %s in namespace %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"), meta.get("namespace"))
     return "%s %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"))
+
+
+def is_outage(err):
+    """Whether err is a request that used up the outage budget (Cluster._outage_error)."""
+    return isinstance(err, UnreachableError) and "outage_seconds" in (getattr(err, "details", None) or {})
+
+
+@contextlib.contextmanager
+def one_attempt_after_outage(cluster, err):
+    """While cleaning up after err: when err used up the outage budget, each request gets one attempt (a
+    control plane that is back answers it; one still down must not cost another budget per request)."""
+    if not is_outage(err) or not hasattr(cluster, "outage_budget"):
+        yield
+        return
+    budget = cluster.outage_budget
+    cluster.outage_budget = 0
+    try:
+        yield
+    finally:
+        cluster.outage_budget = budget
 
 
 def conditional_update(read, compute, write, attempts=10, what="update", sleep=time.sleep):
