@@ -16,7 +16,9 @@ options:
       - Seconds each API request keeps retrying transient failures (connection refused or reset, timeouts,
         HTTP 429 honouring Retry-After, 500, 502, 503, 504), counted from its first failure, with jittered
         exponential backoff (about 0.5 s doubling up to 8 s between attempts).
-      - Answers are never retried (400, 401, 403, 404, 409, 422, TLS verification failures, an unknown host).
+      - Answers are never retried (400, 401, 403, 404, 409, 422, TLS verification failures, an unknown host),
+        except a 401, 403 or 404 right after a transient failure while the API server's C(/readyz) says it is
+        not ready yet (a restarted API server denies or misses objects until its caches are filled).
       - Writes stay conditional on resourceVersion, so a repeated write never applies twice; see
         C(docs/reliability.md) for what a repeated create or delete can and cannot prove.
       - When the budget runs out the task fails with the outage's duration and the last failure; C(0) turns

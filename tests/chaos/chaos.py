@@ -1333,6 +1333,37 @@ CAMPAIGNS = {"interrupt": campaign_interrupt, "reverts": campaign_reverts, "admi
 # ---------------------------------------------------------------------------------------------------------
 # the report
 
+# what the core does about control-plane blips (issue 11), the rule kvqlab.faults and the tests prove
+RETRY_NOTES = [
+    "- Control-plane blips: every API request of the core (cluster.Cluster.request, and Cluster.call for typed "
+    "reads) retries a transient failure (connection refused or reset, a timeout, 429 waiting at least its "
+    "Retry-After, 500/502/503/504) with jittered exponential backoff (about 0.5 s doubling up to 8 s) until "
+    "api_outage_budget (default 60 s, an option of every module and role, counted from the request's first "
+    "failure) runs out; it then fails with \"the API server ... did not answer usably for N s (api_outage_budget B "
+    "s, K attempts) while trying to X; the last failure: ...\". Answers are never retried: 400, 401, 403, 404, 409, "
+    "422, a TLS verification failure, an unknown host, and a 429 of the Eviction API (a PodDisruptionBudget or "
+    "KubeVirt refusing, which the drain waits out with its own timeout). A 401, 403 or 404 counts as an answer "
+    "too, except right after a transient failure while the API server's /readyz says it is not ready: a restarted "
+    "API server serves requests before its authorizer and CRD caches are filled, and denies or misses what "
+    "exists.",
+    "- A repeated write never applies twice and never proves who wrote: PUTs are conditional on resourceVersion "
+    "(a PUT whose lost first attempt did apply gets 409 on the repeat), DELETEs on resourceVersion or uid, and a "
+    "POST of a fixed name gets 409 AlreadyExists when its lost first attempt did create it. Such a 409 (or a "
+    "DELETE's 404) after an attempt that may have reached the server says \"an earlier attempt of this request "
+    "lost its answer and may have done it\" (details maybe_applied) and is handled like any conflict: the caller "
+    "re-reads and recomputes from what is there. An object found under the name we create is never recorded as "
+    "created by this run (same name and spec are no proof: a re-run or another job builds the same): a migration "
+    "found so is followed, as it moves the same VM, but recorded as reused. A POST with generateName (Events) is "
+    "repeated only when its first attempt cannot have reached the server (connection refused, connect timeout, "
+    "429), as a repeat could create a second object. KubeVirt's start/stop subresources answer a repeat 409 "
+    "(already so): that VM is then not listed as stopped by this run, but the shutdown policy records the VMs "
+    "before it stops them, so the restart after the hook still starts it.",
+    "- When the budget runs out the state reported is what is known: kvquota_migrate's clean-up then tries each "
+    "request once (not a budget each), names the batches whose migrations it could not read as unknown and "
+    "reports every reservation not known released as held; node_maintenance reports a VM count it could not read "
+    "as unknown, never 0. The resume advice (re-run) holds because every step re-reads the cluster first.",
+]
+
 NOTES = [
     "## What the campaigns establish, and one decision",
     "",
@@ -1356,6 +1387,7 @@ NOTES = [
     "above the base for good\", the numbers, and \"Fix: raise R of NS/Q to V\"; the reservation stays (visible in the "
     "ledger, expiring with its TTL). An administrator's new value is kept as the new base, so a re-run then "
     "releases to exactly that value. The short campaign follows that advice and checks the outcome.",
+] + RETRY_NOTES + [
     "",
 ]
 

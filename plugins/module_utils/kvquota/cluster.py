@@ -22,7 +22,8 @@ Every request goes through Cluster.request (raw JSON dicts in and out, so no typ
 alter an object on its way back) or Cluster.call (the typed APIs, reads only), is counted in
 Cluster.request_count, and rides through control-plane blips: a transient failure (connection refused or
 reset, a timeout, 429, 500/502/503/504) is retried with jittered exponential backoff, honouring Retry-After,
-until the outage budget (seconds since the request's first failure) runs out; nothing else is retried.
+until the outage budget (seconds since the request's first failure) runs out; nothing else is retried, but for
+the 401/403/404 an API server that is coming back gives before its /readyz says it is ready.
 docs/reliability.md states what a retried write can and cannot do.
 """
 
@@ -99,6 +100,9 @@ DEFAULT_OUTAGE_BUDGET = 60
 BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 8.0
 TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
+# answers an API server gives while it starts (authorizer caches empty, CRD handlers not installed yet): retried
+# only after this Cluster saw a transient failure and while /readyz says the server is not ready
+STARTUP_STATUSES = (401, 403, 404)
 COMPONENT = "kvquota.maintenance"
 
 
@@ -459,6 +463,9 @@ class Cluster(object):
         self.outage_budget = outage_budget
         self.sleep = sleep
         self.clock = clock
+        # set by a transient failure, cleared by a ready /readyz: an API server coming back serves requests
+        # before its caches are filled (RBAC denies, CRDs are not found), which are no answers yet
+        self._recovering = False
         self.api_client = api_client
         self.configuration = api_client.configuration
         self.host = self.configuration.host
@@ -564,6 +571,10 @@ class Cluster(object):
                     raise
                 error = map_error(exc, what, self.host)
                 kind = transient_kind(exc, path)
+                if kind is None and self._recovering and getattr(exc, "status", None) in STARTUP_STATUSES:
+                    kind = None if self._ready() else NOT_SENT
+                if kind is not None:
+                    self._recovering = True
                 if kind is None:
                     if maybe_applied and (isinstance(error, ConflictError) or
                                           method == "DELETE" and isinstance(error, NotFoundError)):
@@ -590,6 +601,17 @@ class Cluster(object):
                 if retry_after is not None:
                     delay = max(delay, retry_after)
                 self.sleep(min(delay, remaining))
+
+    def _ready(self):
+        """Whether the API server says it is ready (GET /readyz, one attempt); clears the recovering state."""
+        try:
+            self._send("GET", "/readyz", None, [], {"Accept": "text/plain"})
+        except Exception as exc:  # pylint: disable=broad-except
+            if _is_request_error(exc):
+                return False
+            raise
+        self._recovering = False
+        return True
 
     def _outage_error(self, error, what, duration, attempts, maybe_applied):
         details = dict(error.details, outage_seconds=round(duration, 1), attempts=attempts,

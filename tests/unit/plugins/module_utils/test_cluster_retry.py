@@ -268,7 +268,7 @@ def test_a_generate_name_post_is_repeated_when_it_never_reached_the_server():
 
 def test_a_delete_whose_answer_was_lost_then_404_says_it_may_have_been_ours():
     gone = FakeResponse(404, status_body(404, "NotFound", "leases \"kvq-lock-t\" not found"))
-    script = Script([reset(), gone])
+    script = Script([reset(), gone, FakeResponse(200, None)])   # the last: /readyz says ready, so 404 is an answer
     with pytest.raises(NotFoundError) as caught:
         cluster_for(script).delete("/apis/coordination.k8s.io/v1/namespaces/kvquota-system/leases/kvq-lock-t",
                                    "delete lease kvq-lock-t", resource_version="9")
@@ -287,3 +287,29 @@ def test_a_bad_budget_is_one_clear_error():
     with pytest.raises(InputError) as caught:
         cluster_for(Script([OK_NAMESPACE]), budget=-1)
     assert "api_outage_budget" in str(caught.value)
+
+
+def test_a_403_from_an_api_server_still_starting_after_an_outage_is_retried():
+    denied = FakeResponse(403, status_body(403, "Forbidden", "nodes is forbidden: User \"kvquota-operator\" ..."))
+    not_ready = FakeResponse(500, None)   # /readyz: [-]informer-sync failed
+    ready = FakeResponse(200, None)
+    script = Script([refused(), denied, not_ready, denied, ready, denied])
+    cluster = cluster_for(script)
+    with pytest.raises(ForbiddenError):
+        cluster.get_namespace("a")
+    paths = [url.split(HOST, 1)[1] for _, url, _ in script.requests]
+    assert paths == ["/api/v1/namespaces/a", "/api/v1/namespaces/a", "/readyz", "/api/v1/namespaces/a", "/readyz"]
+    assert len(script.sleeps) == 2
+    # once /readyz said ready, a 403 is an answer again, without another probe
+    script.outcomes = [denied]
+    with pytest.raises(ForbiddenError):
+        cluster.get_namespace("a")
+    assert [url.split(HOST, 1)[1] for _, url, _ in script.requests][5:] == ["/api/v1/namespaces/a"]
+
+
+def test_a_403_without_an_outage_before_it_is_an_answer_with_no_readiness_probe():
+    denied = FakeResponse(403, status_body(403, "Forbidden", "no"))
+    script = Script([denied, OK_NAMESPACE])
+    with pytest.raises(ForbiddenError):
+        cluster_for(script).get_namespace("a")
+    assert len(script.requests) == 1
