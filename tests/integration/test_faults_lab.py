@@ -171,40 +171,47 @@ def audit_codes(lab, offset, agent="OpenAPI-Generator/"):
             if e.get("stage") == "ResponseComplete" and str(e.get("userAgent", "")).startswith(agent)]
 
 
-def test_a_module_rides_through_a_20s_apiserver_restart_within_its_budget(lab, faults, tenant, user):
-    thread = faults.in_background(faults.restart, "kube-apiserver", down=20)
+def check_through_a_restart(lab, faults, tenant, user, budget, down=20):
+    """kvquota_check started once kube-apiserver is down (killed, down for `down` s, started again).
+    Returns (the module's result, how long it ran, the fault's event)."""
+    thread = faults.in_background(faults.restart, "kube-apiserver", down=down)
     wait_down(lab)
     started = time.monotonic()
-    res = M.run_module("kvquota_check", {"namespaces": [tenant], "api_outage_budget": 60}, user)
+    res = M.run_module("kvquota_check", {"namespaces": [tenant], "api_outage_budget": budget}, user)
     took = time.monotonic() - started
-    event = thread.join(120)
+    return res, took, thread.join(120)
+
+
+def test_a_module_rides_through_a_20s_apiserver_restart_within_its_budget(lab, faults, tenant, user):
+    calm = M.assert_ok(M.run_module("kvquota_check", {"namespaces": [tenant]}, user), "kvquota_check, no fault")
+    res, took, event = check_through_a_restart(lab, faults, tenant, user, budget=60)
     M.assert_ok(res, "kvquota_check through a 20 s apiserver restart")
-    assert res["verdict"] == "needs_reservation" and tenant in res["namespaces"]
+    for key in ("verdict", "blockers", "namespaces"):
+        assert res[key] == calm[key], key
+    assert tenant in res["namespaces"]
     # it waited the outage out: it began while the API server was down and ended after it was back
-    assert took >= 18 and time.monotonic() - started >= event["end"] - event["start"] - 2
+    assert took >= 18 and took >= event["end"] - event["start"] - 3
 
 
 def test_a_module_with_a_short_budget_fails_saying_how_long_the_outage_lasted(lab, faults, tenant, user):
-    thread = faults.in_background(faults.restart, "kube-apiserver", down=20)
-    wait_down(lab)
-    started = time.monotonic()
-    res = M.run_module("kvquota_check", {"namespaces": [tenant], "api_outage_budget": 5}, user)
-    took = time.monotonic() - started
-    thread.join(120)
+    res, took, _event = check_through_a_restart(lab, faults, tenant, user, budget=5)
     assert res.failed
     assert "did not answer usably for 5 s (api_outage_budget 5 s" in res.msg, res.msg
     assert "Connection refused" in res.msg, res.msg
     assert "raise api_outage_budget" in res["fix"]
     assert took < 18   # it gave up at its budget, not when the API server came back
-    assert M.run_module("kvquota_check", {"namespaces": [tenant]}, user)["verdict"] == "needs_reservation"
+    assert not M.run_module("kvquota_check", {"namespaces": [tenant]}, user).failed   # the API server is back
 
 
 def test_a_module_rides_through_a_burst_of_429s(lab, faults, tenant, user):
     offset = lab.audit_offset()
-    with faults.throttled():
-        time.sleep(1)
-        res = M.run_module("kvquota_check", {"namespaces": [tenant], "api_outage_budget": 60}, user)
-    M.assert_ok(res, "kvquota_check under 429s")
-    assert res["verdict"] == "needs_reservation"
+    # the burst begins while ansible-playbook starts (the load slows everything down on a small machine) and
+    # lasts long enough to cover the module's requests
+    burst = faults.in_background(faults.throttle_for, 30, load=2, after=3)
+    res = M.run_module("kvquota_check", {"namespaces": [tenant], "api_outage_budget": 60}, user)
+    event = burst.join(60)
+    M.assert_ok(res, "kvquota_check through a 30 s burst of 429s")
+    assert tenant in res["namespaces"]
+    assert event["load"].get(429, 0) > 0
     codes = audit_codes(lab, offset)
     assert 429 in codes, "the module saw no 429 (the throttle did nothing?): %s" % sorted(set(codes))
