@@ -64,7 +64,7 @@ pytest-units: deps
 LAB_TESTS := tests/lab tests/integration/test_reservations_lab.py tests/integration/test_check_lab.py \
              tests/integration/test_modules_lab.py tests/integration/test_bad_inputs_lab.py \
              tests/integration/test_migrate_lab.py tests/integration/test_release_oversize_lab.py \
-             tests/integration/test_fence_lab.py
+             tests/integration/test_fence_lab.py tests/integration/test_faults_lab.py
 lab-tests: deps lab-build
 	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider $(LAB_TESTS)
 

@@ -56,6 +56,11 @@ OPERATOR_ARG_SPEC = dict(
     operator_namespace=dict(type='str', default='kvquota-system'),
 )
 
+# Every module rides through control-plane blips for this many seconds per request (cluster.Cluster).
+API_ARG_SPEC = dict(
+    api_outage_budget=dict(type='int', default=60),
+)
+
 
 def auth_params(params):
     """The connection options of a module's parameters."""
@@ -78,9 +83,11 @@ def run_lock(params):
 
 
 def new_module(argument_spec, **kwargs):
-    """An AnsibleModule with the auth and operator_namespace options added and the kubernetes library checked."""
+    """An AnsibleModule with the auth, operator_namespace and api_outage_budget options added and the kubernetes
+    library checked."""
     spec = dict(AUTH_ARG_SPEC)
     spec.update(OPERATOR_ARG_SPEC)
+    spec.update(API_ARG_SPEC)
     spec.update(argument_spec)
     module = AnsibleModule(argument_spec=spec, **kwargs)
     if not HAS_KUBERNETES:

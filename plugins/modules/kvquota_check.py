@@ -33,6 +33,7 @@ description:
   - Never changes anything.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
   nodes:
@@ -192,7 +193,7 @@ def check(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
     options['operator_namespace'] = params['operator_namespace']
     report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)

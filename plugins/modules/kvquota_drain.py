@@ -32,6 +32,7 @@ description:
     (C(create pods/eviction)) of C(rbac/clusterrole.yml); never deletes a pod.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
 options:
   node:
     description: The node being drained.
@@ -128,7 +129,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 
 def evict_impostors(module):
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return drain.drain_impostors(cluster, params['node'], force=params['force'],
                                  ignore_daemonsets=params['ignore_daemonsets'],
                                  delete_emptydir_data=params['delete_emptydir_data'],

@@ -42,6 +42,7 @@ description:
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
   node:
@@ -319,7 +320,7 @@ def migrate(module):
 
     params = module.params
     ttl = parse_duration(params['ttl'], 'ttl')
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return migrate_mod.migrate(
         cluster, params['node'], params['batches'],
         reservation_prefix=params['reservation_prefix'] or params['node'],

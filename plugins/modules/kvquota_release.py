@@ -30,6 +30,7 @@ description:
     still count are reported as deferred, not failed.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
   reservation_id:
@@ -160,7 +161,7 @@ def release(module):
     if params['expired'] == bool(params['reservation_id']):
         raise InputError('give exactly one of reservation_id or expired=true',
                          'name the reservation to release, or set expired: true to reap expired ones')
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['expired']:
         result = reservations.release_expired(cluster, check_mode=module.check_mode, wait_for_pods=params['wait'],
                                               timeout=params['wait_timeout'] if params['wait'] else 0,

@@ -29,6 +29,7 @@ description:
   - Every expansion is announced by a Kubernetes Event on the quota that the tenant can read.
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
   reservation_id:
@@ -237,7 +238,7 @@ def reserve(module):
         raise InputError('give exactly one of vms, headroom or migrations (got %s)' % (', '.join(given) or 'none'),
                          'vms for a batch about to migrate, headroom for explicit amounts, migrations to top up')
     ttl = parse_duration(params['ttl'], 'ttl')
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     refs, top_up = None, False
     if params['vms']:
         options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)

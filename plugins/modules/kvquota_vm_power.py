@@ -26,6 +26,7 @@ description:
     (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
 extends_documentation_fragment:
   - kvquota.maintenance.k8s_auth
+  - kvquota.maintenance.api_outage_budget
 options:
   node:
     description: The node under maintenance; names the record.
@@ -113,7 +114,7 @@ def _vmi_refs(vms):
 
 def power(module):
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['state'] == 'stopped':
         vmis = [cluster.get_custom(vmpower.KUBEVIRT[0], vmpower.KUBEVIRT[1], 'virtualmachineinstances', name,
                                    namespace=namespace) for namespace, name in _vmi_refs(params['vms'])]

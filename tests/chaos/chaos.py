@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Chaos campaigns against the lab: prove that nothing is left behind.
 
-    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,reverts,admin,races,short,failed,lingering,badinput,tenant]
+    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,reverts,admin,races,short,failed,lingering,badinput,tenant,control-plane]
                                  [--json F] [--no-doc] [--keep] [--report-from F1,F2]
 
 Each campaign starts a fresh lab (tests/lab: a real kube-apiserver with ResourceQuota admission, the quota
@@ -24,6 +24,10 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
 - lingering: source pods completing 30 s after their migration;
 - badinput: the bad-input lab tests of the modules and the roles, counted;
 - tenant: tests/chaos/tenant.py, every attack of a tenant on kvquota's state, each during a real drain (issue 10).
+- control-plane: kube-apiserver killed and down 5/20/45 s, frozen 20 s, etcd restarted, controller-manager frozen,
+  a burst of 429s (tests/lab/kvqlab/faults.py), each mid-batch: the run completes when the outage fits
+  node_maintenance_api_outage_budget, else fails naming the outage with a true state line, and a re-run
+  converges (issue 11; --quick: the 20 s apiserver restart).
 
 After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
 annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no lock
@@ -62,6 +66,7 @@ from pathlib import Path
 from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, parse_resource_list, quantities
 from test_roles_lab import RoleLab, collections_path
 from kvqlab import state
+from kvqlab.faults import Faults
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import watch_events
 
@@ -78,7 +83,8 @@ def _no_progress(result):
 
 PROGRESS = _no_progress
 
-ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant")
+ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant",
+                 "control-plane")
 
 
 log = logger("chaos")
@@ -1325,13 +1331,139 @@ def campaign_tenant(args):
             "rows": rows, "evidence": evidence}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# campaign 10: control-plane blips during node_maintenance (issue 11)
+
+def control_plane_cases(quick):
+    """(label, Faults method, its arguments, node_maintenance_api_outage_budget, whether the outage fits it).
+    Each fault starts mid-batch (once a reservation exists)."""
+    cases = [("apiserver restart, down 20 s", "restart", {"name": "kube-apiserver", "down": 20}, 60, True)]
+    if quick:
+        return cases
+    return [("apiserver restart, down 5 s", "restart", {"name": "kube-apiserver", "down": 5}, 60, True)] + cases + [
+        ("apiserver restart, down 45 s", "restart", {"name": "kube-apiserver", "down": 45}, 60, True),
+        ("apiserver restart, down 45 s, budget 15 s", "restart", {"name": "kube-apiserver", "down": 45}, 15, False),
+        ("apiserver frozen 20 s", "freeze_for", {"name": "kube-apiserver", "seconds": 20}, 60, True),
+        ("etcd restart, down 20 s", "restart", {"name": "etcd", "down": 20}, 60, True),
+        ("controller-manager frozen 30 s", "freeze_for", {"name": "kube-controller-manager", "seconds": 30}, 60,
+         True),
+        ("429s for 20 s", "throttle_for", {"seconds": 20}, 60, True),
+    ]
+
+
+_VMS_LEFT = re.compile(r"(\d+) VM\(s\) still on the node")
+
+
+def _state_line_problems(out, vms_left):
+    """What the failed run's state line says wrongly: a count that is not what was on the node."""
+    probs = []
+    if "did not answer usably for" not in out:
+        probs.append("the failure does not name the outage (\"did not answer usably for\")")
+    for said in _VMS_LEFT.findall(out):
+        if int(said) != vms_left:
+            probs.append("the state line says %s VM(s) still on the node, %d were" % (said, vms_left))
+    if "To resume" not in out:
+        probs.append("no resume advice")
+    return probs
+
+
+def campaign_control_plane(args):
+    lab = Lab("control-plane", "b", keep=args.keep)
+    faults = Faults(lab.r.lab, log=log)
+    rows, evidence = [], []
+    try:
+        for label, fault, fault_args, budget, fits in control_plane_cases(args.quick):
+            lab.uncordon_all()
+            node = lab.busiest_node()
+            vms = len(lab.vms_on(node))
+            sampler = Sampler(lab, node)
+            sampler.start()
+            proc = lab.start({"node_maintenance_node": node, "node_maintenance_api_outage_budget": budget})
+            probs = []
+            try:
+                lab.r.wait(lambda: lab.ledgers(), 180, "a reservation (mid-batch)")
+                event = getattr(faults, fault)(**fault_args)
+            except Exception as exc:  # noqa: BLE001 - recorded as the case's problem
+                probs.append("fault not injected: %s" % exc)
+                event = {"start": time.time(), "end": time.time()}
+            try:
+                proc.wait(900)
+            except subprocess.TimeoutExpired:
+                lab.kill(proc)
+            out, rc, rerun_rc = lab.output(proc), proc.returncode, None
+            if rc != 0:
+                probs += _state_line_problems(out, len(lab.vms_on(node)))
+                if fits:
+                    probs.insert(0, "run failed rc=%s although the outage fit the budget" % rc)
+                rerun_rc, rerun_out, _secs = lab.run({"node_maintenance_node": node})
+                if rerun_rc != 0:
+                    probs.append("re-run failed rc=%s" % rerun_rc)
+                    out += "\n--- re-run ---\n" + rerun_out
+            sampler.stop()
+            probs += lab.problems(node)
+            if sampler.below_base:
+                probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
+            rows.append({"fault": label, "budget": budget, "node": node, "vms": vms,
+                         "outage_s": round(event["end"] - event["start"], 1), "rc": rc, "rerun_rc": rerun_rc,
+                         "outcome": "completed" if rc == 0 else "failed accurately" if not probs else "failed",
+                         "samples": sampler.samples, "problems": probs})
+            log("control-plane: %s: rc=%s re-run=%s %s" % (label, rc, rerun_rc, probs or "clean"))
+            if probs:
+                evidence.append({"fault": label, "problems": probs, "tail": out[-5000:]})
+    finally:
+        lab.stop()
+    clean = [row for row in rows if not row["problems"]]
+    ok = bool(rows) and len(clean) == len(rows) == len(control_plane_cases(args.quick))
+    rode = sum(1 for row in clean if row["rc"] == 0)
+    line = ("control-plane: %d/%d faults ridden through or failed accurately (%d completed within the budget, %d "
+            "failed with the outage named and re-ran to completion; quotas at base byte-for-byte, nothing held, "
+            "no sample below base)%s"
+            % (len(clean), len(rows), rode, len(clean) - rode,
+               "" if ok else "; " + "; ".join("%s: %s" % (row["fault"], row["problems"][0])
+                                              for row in rows if row["problems"])[:400]))
+    return {"name": "control-plane", "line": line, "ok": ok, "scenario": "b", "rows": rows, "evidence": evidence}
+
+
 CAMPAIGNS = {"interrupt": campaign_interrupt, "reverts": campaign_reverts, "admin": campaign_admin,
              "races": campaign_races, "short": campaign_short, "failed": campaign_failed,
-             "lingering": campaign_lingering, "badinput": campaign_badinput, "tenant": campaign_tenant}
+             "lingering": campaign_lingering, "badinput": campaign_badinput, "tenant": campaign_tenant,
+             "control-plane": campaign_control_plane}
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the report
+
+# what the core does about control-plane blips (issue 11), the rule kvqlab.faults and the tests prove
+RETRY_NOTES = [
+    "- Control-plane blips: every API request of the core (cluster.Cluster.request, and Cluster.call for typed "
+    "reads) retries a transient failure (connection refused or reset, a timeout, 429 waiting at least its "
+    "Retry-After (API Priority and Fairness asks for up to 32 s under sustained overload), 500/502/503/504) "
+    "with jittered exponential backoff (about 0.5 s doubling up to 8 s) until "
+    "api_outage_budget (default 60 s, an option of every module and role, counted from the request's first "
+    "failure) runs out; it then fails with \"the API server ... did not answer usably for N s (api_outage_budget B "
+    "s, K attempts) while trying to X; the last failure: ...\". Answers are never retried: 400, 401, 403, 404, 409, "
+    "422, a TLS verification failure, an unknown host, and a 429 of the Eviction API (a PodDisruptionBudget or "
+    "KubeVirt refusing, which the drain waits out with its own timeout). A 401, 403 or 404 counts as an answer "
+    "too, except right after a transient failure while the API server's /readyz says it is not ready: a restarted "
+    "API server serves requests before its authorizer and CRD caches are filled, and denies or misses what "
+    "exists.",
+    "- A repeated write never applies twice and never proves who wrote: PUTs are conditional on resourceVersion "
+    "(a PUT whose lost first attempt did apply gets 409 on the repeat), DELETEs on resourceVersion or uid, and a "
+    "POST of a fixed name gets 409 AlreadyExists when its lost first attempt did create it. Such a 409 (or a "
+    "DELETE's 404) after an attempt that may have reached the server says \"an earlier attempt of this request "
+    "lost its answer and may have done it\" (details maybe_applied) and is handled like any conflict: the caller "
+    "re-reads and recomputes from what is there. An object found under the name we create is never recorded as "
+    "created by this run (same name and spec are no proof: a re-run or another job builds the same): a migration "
+    "found so is followed, as it moves the same VM, but recorded as reused. A POST with generateName (Events) is "
+    "repeated only when its first attempt cannot have reached the server (connection refused, connect timeout, "
+    "429), as a repeat could create a second object. KubeVirt's start/stop subresources answer a repeat 409 "
+    "(already so): that VM is then not listed as stopped by this run, but the shutdown policy records the VMs "
+    "before it stops them, so the restart after the hook still starts it.",
+    "- When the budget runs out the state reported is what is known: kvquota_migrate's clean-up then tries each "
+    "request once (not a budget each), names the batches whose migrations it could not read as unknown and "
+    "reports every reservation not known released as held; node_maintenance reports a VM count it could not read "
+    "as unknown, never 0. The resume advice (re-run) holds because every step re-reads the cluster first.",
+]
 
 NOTES = [
     "## What the campaigns establish, and one decision",
@@ -1356,6 +1488,7 @@ NOTES = [
     "above the base for good\", the numbers, and \"Fix: raise R of NS/Q to V\"; the reservation stays (visible in the "
     "ledger, expiring with its TTL). An administrator's new value is kept as the new base, so a re-run then "
     "releases to exactly that value. The short campaign follows that advice and checks the outcome.",
+] + RETRY_NOTES + [
     "",
 ]
 

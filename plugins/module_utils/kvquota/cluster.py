@@ -19,12 +19,18 @@ module_defaults carry over unchanged):
 TLS verification stays on unless validate_certs is false (or a kubeconfig explicitly skips it).
 
 Every request goes through Cluster.request (raw JSON dicts in and out, so no typed-model conversion can
-alter an object on its way back) and is counted in Cluster.request_count.
+alter an object on its way back) or Cluster.call (the typed APIs, reads only), is counted in
+Cluster.request_count, and rides through control-plane blips: a transient failure (connection refused or
+reset, a timeout, 429, 500/502/503/504) is retried with jittered exponential backoff, honouring Retry-After,
+until the outage budget (seconds since the request's first failure) runs out; nothing else is retried, but for
+the 401/403/404 an API server that is coming back gives before its /readyz says it is ready.
+docs/reliability.md states what a retried write can and cannot do.
 """
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import contextlib
 import json
 import os
 import random
@@ -89,6 +95,14 @@ RBAC_FIX = ("bind the roles of rbac/clusterrole.yml and rbac/operator-namespace.
 TLS_FIX = ("give the API server's CA with ca_cert (K8S_AUTH_SSL_CA_CERT) or in the kubeconfig "
            "(certificate-authority-data); set validate_certs: false only for a throw-away lab")
 DEFAULT_TIMEOUT = (10, 60)
+DEFAULT_OUTAGE_BUDGET = 60
+# jittered exponential backoff between attempts: first ~0.5 s, doubling, each wait at most 8 s
+BACKOFF_FIRST = 0.5
+BACKOFF_CAP = 8.0
+TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
+# answers an API server gives while it starts (authorizer caches empty, CRD handlers not installed yet): retried
+# only after this Cluster saw a transient failure and while /readyz says the server is not ready
+STARTUP_STATUSES = (401, 403, 404)
 COMPONENT = "kvquota.maintenance"
 
 
@@ -235,8 +249,9 @@ def _one_line(err):
     return " ".join(str(err).split())
 
 
-def connect(auth=None, environ=None, timeout=DEFAULT_TIMEOUT):
-    """A Cluster for the given auth options (kubernetes.core names; see resolve_auth). No request is made."""
+def connect(auth=None, environ=None, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET):
+    """A Cluster for the given auth options (kubernetes.core names; see resolve_auth). No request is made.
+    outage_budget: seconds a request keeps retrying transient failures (see Cluster)."""
     _require_kubernetes()
     resolved = resolve_auth(auth, environ)
     configuration = build_configuration(resolved)
@@ -246,7 +261,7 @@ def connect(auth=None, environ=None, timeout=DEFAULT_TIMEOUT):
         headers.append(("Impersonate-User", resolved["impersonate_user"]))
     for group in resolved.get("impersonate_groups") or []:
         headers.append(("Impersonate-Group", group))
-    return Cluster(api_client, extra_headers=headers, timeout=timeout)
+    return Cluster(api_client, extra_headers=headers, timeout=timeout, outage_budget=outage_budget)
 
 
 # ---------------------------------------------------------------------------
@@ -356,6 +371,79 @@ def _has_cause(exc, kind):
 
 _NETWORK_ERRORS = (socket.error, OSError)
 
+# What a transient failure says about the request that failed: NOT_SENT when the API server cannot have acted on
+# it (no connection was made, or it was turned away before being handled: 429), MAYBE_APPLIED when it may have
+# (the connection broke or timed out after the request was sent, or a 5xx came back, e.g. an etcd timeout).
+NOT_SENT = "not sent"
+MAYBE_APPLIED = "maybe applied"
+# TLS failures that no retry can cure (a wrong CA, a wrong host name, plain HTTP)
+_TLS_PERMANENT = ("CERTIFICATE_VERIFY_FAILED", "certificate verify", "hostname", "WRONG_VERSION_NUMBER")
+
+
+def _causes(exc):
+    """exc and the errors it wraps (urllib3 keeps the cause in .reason, Python in __cause__/__context__)."""
+    seen = []
+    while exc is not None and len(seen) < 8 and not isinstance(exc, str):
+        seen.append(exc)
+        reason = getattr(exc, "reason", None)
+        exc = reason if isinstance(reason, BaseException) else (exc.__cause__ or exc.__context__)
+    return seen
+
+
+def retry_after_seconds(exc):
+    """The Retry-After of an API answer in seconds (header, else the Status' details.retryAfterSeconds), or None."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After") or headers.get("retry-after")
+    except AttributeError:
+        value = None
+    if value is not None:
+        try:
+            return max(0.0, float(str(value).strip()))
+        except ValueError:
+            pass   # an HTTP date: the API server never sends one; fall back to the backoff
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            details = (json.loads(body) or {}).get("details") or {}
+            if details.get("retryAfterSeconds") is not None:
+                return max(0.0, float(details["retryAfterSeconds"]))
+        except (ValueError, TypeError, AttributeError):
+            pass
+    return None
+
+
+def transient_kind(exc, path=""):
+    """NOT_SENT or MAYBE_APPLIED when exc (an ApiException, urllib3 or socket error) is a transient failure worth
+    retrying, None when it is an answer (400/401/403/404/409/422, a TLS misconfiguration, an unknown host).
+
+    A 429 from the Eviction API is an answer, not load shedding (a PodDisruptionBudget or KubeVirt's webhook
+    refusing the eviction): drain.py waits for it with its own timeout, so it is not retried here."""
+    status = getattr(exc, "status", None)
+    if status:
+        if status not in TRANSIENT_STATUSES:
+            return None
+        if status == 429:
+            return None if str(path).rstrip("/").endswith("/eviction") else NOT_SENT
+        return MAYBE_APPLIED
+    text = _one_line(exc)
+    if any(mark in text for mark in _TLS_PERMANENT):
+        return None
+    causes = _causes(exc)
+    for cause in causes:
+        if isinstance(cause, socket.gaierror):
+            # a name that does not resolve is a wrong host, unless the resolver itself said "try again"
+            return NOT_SENT if getattr(cause, "errno", None) == getattr(socket, "EAI_AGAIN", -3) else None
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError) or "Connection refused" in _one_line(cause):
+            return NOT_SENT
+        if HAS_URLLIB3 and isinstance(cause, (urllib3.exceptions.NewConnectionError,
+                                              urllib3.exceptions.ConnectTimeoutError)):
+            return NOT_SENT
+    if ApiException is not None and isinstance(exc, ApiException) and not _is_tls(text):
+        return None   # status 0 without a network cause: nothing known to retry
+    return MAYBE_APPLIED
+
 
 def _q(text):
     return quote(str(text), safe="")
@@ -367,7 +455,17 @@ def _q(text):
 class Cluster(object):
     """One API connection: typed APIs for callers that want them, raw JSON helpers for the core."""
 
-    def __init__(self, api_client, extra_headers=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, api_client, extra_headers=None, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET,
+                 sleep=time.sleep, clock=time.monotonic):
+        if isinstance(outage_budget, bool) or not isinstance(outage_budget, (int, float)) or outage_budget < 0:
+            raise InputError("api_outage_budget must be a number of seconds >= 0, not %r" % (outage_budget,),
+                             "give e.g. api_outage_budget: 60 (0 turns retries off)")
+        self.outage_budget = outage_budget
+        self.sleep = sleep
+        self.clock = clock
+        # set by a transient failure, cleared by a ready /readyz: an API server coming back serves requests
+        # before its caches are filled (RBAC denies, CRDs are not found), which are no answers yet
+        self._recovering = False
         self.api_client = api_client
         self.configuration = api_client.configuration
         self.host = self.configuration.host
@@ -407,52 +505,127 @@ class Cluster(object):
         return self._count
 
     def call(self, fn, *args, **kwargs):
-        """fn(*args, **kwargs) with failures mapped to one clear error; what= names the action."""
+        """fn(*args, **kwargs) (a typed API's read) with transient failures retried and failures mapped to one
+        clear error; what= names the action. Writes go through request, which knows what a retry may do."""
         what = kwargs.pop("what", None) or getattr(fn, "__name__", "call the API")
         kwargs.setdefault("_request_timeout", self.timeout)
-        try:
-            return fn(*args, **kwargs)
-        except KvquotaError:
-            raise
-        except Exception as exc:  # pylint: disable=broad-except
-            if _is_request_error(exc):
-                raise map_error(exc, what, self.host)
-            raise
+        return self._with_retries(lambda: fn(*args, **kwargs), "GET", "", what)
 
     def request(self, method, path, body=None, query=None, content_type=None, what=None):
-        """One HTTP request with raw JSON in and out; returns the decoded body (or None)."""
+        """One HTTP request with raw JSON in and out; returns the decoded body (or None). Transient failures are
+        retried within the outage budget (see _with_retries)."""
         what = what or "%s %s" % (method, path)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         query = [(k, v) for k, v in (query or {}).items() if v is not None] if isinstance(query, dict) \
             else list(query or [])
-        client = self.api_client
-        try:
-            if hasattr(client, "param_serialize"):
-                serialized = client.param_serialize(method=method, resource_path=path, query_params=query,
-                                                    header_params=headers, body=body, auth_settings=["BearerToken"])
-                response = client.call_api(*serialized, _request_timeout=self.timeout)
-                response.read()
-                if not 200 <= response.status <= 299:
-                    raise ApiException(http_resp=response)
-                data = response.data
-            else:  # kubernetes < 36
-                response = client.call_api(path, method, query_params=query, header_params=headers, body=body,
-                                           auth_settings=["BearerToken"], _preload_content=False,
-                                           _return_http_data_only=True, _request_timeout=self.timeout)
-                data = response.data
-        except KvquotaError:
-            raise
-        except Exception as exc:  # pylint: disable=broad-except
-            if _is_request_error(exc):
-                raise map_error(exc, what, self.host)
-            raise
+        # a POST with generateName names a new object each time: repeated after a lost answer it could create two
+        creates_new_name = method == "POST" and bool(((body or {}).get("metadata") or {}).get("generateName")
+                                                     if isinstance(body, dict) else False)
+        data = self._with_retries(lambda: self._send(method, path, body, query, headers), method, path, what,
+                                  repeatable=not creates_new_name)
         if not data:
             return None
         if isinstance(data, bytes):
             data = data.decode("utf-8")
         return json.loads(data)
+
+    def _send(self, method, path, body, query, headers):
+        """One attempt: the raw response body, or the client's exception."""
+        client = self.api_client
+        if hasattr(client, "param_serialize"):
+            serialized = client.param_serialize(method=method, resource_path=path, query_params=query,
+                                                header_params=dict(headers), body=body, auth_settings=["BearerToken"])
+            response = client.call_api(*serialized, _request_timeout=self.timeout)
+            response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+            return response.data
+        # kubernetes < 36
+        response = client.call_api(path, method, query_params=query, header_params=dict(headers), body=body,
+                                   auth_settings=["BearerToken"], _preload_content=False,
+                                   _return_http_data_only=True, _request_timeout=self.timeout)
+        return response.data
+
+    def _with_retries(self, attempt, method, path, what, repeatable=True):
+        """attempt() until it succeeds, fails for good, or the outage budget runs out.
+
+        The budget counts from this request's first transient failure; waits are jittered and exponential
+        (BACKOFF_FIRST doubling up to BACKOFF_CAP), at least the API server's Retry-After, never past the budget.
+        A write that failed after it may have reached the API server (MAYBE_APPLIED) is repeated only when that
+        is safe: every PUT/DELETE of the core is conditional on resourceVersion or uid, and a POST with a fixed
+        name cannot create twice. Its later 409 (or a DELETE's 404) is then no proof that someone else wrote:
+        the error says so (details maybe_applied) and the caller re-reads, as after any conflict."""
+        first_failure = None
+        attempts = 0
+        maybe_applied = False
+        while True:
+            attempts += 1
+            try:
+                return attempt()
+            except KvquotaError:
+                raise
+            except Exception as exc:  # pylint: disable=broad-except
+                if not _is_request_error(exc):
+                    raise
+                error = map_error(exc, what, self.host)
+                kind = transient_kind(exc, path)
+                if kind is None and self._recovering and getattr(exc, "status", None) in STARTUP_STATUSES:
+                    kind = None if self._ready() else NOT_SENT
+                if kind is not None:
+                    self._recovering = True
+                if kind is None:
+                    if maybe_applied and (isinstance(error, ConflictError) or
+                                          method == "DELETE" and isinstance(error, NotFoundError)):
+                        raise type(error)(
+                            "%s (an earlier attempt of this request lost its answer and may have done it)"
+                            % error.message, error.fix, details=dict(error.details, maybe_applied=True))
+                    raise error
+                now = self.clock()
+                if first_failure is None:
+                    first_failure = now
+                if method != "GET" and kind == MAYBE_APPLIED:
+                    if not repeatable:
+                        raise type(error)("%s (not repeated: it may have been applied, and a repeat would create "
+                                          "a second object)" % error.message, error.fix,
+                                          details=dict(error.details, maybe_applied=True))
+                    maybe_applied = True
+                if not self.outage_budget:
+                    raise error   # retries turned off
+                remaining = self.outage_budget - (now - first_failure)
+                if remaining <= 0:
+                    raise self._outage_error(error, what, now - first_failure, attempts, maybe_applied)
+                delay = min(BACKOFF_CAP, BACKOFF_FIRST * (2 ** min(attempts - 1, 10))) * (0.5 + random.random() / 2)
+                retry_after = retry_after_seconds(exc)
+                if retry_after is not None:
+                    delay = max(delay, retry_after)
+                self.sleep(min(delay, remaining))
+
+    def _ready(self):
+        """Whether the API server says it is ready (GET /readyz, one attempt); clears the recovering state."""
+        try:
+            self._send("GET", "/readyz", None, [], {"Accept": "text/plain"})
+        except Exception as exc:  # pylint: disable=broad-except
+            if _is_request_error(exc):
+                return False
+            raise
+        self._recovering = False
+        return True
+
+    def _outage_error(self, error, what, duration, attempts, maybe_applied):
+        details = dict(error.details, outage_seconds=round(duration, 1), attempts=attempts,
+                       outage_budget=self.outage_budget)
+        if maybe_applied:
+            details["maybe_applied"] = True
+        return UnreachableError(
+            "the API server%s did not answer usably for %.0f s (api_outage_budget %s s, %d attempts) while "
+            "trying to %s; the last failure: %s%s" % (
+                " " + self.host if self.host else "", duration, self.outage_budget, attempts, what, error.message,
+                "; a write attempt may have been applied (a re-run re-reads it)" if maybe_applied else ""),
+            "re-run once the control plane answers again (kubectl get --raw /readyz); raise api_outage_budget "
+            "(seconds) to ride through longer outages",
+            details=details)
 
     # -- generic object access -------------------------------------------
 
@@ -631,6 +804,26 @@ def _describe_path(obj):
     if meta.get("namespace"):
         return "%s %s in namespace %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"), meta.get("namespace"))
     return "%s %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"))
+
+
+def is_outage(err):
+    """Whether err is a request that used up the outage budget (Cluster._outage_error)."""
+    return isinstance(err, UnreachableError) and "outage_seconds" in (getattr(err, "details", None) or {})
+
+
+@contextlib.contextmanager
+def one_attempt_after_outage(cluster, err):
+    """While cleaning up after err: when err used up the outage budget, each request gets one attempt (a
+    control plane that is back answers it; one still down must not cost another budget per request)."""
+    if not is_outage(err) or not hasattr(cluster, "outage_budget"):
+        yield
+        return
+    budget = cluster.outage_budget
+    cluster.outage_budget = 0
+    try:
+        yield
+    finally:
+        cluster.outage_budget = budget
 
 
 def conditional_update(read, compute, write, attempts=10, what="update", sleep=time.sleep):

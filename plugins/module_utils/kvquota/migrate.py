@@ -39,6 +39,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headro
     parse_top_up_cap,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import one_attempt_after_outage
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT, ref_uids, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
@@ -773,7 +774,29 @@ class Executor(object):
         return self.poll
 
     def _stop(self, err):
-        """Leave a consistent state and raise err's type with the numbers and how to resume."""
+        """Leave a consistent state and raise err's type with the numbers and how to resume. What could not be
+        read is reported as unknown, never as done or not done."""
+        with one_attempt_after_outage(self.cluster, err):
+            unread = self._clean_up()
+        result = self.result("failed")
+        migrated = [b for b in self.batches if b.moved]
+        held = result["reservations_held"]
+        why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
+        unknown = ("; migrations of %s could not be read (state unknown: they may have moved more VMs)"
+                   % ", ".join(b.label() for b in unread)) if unread else ""
+        message = ("%s. The run stopped with %d of %d batch(es) migrated%s; migrations cancelled: %s; reservations "
+                   "released: %s; still held: %s%s"
+                   % (err.message, len(migrated), len(self.batches), unknown, ", ".join(self.cancelled) or "none",
+                      ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
+        fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
+               "cancels migrations never admitted, and continues with the VMs still on %s"
+               % (err.fix or "fix the cause", self.node))
+        raise type(err)(message, fix, {"result": result})
+
+    def _clean_up(self):
+        """Cancel this run's migrations never admitted, mark the batches whose migrations are over and release
+        what can be. Returns the running batches whose migrations could not be read."""
+        unread = []
         for batch in self.batches:
             if batch.state != RUNNING:
                 continue
@@ -795,6 +818,7 @@ class Executor(object):
                 vmims = self._refresh([{"metadata": {"namespace": m["namespace"], "name": m["name"]}}
                                        for m in batch.migrations])
             except KvquotaError:
+                unread.append(batch)
                 continue
             if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in vmims):
                 batch.state = FINAL
@@ -808,18 +832,7 @@ class Executor(object):
                     self._try_release(batch, self.stop_release_timeout)
                 except KvquotaError:
                     continue
-        result = self.result("failed")
-        migrated = [b for b in self.batches if b.moved]
-        held = result["reservations_held"]
-        why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
-        message = ("%s. The run stopped with %d of %d batch(es) migrated; migrations cancelled: %s; reservations "
-                   "released: %s; still held: %s%s"
-                   % (err.message, len(migrated), len(self.batches), ", ".join(self.cancelled) or "none",
-                      ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
-        fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
-               "cancels migrations never admitted, and continues with the VMs still on %s"
-               % (err.fix or "fix the cause", self.node))
-        raise type(err)(message, fix, {"result": result})
+        return unread
 
     def result(self, outcome):
         made = [b.reservation for b in self.batches if b.started is not None and b.targets]

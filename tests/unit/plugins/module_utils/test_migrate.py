@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, UnreachableError
 
 MI = 1024 ** 2
 GI = 1024 ** 3
@@ -333,3 +333,48 @@ def test_an_exact_need_over_the_cap_stops_before_anything_is_added(monkeypatch):
     assert "exceeds top_up_cap: t/compute needs limits.memory=300Mi (top_up_cap 25% of the computed charge)" \
         in str(err.value)
     assert fake.reserved == []
+
+
+class _DownCluster(object):
+    """A control plane that answers nothing; records the outage budget each request was given."""
+
+    def __init__(self):
+        self.outage_budget = 60
+        self.budgets = []
+
+    def _down(self, *args, **kwargs):
+        self.budgets.append(self.outage_budget)
+        raise UnreachableError("cannot reach the API server to get it: [Errno 111] Connection refused")
+
+    list_custom = get_custom = request = _down
+
+
+def test_a_stop_after_an_outage_tries_each_cleanup_read_once_and_reports_unread_state_as_unknown():
+    cluster = _DownCluster()
+    ex = m.Executor(cluster, "node-1", [["t/vm-1"], ["t/vm-2"]], clock=lambda: 0.0)
+    running, pending = ex.batches
+    running.state, running.reservation, running.targets = m.RUNNING, "node-1-b0", [("t", "compute")]
+    running.migrations = [{"namespace": "t", "name": "kvq-vm-1", "vm": "vm-1", "uid": "u1", "reused": False}]
+    outage = UnreachableError("the API server did not answer usably for 61 s (api_outage_budget 60 s, 9 attempts)",
+                              "re-run once the control plane answers again",
+                              details={"outage_seconds": 61.0, "attempts": 9})
+    with pytest.raises(UnreachableError) as err:
+        ex._stop(outage)
+    text = str(err.value)
+    assert cluster.budgets and set(cluster.budgets) == {0}     # one attempt each, not another budget each
+    assert cluster.outage_budget == 60                         # given back afterwards
+    assert "0 of 2 batch(es) migrated; migrations of batch 1/2 could not be read (state unknown" in text
+    assert "still held: node-1-b0" in text
+    assert err.value.details["result"]["reservations_held"] == ["node-1-b0"]
+    assert "re-run the playbook" in err.value.fix
+
+
+def test_a_stop_after_an_ordinary_error_keeps_the_budget():
+    cluster = _DownCluster()
+    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=lambda: 0.0)
+    batch = ex.batches[0]
+    batch.state, batch.reservation, batch.targets = m.RUNNING, "node-1-b0", [("t", "compute")]
+    batch.migrations = [{"namespace": "t", "name": "kvq-vm-1", "vm": "vm-1", "uid": "u1", "reused": False}]
+    with pytest.raises(m.KvquotaError):
+        ex._stop(m.KvquotaError("migration t/kvq-vm-1 failed"))
+    assert set(cluster.budgets) == {60}
