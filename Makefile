@@ -79,7 +79,8 @@ roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
 	KVQ_LAB_REQUIRED=1 $(PLAYBOOKS_ON) $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
 	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py \
 	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_roles_check_mode_lab.py \
-	  tests/integration/test_awx_runner_lab.py tests/integration/test_rbac_usage_lab.py
+	  tests/integration/test_awx_runner_lab.py tests/integration/test_molecule_own_cluster_lab.py \
+	  tests/integration/test_rbac_usage_lab.py
 
 # Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
 # MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.
