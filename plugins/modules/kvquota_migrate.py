@@ -41,7 +41,7 @@ description:
     were never admitted, releases every reservation whose migrations are final, leaves the others held (their
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.operator_namespace
 options:
   node:
@@ -270,6 +270,7 @@ progress:
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     reservation_owner,
     run,
@@ -313,13 +314,12 @@ def _controller_alive():
 
 
 def migrate(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 
     params = module.params
     ttl = parse_duration(params['ttl'], 'ttl')
-    cluster = cluster_mod.connect(auth_params(params))
+    cluster = connect(auth_params(params))
     return migrate_mod.migrate(
         cluster, params['node'], params['batches'],
         reservation_prefix=params['reservation_prefix'] or params['node'],

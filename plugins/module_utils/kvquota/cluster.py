@@ -1,22 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""API access on the official `kubernetes` client: auth, raw reads and conditional writes, one clear error.
+"""API access on the official `kubernetes` client: raw reads and conditional writes, one clear error.
 
-Auth options and their precedence follow kubernetes.core (so AWX's Kubernetes credential and
-module_defaults carry over unchanged):
-
-1. each option given by the caller (aliases verify_ssl, ssl_ca_cert, cert_file, key_file accepted);
-2. else its environment variable K8S_AUTH_<OPTION> (e.g. K8S_AUTH_VALIDATE_CERTS, K8S_AUTH_CA_CERT), else
-   K8S_AUTH_<CLIENT NAME> (K8S_AUTH_VERIFY_SSL, K8S_AUTH_SSL_CA_CERT, K8S_AUTH_CERT_FILE, K8S_AUTH_KEY_FILE);
-   booleans from the environment are true unless "0", "false" or "no"; proxy_headers from
-   K8S_AUTH_PROXY_HEADERS_<SUBOPTION>; impersonate_groups from a comma-separated K8S_AUTH_IMPERSONATE_GROUPS;
-3. then where the connection comes from: host with api_key, username+password or client_cert+client_key
-   is enough on its own; else a kubeconfig/context given loads that kubeconfig (path, "a:b" list, or dict);
-   else the in-cluster service account, else the default kubeconfig (KUBECONFIG or ~/.kube/config);
-4. options given (host, validate_certs, ca_cert, proxy, ...) then override what the kubeconfig said.
-
-TLS verification stays on unless validate_certs is false (or a kubeconfig explicitly skips it).
+A Cluster wraps a ready kubernetes ApiClient. Auth (kubeconfig, context, host/api_key, in-cluster,
+K8S_AUTH_* variables, proxy, impersonation) is kubernetes.core's: the module layer
+(module_utils/kvquota_module.connect) configures the client and hands it here, so the core has no
+Ansible imports.
 
 Every request goes through Cluster.request (raw JSON dicts in and out, so no typed-model conversion can
 alter an object on its way back) and is counted in Cluster.request_count.
@@ -26,7 +16,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import json
-import os
 import random
 import socket
 import time
@@ -60,27 +49,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     UnreachableError,
 )
 
-# option name -> name in kubernetes.client.Configuration (also the second env spelling)
-AUTH_OPTIONS = (
-    ("kubeconfig", "kubeconfig"),
-    ("context", "context"),
-    ("host", "host"),
-    ("api_key", "api_key"),
-    ("username", "username"),
-    ("password", "password"),
-    ("validate_certs", "verify_ssl"),
-    ("ca_cert", "ssl_ca_cert"),
-    ("client_cert", "cert_file"),
-    ("client_key", "key_file"),
-    ("proxy", "proxy"),
-    ("no_proxy", "no_proxy"),
-    ("proxy_headers", "proxy_headers"),
-    ("persist_config", "persist_config"),
-    ("impersonate_user", "impersonate_user"),
-    ("impersonate_groups", "impersonate_groups"),
-)
-BOOL_OPTIONS = ("validate_certs", "persist_config")
-PROXY_HEADER_OPTIONS = ("proxy_basic_auth", "basic_auth", "user_agent")
 RBAC_FIX = ("bind the roles of rbac/clusterrole.yml and rbac/operator-namespace.yml to this identity with the "
             "install playbook (as an administrator): ansible-playbook kvquota.maintenance.install "
             "-e kvquota_subject_kind=ServiceAccount -e kvquota_subject_name=<name> "
@@ -92,161 +60,8 @@ DEFAULT_TIMEOUT = (10, 60)
 COMPONENT = "kvquota.maintenance"
 
 
-def _env_bool(text):
-    return str(text).strip().lower() not in ("0", "false", "no")
-
-
-def resolve_auth(options=None, environ=None):
-    """The effective auth options (kvquota/kubernetes.core names), options first, then K8S_AUTH_* variables.
-
-    Pure: environ defaults to os.environ but can be given. Options that are None are looked up in the
-    environment; options absent everywhere are left out of the result.
-    """
-    options = dict(options or {})
-    env = os.environ if environ is None else environ
-    aliases = {"verify_ssl": "validate_certs", "ssl_ca_cert": "ca_cert", "cert_file": "client_cert",
-               "key_file": "client_key"}
-    for alias, name in aliases.items():
-        if options.get(name) is None and options.get(alias) is not None:
-            options[name] = options[alias]
-    auth = {}
-    for name, client_name in AUTH_OPTIONS:
-        value = options.get(name)
-        if value is not None:
-            auth[name] = value
-            continue
-        if name == "proxy_headers":
-            headers = {}
-            for key in PROXY_HEADER_OPTIONS:
-                env_value = env.get("K8S_AUTH_PROXY_HEADERS_%s" % key.upper())
-                if env_value is not None:
-                    headers[key] = env_value
-            if headers:
-                auth[name] = headers
-            continue
-        env_value = env.get("K8S_AUTH_%s" % name.upper()) or env.get("K8S_AUTH_%s" % client_name.upper())
-        if env_value is None:
-            continue
-        if name in BOOL_OPTIONS:
-            env_value = _env_bool(env_value)
-        elif name == "impersonate_groups":
-            env_value = [item for item in env_value.split(",") if item != ""]
-        auth[name] = env_value
-    for name in BOOL_OPTIONS:
-        if name in auth and isinstance(auth[name], str):
-            auth[name] = _env_bool(auth[name])
-    if auth.get("host"):
-        auth["host"] = str(auth["host"]).rstrip("/")
-    if isinstance(auth.get("impersonate_groups"), str):
-        auth["impersonate_groups"] = [item for item in auth["impersonate_groups"].split(",") if item != ""]
-    return auth
-
-
-def config_source(auth):
-    """Where the connection comes from: 'explicit' (host + credentials given), 'kubeconfig' (a kubeconfig or
-    context given), or 'default' (in-cluster service account, else the default kubeconfig)."""
-    def given(*names):
-        return all(auth.get(name) for name in names)
-    if given("host", "api_key") or given("host", "username", "password") or given("host", "client_cert", "client_key"):
-        return "explicit"
-    if given("kubeconfig") or given("context"):
-        return "kubeconfig"
-    return "default"
-
-
-def _kubeconfig_description(auth):
-    kubeconfig = auth.get("kubeconfig")
-    if isinstance(kubeconfig, dict):
-        return "the kubeconfig given as a dict"
-    if kubeconfig:
-        return "kubeconfig %s" % kubeconfig
-    return "the default kubeconfig (%s)" % (os.environ.get("KUBECONFIG") or "~/.kube/config")
-
-
-def _load_kubeconfig(auth, configuration):
-    kubeconfig = auth.get("kubeconfig")
-    kwargs = {"context": auth.get("context"), "client_configuration": configuration,
-              "persist_config": bool(auth.get("persist_config"))}
-    if isinstance(kubeconfig, dict):
-        kubernetes.config.load_kube_config_from_dict(config_dict=kubeconfig, **kwargs)
-    else:
-        if kubeconfig:
-            missing = [path for path in str(kubeconfig).split(os.pathsep) if path and
-                       not os.path.exists(os.path.expanduser(path))]
-            if missing and len(missing) == len([p for p in str(kubeconfig).split(os.pathsep) if p]):
-                raise InputError("kubeconfig %s does not exist" % kubeconfig,
-                                 "give the path of a readable kubeconfig (kubeconfig option or K8S_AUTH_KUBECONFIG)")
-            kubeconfig = os.path.expanduser(str(kubeconfig))
-        kubernetes.config.load_kube_config(config_file=kubeconfig or None, **kwargs)
-
-
-def build_configuration(auth):
-    """A kubernetes.client.Configuration for resolved auth (see resolve_auth); no request is made."""
-    _require_kubernetes()
-    configuration = kubernetes.client.Configuration()
-    source = config_source(auth)
-    try:
-        if source == "kubeconfig":
-            _load_kubeconfig(auth, configuration)
-        elif source == "default":
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=configuration)
-            except kubernetes.config.ConfigException:
-                _load_kubeconfig(auth, configuration)
-    except KvquotaError:
-        raise
-    except (kubernetes.config.ConfigException, IOError, OSError, ValueError, TypeError, KeyError) as err:
-        if source == "default" and not auth.get("host"):
-            raise UnreachableError(
-                "no Kubernetes connection configured: not running in a pod and %s could not be loaded (%s)"
-                % (_kubeconfig_description(auth), _one_line(err)),
-                "give kubeconfig (or K8S_AUTH_KUBECONFIG), or host with api_key (K8S_AUTH_HOST, K8S_AUTH_API_KEY)")
-        if source != "default":
-            raise InputError("cannot load %s%s: %s" % (
-                _kubeconfig_description(auth),
-                (" context %s" % auth["context"]) if auth.get("context") else "", _one_line(err)),
-                "check the kubeconfig path and that the context exists (kubectl config get-contexts)")
-    if auth.get("host"):
-        configuration.host = auth["host"]
-    if auth.get("api_key"):
-        token = "Bearer %s" % auth["api_key"]
-        configuration.api_key = {"authorization": token, "BearerToken": token}
-        configuration.api_key_prefix = {}
-    for name, client_name in (("username", "username"), ("password", "password"),
-                              ("validate_certs", "verify_ssl"), ("ca_cert", "ssl_ca_cert"),
-                              ("client_cert", "cert_file"), ("client_key", "key_file"),
-                              ("proxy", "proxy"), ("no_proxy", "no_proxy")):
-        if auth.get(name) is not None:
-            setattr(configuration, client_name, auth[name])
-    if auth.get("proxy_headers"):
-        configuration.proxy_headers = urllib3.util.make_headers(**auth["proxy_headers"])
-    if not configuration.host:
-        raise InputError("no API server address", "give host (K8S_AUTH_HOST) or a kubeconfig with a cluster server")
-    return configuration
-
-
-def _require_kubernetes():
-    if not HAS_KUBERNETES:
-        raise KvquotaError("the Python library 'kubernetes' is required (%s)" % KUBERNETES_IMPORT_ERROR,
-                           "pip install kubernetes")
-
-
 def _one_line(err):
     return " ".join(str(err).split())
-
-
-def connect(auth=None, environ=None, timeout=DEFAULT_TIMEOUT):
-    """A Cluster for the given auth options (kubernetes.core names; see resolve_auth). No request is made."""
-    _require_kubernetes()
-    resolved = resolve_auth(auth, environ)
-    configuration = build_configuration(resolved)
-    api_client = kubernetes.client.ApiClient(configuration)
-    headers = []
-    if resolved.get("impersonate_user"):
-        headers.append(("Impersonate-User", resolved["impersonate_user"]))
-    for group in resolved.get("impersonate_groups") or []:
-        headers.append(("Impersonate-Group", group))
-    return Cluster(api_client, extra_headers=headers, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------
