@@ -190,6 +190,7 @@ class Cluster(object):
         self.extra_headers = list(extra_headers or [])
         self._count = 0
         self._facts = None
+        self._resources = {}
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.coordination = kubernetes.client.CoordinationV1Api(api_client)
@@ -285,11 +286,41 @@ class Cluster(object):
 
     def replace(self, obj, what=None):
         """PUT obj back; conditional on its metadata.resourceVersion (409 -> ConflictError)."""
-        path = object_path(obj)
         meta = obj.get("metadata") or {}
         if not meta.get("resourceVersion"):
-            raise InputError("refusing an unconditional write of %s" % path, "read the object first")
-        return self.request("PUT", path, body=obj, what=what or "update %s" % _describe_path(obj))
+            raise InputError("refusing an unconditional write of %s %s" % (obj.get("kind"), _describe_name(meta)),
+                             "read the object first")
+        plural, _namespaced = self.resource(obj.get("apiVersion") or "v1", obj.get("kind"))
+        return self.request("PUT", self.object_path(obj), body=obj,
+                            what=what or "update %s %s" % (plural, _describe_name(meta)))
+
+    # -- discovery -------------------------------------------------------
+
+    def resource(self, api_version, kind):
+        """(plural, namespaced) of kind in api_version, from the API server's resource list of that group/version:
+        one request per group/version, kept for this Cluster's life (a module run). Never guessed from the kind."""
+        if api_version not in self._resources:
+            listing = self.request("GET", _group_version_path(api_version),
+                                   what="discover the resources of %s" % api_version) or {}
+            self._resources[api_version] = dict(
+                (item.get("kind"), (item.get("name"), bool(item.get("namespaced"))))
+                for item in listing.get("resources") or [] if "/" not in (item.get("name") or ""))
+        found = self._resources[api_version].get(kind)
+        if found is None:
+            raise InputError("the API server serves no kind %s in %s" % (kind, api_version),
+                             "check apiVersion and kind (kubectl api-resources --api-group=%s)"
+                             % (api_version.split("/")[0] if "/" in api_version else "''"))
+        return found
+
+    def object_path(self, obj):
+        """The API path of an object dict (apiVersion, kind, metadata.name and, when namespaced, namespace)."""
+        meta = obj.get("metadata") or {}
+        api_version = obj.get("apiVersion") or "v1"
+        plural, namespaced = self.resource(api_version, obj.get("kind"))
+        path = _group_version_path(api_version)
+        if namespaced:
+            path += "/namespaces/%s" % _q(meta.get("namespace"))
+        return "%s/%s/%s" % (path, plural, _q(meta.get("name")))
 
     def delete(self, path, what, resource_version=None):
         body = None
@@ -421,31 +452,15 @@ def custom_path(group, version, plural, namespace=None, name=None):
     return path
 
 
-_CORE_PLURALS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas", "Pod": "pods", "Event": "events",
-                 "ConfigMap": "configmaps"}
-_GROUP_PLURALS = {"Lease": "leases"}
+def _group_version_path(api_version):
+    """/api/v1 for the core group, /apis/<group>/<version> for the others."""
+    return "/apis/%s" % api_version if "/" in api_version else "/api/%s" % api_version
 
 
-def object_path(obj):
-    """The API path of an object dict (Namespace, ResourceQuota, Pod, Event, Lease, or any with apiVersion/kind
-    whose plural is the lower-cased kind + 's')."""
-    kind = obj.get("kind")
-    meta = obj.get("metadata") or {}
-    api_version = obj.get("apiVersion") or "v1"
-    if kind == "Namespace":
-        return "/api/v1/namespaces/%s" % _q(meta.get("name"))
-    plural = _CORE_PLURALS.get(kind) or _GROUP_PLURALS.get(kind) or (str(kind).lower() + "s")
-    if "/" not in api_version:
-        return "/api/%s/namespaces/%s/%s/%s" % (api_version, _q(meta.get("namespace")), plural, _q(meta.get("name")))
-    group, version = api_version.split("/", 1)
-    return custom_path(group, version, plural, meta.get("namespace"), meta.get("name"))
-
-
-def _describe_path(obj):
-    meta = obj.get("metadata") or {}
+def _describe_name(meta):
     if meta.get("namespace"):
-        return "%s %s in namespace %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"), meta.get("namespace"))
-    return "%s %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"))
+        return "%s in namespace %s" % (meta.get("name"), meta.get("namespace"))
+    return str(meta.get("name"))
 
 
 def conditional_update(read, compute, write, attempts=10, what="update", sleep=time.sleep):

@@ -11,17 +11,76 @@ __metaclass__ = type
 
 import json
 
+import kubernetes
+import pytest
+
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import ForbiddenError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import ForbiddenError, InputError
 
 
-def test_object_paths():
-    assert C.object_path({"kind": "Namespace", "metadata": {"name": "a"}}) == "/api/v1/namespaces/a"
-    assert C.object_path({"apiVersion": "v1", "kind": "ResourceQuota",
-                          "metadata": {"name": "q", "namespace": "a"}}) == "/api/v1/namespaces/a/resourcequotas/q"
-    assert C.object_path({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                          "metadata": {"name": "l", "namespace": "a"}}) == \
+# What the API server's discovery lists hold (kubectl get --raw /api/v1, /apis/coordination.k8s.io/v1), trimmed
+DISCOVERY = {
+    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+        {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace"},
+        {"name": "namespaces/status", "singularName": "", "namespaced": False, "kind": "Namespace"},
+        {"name": "resourcequotas", "singularName": "resourcequota", "namespaced": True, "kind": "ResourceQuota"},
+        {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap"},
+        {"name": "endpoints", "singularName": "endpoints", "namespaced": True, "kind": "Endpoints"},
+    ]},
+    "/apis/coordination.k8s.io/v1": {"kind": "APIResourceList", "groupVersion": "coordination.k8s.io/v1",
+                                     "resources": [{"name": "leases", "singularName": "lease", "namespaced": True,
+                                                    "kind": "Lease"}]},
+    "/apis/kubevirt.io/v1": {"kind": "APIResourceList", "groupVersion": "kubevirt.io/v1", "resources": [
+        {"name": "virtualmachineinstancemigrations", "singularName": "virtualmachineinstancemigration",
+         "namespaced": True, "kind": "VirtualMachineInstanceMigration"}]},
+}
+
+
+@pytest.fixture
+def discovering():
+    """A Cluster whose requests answer the discovery lists above (and record what was asked)."""
+    cluster = C.Cluster(kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://h")))
+    asked = []
+
+    def request(method, path, **kwargs):
+        asked.append((method, path))
+        return DISCOVERY[path]
+    cluster.request = request
+    cluster.asked = asked
+    return cluster
+
+
+def test_object_paths_come_from_discovery(discovering):
+    assert discovering.object_path({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}) == \
+        "/api/v1/namespaces/a"
+    assert discovering.object_path({"apiVersion": "v1", "kind": "ResourceQuota",
+                                    "metadata": {"name": "q", "namespace": "a"}}) == \
+        "/api/v1/namespaces/a/resourcequotas/q"
+    assert discovering.object_path({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                    "metadata": {"name": "l", "namespace": "a"}}) == \
         "/apis/coordination.k8s.io/v1/namespaces/a/leases/l"
+    # plurals no rule derives from the kind: "endpoints", not "endpointss"
+    assert discovering.object_path({"apiVersion": "v1", "kind": "Endpoints",
+                                    "metadata": {"name": "e", "namespace": "a"}}) == "/api/v1/namespaces/a/endpoints/e"
+    assert discovering.object_path({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                                    "metadata": {"name": "m", "namespace": "a"}}) == \
+        "/apis/kubevirt.io/v1/namespaces/a/virtualmachineinstancemigrations/m"
+    # one request per group/version for the Cluster's life
+    assert discovering.asked == [("GET", "/api/v1"), ("GET", "/apis/coordination.k8s.io/v1"),
+                                 ("GET", "/apis/kubevirt.io/v1")]
+
+
+def test_unknown_kind_is_one_clear_error(discovering):
+    with pytest.raises(InputError) as err:
+        discovering.object_path({"apiVersion": "v1", "kind": "Nothing", "metadata": {"name": "x"}})
+    assert str(err.value).startswith("the API server serves no kind Nothing in v1")
+    assert "kubectl api-resources" in str(err.value)
+
+
+def test_unconditional_write_is_refused_before_any_request(discovering):
+    with pytest.raises(InputError, match="refusing an unconditional write of ResourceQuota q in namespace a"):
+        discovering.replace({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "a"}})
+    assert discovering.asked == []
 
 
 class _Refusal(Exception):
