@@ -463,21 +463,33 @@ def _describe_name(meta):
     return str(meta.get("name"))
 
 
+CONFLICT_FIX = ("re-run: the ledger makes the retry safe; if it keeps happening, find the other writer "
+                "(kubectl get events, the ledger history)")
+
+
+def retry_on_conflict(attempt, attempts=10, what="update", sleep=time.sleep):
+    """attempt(number) again from scratch while it raises ConflictError (a 409 on a conditional write), after a
+    short jittered pause, up to attempts times; then one ConflictError naming what. The one conflict loop of the
+    collection: attempt must re-read what it writes, so each try decides on the current state."""
+    last = None
+    for number in range(max(1, attempts)):
+        try:
+            return attempt(number)
+        except ConflictError as err:
+            last = err
+            sleep(min(1.0, 0.05 * (number + 1)) * (0.5 + random.random()))
+    raise ConflictError("gave up trying to %s after %d conflicting concurrent writes (%s)" % (what, attempts, last),
+                        CONFLICT_FIX)
+
+
 def conditional_update(read, compute, write, attempts=10, what="update", sleep=time.sleep):
     """Read-compute-write with optimistic concurrency: write(new) must be conditional (resourceVersion); on
-    ConflictError everything is re-read and recomputed, up to attempts times. compute(current) returns the
+    ConflictError everything is re-read and recomputed (retry_on_conflict). compute(current) returns the
     object to write or None (nothing to do). Returns (written or None, current)."""
-    last = None
-    for attempt in range(max(1, attempts)):
+    def attempt(_number):
         current = read()
         new = compute(current)
         if new is None:
             return None, current
-        try:
-            return write(new), current
-        except ConflictError as err:
-            last = err
-            sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
-    raise ConflictError("gave up trying to %s after %d conflicting concurrent writes (%s)" % (what, attempts, last),
-                        "re-run: the ledger makes the retry safe; if it keeps happening, find the other writer "
-                        "(kubectl get events, the ledger history)")
+        return write(new), current
+    return retry_on_conflict(attempt, attempts, what, sleep)

@@ -15,7 +15,11 @@ import kubernetes
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import ForbiddenError, InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ConflictError,
+    ForbiddenError,
+    InputError,
+)
 
 
 # What the API server's discovery lists hold (kubectl get --raw /api/v1, /apis/coordination.k8s.io/v1), trimmed
@@ -104,3 +108,53 @@ def test_admission_policy_refusal_is_not_reported_as_missing_rbac():
     assert "kvquota.maintenance.install" not in str(err) and "Fix: read the policy's message" in str(err)
     rbac = C.map_error(_Refusal(403, 'resourcequotas "q" is forbidden: User "u" cannot update resource'), "update q")
     assert isinstance(rbac, ForbiddenError) and "kvquota.maintenance.install" in str(rbac)
+
+
+# ---------------------------------------------------------------------------
+# the one conflict loop
+
+def test_retry_on_conflict_starts_again_until_a_try_goes_through():
+    tries, pauses = [], []
+
+    def attempt(number):
+        tries.append(number)
+        if number < 2:
+            raise ConflictError("the object has been modified")
+        return "written"
+    assert C.retry_on_conflict(attempt, attempts=5, what="update q", sleep=pauses.append) == "written"
+    assert tries == [0, 1, 2]
+    assert len(pauses) == 2 and all(0 < pause <= 1.0 for pause in pauses)
+
+
+def test_retry_on_conflict_gives_up_with_one_clear_error():
+    def attempt(number):
+        raise ConflictError("conflict %d" % number)
+    with pytest.raises(ConflictError) as err:
+        C.retry_on_conflict(attempt, attempts=3, what="write ns/q", sleep=lambda _seconds: None)
+    assert str(err.value).startswith("gave up trying to write ns/q after 3 conflicting concurrent writes (conflict 2")
+    assert "Fix: re-run" in str(err.value)
+
+
+def test_retry_on_conflict_lets_other_errors_through_at_once():
+    tries = []
+
+    def attempt(number):
+        tries.append(number)
+        raise ForbiddenError("forbidden")
+    with pytest.raises(ForbiddenError):
+        C.retry_on_conflict(attempt, sleep=lambda _seconds: None)
+    assert tries == [0]
+
+
+def test_conditional_update_recomputes_from_a_fresh_read():
+    reads, writes = iter([{"v": 1}, {"v": 2}]), []
+
+    def write(new):
+        writes.append(new)
+        if len(writes) == 1:
+            raise ConflictError("changed meanwhile")
+        return new
+    written, current = C.conditional_update(lambda: next(reads), lambda cur: {"v": cur["v"] + 10}, write,
+                                            sleep=lambda _seconds: None)
+    assert writes == [{"v": 11}, {"v": 12}] and written == {"v": 12} and current == {"v": 2}
+    assert C.conditional_update(lambda: {"v": 1}, lambda cur: None, write) == (None, {"v": 1})
