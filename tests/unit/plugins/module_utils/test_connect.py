@@ -185,6 +185,26 @@ def test_default_kubeconfig_is_the_last_resort(monkeypatch, tmp_path):
     assert KM.connect({}).host == "https://127.0.0.1:6443"
 
 
+def test_in_cluster_service_account_comes_before_the_default_kubeconfig(monkeypatch, tmp_path):
+    """In a pod (AWX's container group): the service account's token and CA, the API server from the
+    KUBERNETES_SERVICE_* variables the kubelet sets."""
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("sa-token")
+    ca.write_text("not really a certificate")
+    monkeypatch.setattr(KM.kubernetes.config.incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(KM.kubernetes.config.incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    set_env(monkeypatch, {"KUBERNETES_SERVICE_HOST": "10.43.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    default = tmp_path / "config"
+    default.write_text(yaml.safe_dump(KUBECONFIG))
+    monkeypatch.setattr(KM.kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(default))
+    cluster = KM.connect({})
+    assert cluster.host == "https://10.43.0.1:443"
+    assert bearer(cluster) == "bearer sa-token"   # the client's in-cluster loader writes the scheme in lower case
+    assert cluster.configuration.ssl_ca_cert == str(ca)
+    # a kubeconfig given still wins over the pod's service account
+    assert KM.connect({"kubeconfig": KUBECONFIG}).host == "https://127.0.0.1:6443"
+
+
 def test_one_connection_inherits_nothing_from_another():
     """kubernetes.core configures through the client's process-wide default: a second connection in the same
     process (the lab tests, a future action plugin) must not keep the first one's server, token or TLS choice."""
