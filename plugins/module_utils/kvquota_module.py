@@ -42,11 +42,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     KvquotaError,
     UnreachableError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
 
 # kubernetes.core's auth options (names, aliases, K8S_AUTH_* variables), so module_defaults and AWX's Kubernetes
 # credential carry over. Its kubeconfig option is no_log up to kubernetes.core 6.2, which hides the *path* in
 # every message ("cannot load kubeconfig ********"); 6.3+ redacts only the secrets inside a kubeconfig given as a
-# dict, and so does this collection on every supported kubernetes.core (see redact_kubeconfig).
+# dict, and so does this collection on every supported kubernetes.core (kubeconfig_secrets, new_module).
 AUTH_ARG_SPEC = copy.deepcopy(K8S_AUTH_ARG_SPEC)
 AUTH_ARG_SPEC['kubeconfig'].pop('no_log', None)
 
@@ -147,14 +148,12 @@ def reservation_owner(params):
     """The owner recorded with a reservation: the owner option, else this run's identity without the pid."""
     if params['owner']:
         return params['owner']
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
     return default_holder().rsplit(':', 1)[0]
 
 
 def run_lock(params):
     """The Lease settings of a module's writes. The holder is this very run (user@host:pid), so two jobs with
     the same owner still exclude each other."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
     return {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
 
 
