@@ -1,55 +1,59 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible glue shared by every kvquota module: the auth spec and error shaping.
+"""Ansible glue shared by every kvquota module: the connection (kubernetes.core's), the options and error shaping.
 
-The core (module_utils/kvquota) has no Ansible imports; this file is the one place
-where its errors become fail_json results.
+The core (module_utils/kvquota) has no Ansible imports: it gets a ready cluster.Cluster from connect() here,
+and this file is the one place where its errors become fail_json results.
 """
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import copy
+import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
-    import kubernetes  # noqa: F401  pylint: disable=unused-import
+    import kubernetes
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
 except ImportError:
     HAS_KUBERNETES = False
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
-
-AUTH_PROXY_HEADERS_SPEC = dict(
-    proxy_basic_auth=dict(type='str', no_log=True),
-    basic_auth=dict(type='str', no_log=True),
-    user_agent=dict(type='str'),
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import (
+    AUTH_ARG_SPEC as K8S_AUTH_ARG_SPEC,
 )
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s import client as k8s_client
 
-# Same names and aliases as kubernetes.core, so module_defaults carry over.
-AUTH_ARG_SPEC = dict(
-    kubeconfig=dict(type='raw', no_log=True),
-    context=dict(type='str'),
-    host=dict(type='str'),
-    api_key=dict(type='str', no_log=True),
-    username=dict(type='str'),
-    password=dict(type='str', no_log=True),
-    validate_certs=dict(type='bool', aliases=['verify_ssl']),
-    ca_cert=dict(type='path', aliases=['ssl_ca_cert']),
-    client_cert=dict(type='path', aliases=['cert_file']),
-    client_key=dict(type='path', aliases=['key_file'], no_log=False),
-    proxy=dict(type='str'),
-    no_proxy=dict(type='str'),
-    proxy_headers=dict(type='dict', options=AUTH_PROXY_HEADERS_SPEC),
-    persist_config=dict(type='bool'),
-    impersonate_user=dict(type='str'),
-    impersonate_groups=dict(type='list', elements='str'),
+try:  # kubernetes.core >= 6.3
+    from ansible_collections.kubernetes.core.plugins.module_utils.args_common import (
+        extract_sensitive_values_from_kubeconfig,
+    )
+except ImportError:
+    extract_sensitive_values_from_kubeconfig = None
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    InputError,
+    KvquotaError,
+    UnreachableError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
 
+# kubernetes.core's auth options (names, aliases, K8S_AUTH_* variables), so module_defaults and AWX's Kubernetes
+# credential carry over. Its kubeconfig option is no_log up to kubernetes.core 6.2, which hides the *path* in
+# every message ("cannot load kubeconfig ********"); 6.3+ redacts only the secrets inside a kubeconfig given as a
+# dict, and so does this collection on every supported kubernetes.core (kubeconfig_secrets, new_module).
+AUTH_ARG_SPEC = copy.deepcopy(K8S_AUTH_ARG_SPEC)
+AUTH_ARG_SPEC['kubeconfig'].pop('no_log', None)
+
+# The keys of a kubeconfig whose string values are secrets (kubernetes.core 6.3+'s list, for 5.x which lacks it).
+KUBECONFIG_SECRET_KEYS = frozenset(('token', 'password', 'secret', 'client-key-data', 'client-certificate-data',
+                                    'certificate-authority-data', 'api_key', 'access-token', 'refresh-token'))
 
 # Every module reads (and the writing ones write) the ledgers and locks in the operator namespace.
 OPERATOR_ARG_SPEC = dict(
@@ -67,18 +71,96 @@ def auth_params(params):
     return dict((name, params.get(name)) for name in AUTH_ARG_SPEC)
 
 
+def kubeconfig_secrets(kubeconfig):
+    """The secret strings (tokens, passwords, keys, certificate data) in a kubeconfig given as a dict."""
+    if not isinstance(kubeconfig, dict):
+        return set()
+    if extract_sensitive_values_from_kubeconfig is not None:
+        return set(extract_sensitive_values_from_kubeconfig(kubeconfig))
+    secrets = set()
+    pending = [kubeconfig]
+    while pending:
+        node = pending.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            if key in KUBECONFIG_SECRET_KEYS and isinstance(value, str):
+                secrets.add(value)
+            elif isinstance(value, (dict, list)):
+                pending.append(value)
+    return secrets
+
+
+def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_mod.DEFAULT_OUTAGE_BUDGET):
+    """A cluster.Cluster for kubernetes.core's auth options (a module's params, or a dict with the same names or
+    the client's aliases), configured by kubernetes.core's client code. No request is made.
+
+    kubernetes.core's rules apply: each option given, else K8S_AUTH_<OPTION>, else K8S_AUTH_<CLIENT NAME>;
+    host with api_key, username+password or client_cert+client_key is enough on its own, else a kubeconfig
+    or context given loads that kubeconfig (path, "a:b" list, or dict), else the in-cluster service account,
+    else the default kubeconfig; options given then override the kubeconfig. TLS verification stays on unless
+    validate_certs is false (or the kubeconfig skips it). impersonate_user/impersonate_groups become
+    Impersonate-* headers on every request. outage_budget: seconds a request keeps retrying transient failures
+    (see cluster.Cluster).
+
+    kubernetes.core's get_api_client is not used: it builds its dynamic client, which requests /version and
+    /apis at once (and writes a discovery cache file), so a connection failure would surface here instead of
+    as the first request's clear error, with requests the caller did not ask for.
+    """
+    if not HAS_KUBERNETES:
+        raise KvquotaError("the Python library 'kubernetes' is required", "pip install kubernetes")
+    options = dict((name, value) for name, value in (options or {}).items() if value is not None)
+    auth = k8s_client._create_auth_spec(None, **options)
+    # kubernetes.core loads a kubeconfig into the process-wide default configuration and copies it: start
+    # from a clean default so that one connection never inherits another's server or credentials
+    kubernetes.client.Configuration.set_default(None)
+    try:
+        configuration = k8s_client._create_configuration(auth)
+    except (kubernetes.config.ConfigException, IOError, OSError, ValueError, TypeError, KeyError) as err:
+        raise _configuration_error(auth, err)
+    headers = []
+    for name, value in k8s_client._create_headers(None, **options).items():
+        headers.extend((name, item) for item in (value if isinstance(value, list) else [value]))
+    return cluster_mod.Cluster(kubernetes.client.ApiClient(configuration), extra_headers=headers, timeout=timeout,
+                               outage_budget=outage_budget)
+
+
+def _configuration_error(auth, err):
+    """The one clear error for a connection kubernetes.core could not configure (no secret in it: the
+    kubeconfig is named by its path only)."""
+    reason = " ".join(str(err).split())
+    kubeconfig = auth.get('kubeconfig')
+    if kubeconfig and not isinstance(kubeconfig, dict):
+        paths = [path for path in str(kubeconfig).split(os.pathsep) if path]
+        if not any(os.path.exists(os.path.expanduser(path)) for path in paths):
+            # the client only says "Invalid kube-config file. No configuration found."
+            return InputError("kubeconfig %s does not exist" % kubeconfig,
+                              "give the path of a readable kubeconfig (kubeconfig option or K8S_AUTH_KUBECONFIG)")
+    if isinstance(kubeconfig, dict):
+        described = "the kubeconfig given as a dict"
+    elif kubeconfig:
+        described = "kubeconfig %s" % kubeconfig
+    else:
+        described = "the default kubeconfig (%s)" % (os.environ.get('KUBECONFIG') or "~/.kube/config")
+    if kubeconfig or auth.get('context'):
+        context = " context %s" % auth['context'] if auth.get('context') else ""
+        return InputError("cannot load %s%s: %s" % (described, context, reason),
+                          "check the kubeconfig path and that the context exists (kubectl config get-contexts)")
+    return UnreachableError(
+        "no Kubernetes connection configured: not running in a pod and %s could not be loaded (%s)"
+        % (described, reason),
+        "give kubeconfig (or K8S_AUTH_KUBECONFIG), or host with api_key (K8S_AUTH_HOST, K8S_AUTH_API_KEY)")
+
+
 def reservation_owner(params):
     """The owner recorded with a reservation: the owner option, else this run's identity without the pid."""
     if params['owner']:
         return params['owner']
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
     return default_holder().rsplit(':', 1)[0]
 
 
 def run_lock(params):
     """The Lease settings of a module's writes. The holder is this very run (user@host:pid), so two jobs with
     the same owner still exclude each other."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
     return {'wait_timeout': params['lock_timeout'], 'holder': default_holder()}
 
 
@@ -90,6 +172,8 @@ def new_module(argument_spec, **kwargs):
     spec.update(API_ARG_SPEC)
     spec.update(argument_spec)
     module = AnsibleModule(argument_spec=spec, **kwargs)
+    # the kubeconfig option is not no_log (its path must show in errors): the secrets of a dict kubeconfig are
+    module.no_log_values.update(kubeconfig_secrets(module.params.get('kubeconfig')))
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib('kubernetes'), exception=KUBERNETES_IMPORT_ERROR)
     return module

@@ -32,7 +32,7 @@ description:
     taints, topology spread and extended resources are not modelled.
   - Never changes anything.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
@@ -179,6 +179,7 @@ requests:
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     run,
 )
@@ -190,10 +191,9 @@ MAX_WARNINGS = 10
 
 def check(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
     options['operator_namespace'] = params['operator_namespace']
     report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)

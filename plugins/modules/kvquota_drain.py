@@ -31,7 +31,7 @@ description:
   - Needs the ClusterRoles C(kvquota-read) (list pods, VMIs and their migrations) and C(kvquota-write)
     (C(create pods/eviction)) of C(rbac/clusterrole.yml); never deletes a pod.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
 options:
   node:
@@ -118,10 +118,10 @@ vm_pods:
   elements: dict
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     run,
 )
@@ -129,7 +129,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 
 def evict_impostors(module):
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return drain.drain_impostors(cluster, params['node'], force=params['force'],
                                  ignore_daemonsets=params['ignore_daemonsets'],
                                  delete_emptydir_data=params['delete_emptydir_data'],

@@ -41,7 +41,7 @@ description:
     were never admitted, releases every reservation whose migrations are final, leaves the others held (their
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
@@ -271,6 +271,7 @@ progress:
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     reservation_owner,
     run,
@@ -314,13 +315,12 @@ def _controller_alive():
 
 
 def migrate(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 
     params = module.params
     ttl = parse_duration(params['ttl'], 'ttl')
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return migrate_mod.migrate(
         cluster, params['node'], params['batches'],
         reservation_prefix=params['reservation_prefix'] or params['node'],

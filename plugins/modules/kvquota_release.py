@@ -29,7 +29,7 @@ description:
   - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose pods
     still count are reported as deferred, not failed.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
@@ -148,20 +148,20 @@ warnings:
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     run,
 )
 
 
 def release(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 
     params = module.params
     if params['expired'] == bool(params['reservation_id']):
         raise InputError('give exactly one of reservation_id or expired=true',
                          'name the reservation to release, or set expired: true to reap expired ones')
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['expired']:
         result = reservations.release_expired(cluster, check_mode=module.check_mode, wait_for_pods=params['wait'],
                                               timeout=params['wait_timeout'] if params['wait'] else 0,

@@ -28,7 +28,7 @@ description:
     Lease per namespace keeps two jobs from planning against the same quotas at once.
   - Every expansion is announced by a Kubernetes Event on the quota that the tenant can read.
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
@@ -217,6 +217,7 @@ warnings:
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     reservation_owner,
     run,
@@ -227,7 +228,6 @@ SIZING_OPTIONS = ('kubevirt_version', 'overhead_ratio')
 
 
 def reserve(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
@@ -238,7 +238,7 @@ def reserve(module):
         raise InputError('give exactly one of vms, headroom or migrations (got %s)' % (', '.join(given) or 'none'),
                          'vms for a batch about to migrate, headroom for explicit amounts, migrations to top up')
     ttl = parse_duration(params['ttl'], 'ttl')
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     refs, top_up = None, False
     if params['vms']:
         options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)

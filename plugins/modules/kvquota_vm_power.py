@@ -25,7 +25,7 @@ description:
   - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
     (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
 extends_documentation_fragment:
-  - kvquota.maintenance.k8s_auth
+  - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
 options:
   node:
@@ -92,11 +92,11 @@ gone:
   elements: dict
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vmpower
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
+    connect,
     new_module,
     run,
 )
@@ -114,7 +114,7 @@ def _vmi_refs(vms):
 
 def power(module):
     params = module.params
-    cluster = cluster_mod.connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['state'] == 'stopped':
         vmis = [cluster.get_custom(vmpower.KUBEVIRT[0], vmpower.KUBEVIRT[1], 'virtualmachineinstances', name,
                                    namespace=namespace) for namespace, name in _vmi_refs(params['vms'])]

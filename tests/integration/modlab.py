@@ -32,10 +32,23 @@ import kvqlab  # noqa: E402
 from kvqlab import emulator, scenarios  # noqa: E402
 from kvqlab.emulator import _rest_for  # noqa: E402
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module  # noqa: E402
+
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"
 LEDGER = "kvquota.maintenance/ledger"   # where 0.1.0 kept ledgers (annotations); kvquota must not write it now
 OPERATOR_NS = "kvquota-system"           # where kvquota keeps ledgers (ConfigMaps) and locks (Leases)
+
+
+def connect(auth):
+    """A Cluster for auth alone, configured as the modules configure theirs (kvquota_module.connect:
+    kubernetes.core's client configuration). kubernetes.core also reads K8S_AUTH_* variables: this process's are
+    set aside meanwhile, as an ansible_env run has only the test's."""
+    saved = dict((name, os.environ.pop(name)) for name in list(os.environ) if name.startswith("K8S_AUTH_"))
+    try:
+        return kvquota_module.connect(auth)
+    finally:
+        os.environ.update(saved)
 
 
 def required():

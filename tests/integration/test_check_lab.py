@@ -24,7 +24,6 @@ import modlab as M
 from kvqlab import scenarios  # noqa: E402 - modlab puts tests/lab on sys.path
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cl  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import approx  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (  # noqa: E402
@@ -39,7 +38,7 @@ KV = "/apis/kubevirt.io/v1"
 def connect(lab, admin=False):
     """A Cluster as the modules get one: the least-privilege identity unless admin."""
     kubeconfig = lab.admin_kubeconfig if admin else lab.user_kubeconfig
-    return cl.connect({"kubeconfig": str(kubeconfig)})
+    return M.connect({"kubeconfig": str(kubeconfig)})
 
 
 wait = M.wait

@@ -24,7 +24,6 @@ from kvqlab import emulator, tenants  # noqa: E402  (modlab puts tests/lab on sy
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import Rest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
 
 OPERATOR_NS = "kvquota-system"
@@ -70,7 +69,7 @@ def installed(lab, r):
 @pytest.fixture(scope="module")
 def operator(lab, installed):
     """A kvquota Cluster as the least-privilege lab user."""
-    return C.connect({"kubeconfig": str(lab.user_kubeconfig)})
+    return M.connect({"kubeconfig": str(lab.user_kubeconfig)})
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ import pytest
 import modlab as M
 from kvqlab import emulator, scenarios
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
@@ -104,7 +103,7 @@ def scenario_d(lab, emu, r):
 
 def largest_batch_need(user, batches):
     """{namespace: {resource: the largest need of one batch}} from headroom.batch_headroom, before the run."""
-    cluster = cluster_mod.connect({"kubeconfig": str(user)}, environ={})
+    cluster = M.connect({"kubeconfig": str(user)})
     largest = {}
     for batch in batches:
         vms = [dict(zip(("namespace", "name"), k.split("/", 1))) for k in batch["vms"]]
@@ -330,7 +329,7 @@ def test_resume_takes_for_its_own_only_migrations_recorded_by_uid(lab, emu, r, u
     ns = "mig-resume"
     M.make_tenant(lab, ns, vms=2)
     prefix = "resume-%s" % ns
-    cluster = cluster_mod.connect({"kubeconfig": str(user)}, environ={})
+    cluster = M.connect({"kubeconfig": str(user)})
     try:
         original = M.quota(r, ns, "compute")
         vmis = dict((v["metadata"]["name"], v) for v in

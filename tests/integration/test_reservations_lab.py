@@ -21,11 +21,11 @@ import time
 
 import pytest
 
+import modlab as M
 from modlab import kvqlab  # tests/lab's package; the lab fixture is in conftest.py
 from kubernetes import client  # noqa: E402
 from kubernetes.client import ApiException  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (  # noqa: E402
     ForbiddenError,
@@ -49,7 +49,7 @@ def admin(lab):
 @pytest.fixture
 def cl(lab):
     """The collection's own client, as the least-privilege user."""
-    return C.connect({"kubeconfig": str(lab.user_kubeconfig)}, environ={})
+    return M.connect({"kubeconfig": str(lab.user_kubeconfig)})
 
 
 @pytest.fixture
@@ -311,7 +311,7 @@ def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, n
 # concurrency
 
 def _worker(kubeconfig, namespace, ids, barrier, release, quota="compute", delta=None):
-    cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
+    cluster = M.connect({"kubeconfig": kubeconfig})
     barrier.wait(30)
     for rid in ids:
         if release:
@@ -380,19 +380,19 @@ def test_expired_reservation_is_released_only_by_the_reaper(lab, admin, cl, ns):
 def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
     plan = {(ns, "compute"): {"limits.cpu": "1"}}
-    down = C.connect({"host": "https://127.0.0.1:1", "api_key": "x"}, environ={})
+    down = M.connect({"host": "https://127.0.0.1:1", "api_key": "x"})
     with pytest.raises(UnreachableError) as err:
         R.reserve(down, "x", plan, "t", "r", 60)
     assert "127.0.0.1:1" in str(err.value)
 
     import yaml
     token = yaml.safe_load(open(str(lab.user_kubeconfig)))["users"][0]["user"]["token"]
-    no_ca = C.connect({"host": lab.server, "api_key": token}, environ={})
+    no_ca = M.connect({"host": lab.server, "api_key": token})
     with pytest.raises(UnreachableError) as err:
         R.reserve(no_ca, "x", plan, "t", "r", 60)
     assert "TLS" in str(err.value) and "ca_cert" in str(err.value)
 
-    nobody = C.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"}, environ={})
+    nobody = M.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"})
     with pytest.raises(ForbiddenError) as err:
         R.reserve(nobody, "x", plan, "t", "r", 60)
     assert "kvquota.maintenance.install" in str(err.value) and "forbidden" in str(err.value)
@@ -487,7 +487,7 @@ def test_reserve_under_a_lock(lab, admin, cl, ns):
 # interrupted anywhere, re-run converges
 
 def _reserve_then_release_forever(kubeconfig, targets, mode):
-    cluster = C.connect({"kubeconfig": kubeconfig}, environ={})
+    cluster = M.connect({"kubeconfig": kubeconfig})
     plan = dict((t, {"limits.cpu": "250m", "limits.memory": "100Mi"}) for t in targets)
     # the same job identity re-runs (as an AWX job's retry does): the killed run's locks are its own
     lock = {"holder": "crashy", "wait_timeout": 30}

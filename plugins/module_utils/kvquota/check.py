@@ -18,7 +18,6 @@ __metaclass__ = type
 import copy
 import datetime
 import json
-import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
@@ -365,48 +364,11 @@ def batch_keys(batches):
 # Small readers
 # ---------------------------------------------------------------------------
 
-def parse_time(text):
-    """An aware datetime from an RFC 3339 timestamp (None when text is empty)."""
-    if text in (None, ""):
-        return None
-    if isinstance(text, datetime.datetime):
-        return text if text.tzinfo else text.replace(tzinfo=_UTC)
-    match = re.match(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})?$",
-                     str(text).strip())
-    if not match:
-        raise InputError("malformed timestamp '%s'" % text, "use RFC 3339, e.g. 2025-01-31T12:00:00Z")
-    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
-    micro = int((match.group(7) or ".0")[1:7].ljust(6, "0"))
-    zone = match.group(8) or "Z"
-    if zone in ("Z", "z"):
-        offset = datetime.timedelta(0)
-    else:
-        sign = -1 if zone[0] == "-" else 1
-        digits = zone[1:].replace(":", "")
-        offset = sign * datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-    naive = datetime.datetime(year, month, day, hour, minute, second, micro)
-    return (naive - offset).replace(tzinfo=_UTC)
-
-
-class _Utc(datetime.tzinfo):
-    def utcoffset(self, dt):
-        return datetime.timedelta(0)
-
-    def tzname(self, dt):
-        return "UTC"
-
-    def dst(self, dt):
-        return datetime.timedelta(0)
-
-
-_UTC = _Utc()
-
-
 def _now(options):
     value = options.get("now")
     if value is None:
-        return datetime.datetime.now(_UTC)
-    return parse_time(value)
+        return datetime.datetime.now(datetime.timezone.utc)
+    return _ledger.parse_datetime(value)
 
 
 def _meta(obj):
@@ -488,7 +450,7 @@ def ledger_findings(namespace, ns_obj, quota_objs, now, vmims=(), pods=(), clust
     """
     blockers = []
     warnings = []
-    now_seconds = _ledger.parse_time(now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    now_seconds = _ledger.parse_time(now)
     for quota in quota_objs:
         qname = _meta(quota).get("name")
         book, problem = quota_ledger(quota, ns_obj, ledgers, cluster_facts)

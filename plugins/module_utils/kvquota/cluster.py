@@ -1,22 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""API access on the official `kubernetes` client: auth, raw reads and conditional writes, one clear error.
+"""API access on the official `kubernetes` client: raw reads and conditional writes, one clear error.
 
-Auth options and their precedence follow kubernetes.core (so AWX's Kubernetes credential and
-module_defaults carry over unchanged):
-
-1. each option given by the caller (aliases verify_ssl, ssl_ca_cert, cert_file, key_file accepted);
-2. else its environment variable K8S_AUTH_<OPTION> (e.g. K8S_AUTH_VALIDATE_CERTS, K8S_AUTH_CA_CERT), else
-   K8S_AUTH_<CLIENT NAME> (K8S_AUTH_VERIFY_SSL, K8S_AUTH_SSL_CA_CERT, K8S_AUTH_CERT_FILE, K8S_AUTH_KEY_FILE);
-   booleans from the environment are true unless "0", "false" or "no"; proxy_headers from
-   K8S_AUTH_PROXY_HEADERS_<SUBOPTION>; impersonate_groups from a comma-separated K8S_AUTH_IMPERSONATE_GROUPS;
-3. then where the connection comes from: host with api_key, username+password or client_cert+client_key
-   is enough on its own; else a kubeconfig/context given loads that kubeconfig (path, "a:b" list, or dict);
-   else the in-cluster service account, else the default kubeconfig (KUBECONFIG or ~/.kube/config);
-4. options given (host, validate_certs, ca_cert, proxy, ...) then override what the kubeconfig said.
-
-TLS verification stays on unless validate_certs is false (or a kubeconfig explicitly skips it).
+A Cluster wraps a ready kubernetes ApiClient. Auth (kubeconfig, context, host/api_key, in-cluster,
+K8S_AUTH_* variables, proxy, impersonation) is kubernetes.core's: the module layer
+(module_utils/kvquota_module.connect) configures the client and hands it here, so the core has no
+Ansible imports.
 
 Every request goes through Cluster.request (raw JSON dicts in and out, so no typed-model conversion can
 alter an object on its way back) or Cluster.call (the typed APIs, reads only), is counted in
@@ -32,7 +22,6 @@ __metaclass__ = type
 
 import contextlib
 import json
-import os
 import random
 import socket
 import time
@@ -66,27 +55,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     UnreachableError,
 )
 
-# option name -> name in kubernetes.client.Configuration (also the second env spelling)
-AUTH_OPTIONS = (
-    ("kubeconfig", "kubeconfig"),
-    ("context", "context"),
-    ("host", "host"),
-    ("api_key", "api_key"),
-    ("username", "username"),
-    ("password", "password"),
-    ("validate_certs", "verify_ssl"),
-    ("ca_cert", "ssl_ca_cert"),
-    ("client_cert", "cert_file"),
-    ("client_key", "key_file"),
-    ("proxy", "proxy"),
-    ("no_proxy", "no_proxy"),
-    ("proxy_headers", "proxy_headers"),
-    ("persist_config", "persist_config"),
-    ("impersonate_user", "impersonate_user"),
-    ("impersonate_groups", "impersonate_groups"),
-)
-BOOL_OPTIONS = ("validate_certs", "persist_config")
-PROXY_HEADER_OPTIONS = ("proxy_basic_auth", "basic_auth", "user_agent")
 RBAC_FIX = ("bind the roles of rbac/clusterrole.yml and rbac/operator-namespace.yml to this identity with the "
             "install playbook (as an administrator): ansible-playbook kvquota.maintenance.install "
             "-e kvquota_subject_kind=ServiceAccount -e kvquota_subject_name=<name> "
@@ -106,162 +74,8 @@ STARTUP_STATUSES = (401, 403, 404)
 COMPONENT = "kvquota.maintenance"
 
 
-def _env_bool(text):
-    return str(text).strip().lower() not in ("0", "false", "no")
-
-
-def resolve_auth(options=None, environ=None):
-    """The effective auth options (kvquota/kubernetes.core names), options first, then K8S_AUTH_* variables.
-
-    Pure: environ defaults to os.environ but can be given. Options that are None are looked up in the
-    environment; options absent everywhere are left out of the result.
-    """
-    options = dict(options or {})
-    env = os.environ if environ is None else environ
-    aliases = {"verify_ssl": "validate_certs", "ssl_ca_cert": "ca_cert", "cert_file": "client_cert",
-               "key_file": "client_key"}
-    for alias, name in aliases.items():
-        if options.get(name) is None and options.get(alias) is not None:
-            options[name] = options[alias]
-    auth = {}
-    for name, client_name in AUTH_OPTIONS:
-        value = options.get(name)
-        if value is not None:
-            auth[name] = value
-            continue
-        if name == "proxy_headers":
-            headers = {}
-            for key in PROXY_HEADER_OPTIONS:
-                env_value = env.get("K8S_AUTH_PROXY_HEADERS_%s" % key.upper())
-                if env_value is not None:
-                    headers[key] = env_value
-            if headers:
-                auth[name] = headers
-            continue
-        env_value = env.get("K8S_AUTH_%s" % name.upper()) or env.get("K8S_AUTH_%s" % client_name.upper())
-        if env_value is None:
-            continue
-        if name in BOOL_OPTIONS:
-            env_value = _env_bool(env_value)
-        elif name == "impersonate_groups":
-            env_value = [item for item in env_value.split(",") if item != ""]
-        auth[name] = env_value
-    for name in BOOL_OPTIONS:
-        if name in auth and isinstance(auth[name], str):
-            auth[name] = _env_bool(auth[name])
-    if auth.get("host"):
-        auth["host"] = str(auth["host"]).rstrip("/")
-    if isinstance(auth.get("impersonate_groups"), str):
-        auth["impersonate_groups"] = [item for item in auth["impersonate_groups"].split(",") if item != ""]
-    return auth
-
-
-def config_source(auth):
-    """Where the connection comes from: 'explicit' (host + credentials given), 'kubeconfig' (a kubeconfig or
-    context given), or 'default' (in-cluster service account, else the default kubeconfig)."""
-    def given(*names):
-        return all(auth.get(name) for name in names)
-    if given("host", "api_key") or given("host", "username", "password") or given("host", "client_cert", "client_key"):
-        return "explicit"
-    if given("kubeconfig") or given("context"):
-        return "kubeconfig"
-    return "default"
-
-
-def _kubeconfig_description(auth):
-    kubeconfig = auth.get("kubeconfig")
-    if isinstance(kubeconfig, dict):
-        return "the kubeconfig given as a dict"
-    if kubeconfig:
-        return "kubeconfig %s" % kubeconfig
-    return "the default kubeconfig (%s)" % (os.environ.get("KUBECONFIG") or "~/.kube/config")
-
-
-def _load_kubeconfig(auth, configuration):
-    kubeconfig = auth.get("kubeconfig")
-    kwargs = {"context": auth.get("context"), "client_configuration": configuration,
-              "persist_config": bool(auth.get("persist_config"))}
-    if isinstance(kubeconfig, dict):
-        kubernetes.config.load_kube_config_from_dict(config_dict=kubeconfig, **kwargs)
-    else:
-        if kubeconfig:
-            missing = [path for path in str(kubeconfig).split(os.pathsep) if path and
-                       not os.path.exists(os.path.expanduser(path))]
-            if missing and len(missing) == len([p for p in str(kubeconfig).split(os.pathsep) if p]):
-                raise InputError("kubeconfig %s does not exist" % kubeconfig,
-                                 "give the path of a readable kubeconfig (kubeconfig option or K8S_AUTH_KUBECONFIG)")
-            kubeconfig = os.path.expanduser(str(kubeconfig))
-        kubernetes.config.load_kube_config(config_file=kubeconfig or None, **kwargs)
-
-
-def build_configuration(auth):
-    """A kubernetes.client.Configuration for resolved auth (see resolve_auth); no request is made."""
-    _require_kubernetes()
-    configuration = kubernetes.client.Configuration()
-    source = config_source(auth)
-    try:
-        if source == "kubeconfig":
-            _load_kubeconfig(auth, configuration)
-        elif source == "default":
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=configuration)
-            except kubernetes.config.ConfigException:
-                _load_kubeconfig(auth, configuration)
-    except KvquotaError:
-        raise
-    except (kubernetes.config.ConfigException, IOError, OSError, ValueError, TypeError, KeyError) as err:
-        if source == "default" and not auth.get("host"):
-            raise UnreachableError(
-                "no Kubernetes connection configured: not running in a pod and %s could not be loaded (%s)"
-                % (_kubeconfig_description(auth), _one_line(err)),
-                "give kubeconfig (or K8S_AUTH_KUBECONFIG), or host with api_key (K8S_AUTH_HOST, K8S_AUTH_API_KEY)")
-        if source != "default":
-            raise InputError("cannot load %s%s: %s" % (
-                _kubeconfig_description(auth),
-                (" context %s" % auth["context"]) if auth.get("context") else "", _one_line(err)),
-                "check the kubeconfig path and that the context exists (kubectl config get-contexts)")
-    if auth.get("host"):
-        configuration.host = auth["host"]
-    if auth.get("api_key"):
-        token = "Bearer %s" % auth["api_key"]
-        configuration.api_key = {"authorization": token, "BearerToken": token}
-        configuration.api_key_prefix = {}
-    for name, client_name in (("username", "username"), ("password", "password"),
-                              ("validate_certs", "verify_ssl"), ("ca_cert", "ssl_ca_cert"),
-                              ("client_cert", "cert_file"), ("client_key", "key_file"),
-                              ("proxy", "proxy"), ("no_proxy", "no_proxy")):
-        if auth.get(name) is not None:
-            setattr(configuration, client_name, auth[name])
-    if auth.get("proxy_headers"):
-        configuration.proxy_headers = urllib3.util.make_headers(**auth["proxy_headers"])
-    if not configuration.host:
-        raise InputError("no API server address", "give host (K8S_AUTH_HOST) or a kubeconfig with a cluster server")
-    return configuration
-
-
-def _require_kubernetes():
-    if not HAS_KUBERNETES:
-        raise KvquotaError("the Python library 'kubernetes' is required (%s)" % KUBERNETES_IMPORT_ERROR,
-                           "pip install kubernetes")
-
-
 def _one_line(err):
     return " ".join(str(err).split())
-
-
-def connect(auth=None, environ=None, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET):
-    """A Cluster for the given auth options (kubernetes.core names; see resolve_auth). No request is made.
-    outage_budget: seconds a request keeps retrying transient failures (see Cluster)."""
-    _require_kubernetes()
-    resolved = resolve_auth(auth, environ)
-    configuration = build_configuration(resolved)
-    api_client = kubernetes.client.ApiClient(configuration)
-    headers = []
-    if resolved.get("impersonate_user"):
-        headers.append(("Impersonate-User", resolved["impersonate_user"]))
-    for group in resolved.get("impersonate_groups") or []:
-        headers.append(("Impersonate-Group", group))
-    return Cluster(api_client, extra_headers=headers, timeout=timeout, outage_budget=outage_budget)
 
 
 # ---------------------------------------------------------------------------
@@ -473,6 +287,7 @@ class Cluster(object):
         self.extra_headers = list(extra_headers or [])
         self._count = 0
         self._facts = None
+        self._resources = {}
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.coordination = kubernetes.client.CoordinationV1Api(api_client)
@@ -643,11 +458,41 @@ class Cluster(object):
 
     def replace(self, obj, what=None):
         """PUT obj back; conditional on its metadata.resourceVersion (409 -> ConflictError)."""
-        path = object_path(obj)
         meta = obj.get("metadata") or {}
         if not meta.get("resourceVersion"):
-            raise InputError("refusing an unconditional write of %s" % path, "read the object first")
-        return self.request("PUT", path, body=obj, what=what or "update %s" % _describe_path(obj))
+            raise InputError("refusing an unconditional write of %s %s" % (obj.get("kind"), _describe_name(meta)),
+                             "read the object first")
+        plural, _namespaced = self.resource(obj.get("apiVersion") or "v1", obj.get("kind"))
+        return self.request("PUT", self.object_path(obj), body=obj,
+                            what=what or "update %s %s" % (plural, _describe_name(meta)))
+
+    # -- discovery -------------------------------------------------------
+
+    def resource(self, api_version, kind):
+        """(plural, namespaced) of kind in api_version, from the API server's resource list of that group/version:
+        one request per group/version, kept for this Cluster's life (a module run). Never guessed from the kind."""
+        if api_version not in self._resources:
+            listing = self.request("GET", _group_version_path(api_version),
+                                   what="discover the resources of %s" % api_version) or {}
+            self._resources[api_version] = dict(
+                (item.get("kind"), (item.get("name"), bool(item.get("namespaced"))))
+                for item in listing.get("resources") or [] if "/" not in (item.get("name") or ""))
+        found = self._resources[api_version].get(kind)
+        if found is None:
+            raise InputError("the API server serves no kind %s in %s" % (kind, api_version),
+                             "check apiVersion and kind (kubectl api-resources --api-group=%s)"
+                             % (api_version.split("/")[0] if "/" in api_version else "''"))
+        return found
+
+    def object_path(self, obj):
+        """The API path of an object dict (apiVersion, kind, metadata.name and, when namespaced, namespace)."""
+        meta = obj.get("metadata") or {}
+        api_version = obj.get("apiVersion") or "v1"
+        plural, namespaced = self.resource(api_version, obj.get("kind"))
+        path = _group_version_path(api_version)
+        if namespaced:
+            path += "/namespaces/%s" % _q(meta.get("namespace"))
+        return "%s/%s/%s" % (path, plural, _q(meta.get("name")))
 
     def delete(self, path, what, resource_version=None):
         body = None
@@ -779,31 +624,34 @@ def custom_path(group, version, plural, namespace=None, name=None):
     return path
 
 
-_CORE_PLURALS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas", "Pod": "pods", "Event": "events",
-                 "ConfigMap": "configmaps"}
-_GROUP_PLURALS = {"Lease": "leases"}
+def _group_version_path(api_version):
+    """/api/v1 for the core group, /apis/<group>/<version> for the others."""
+    return "/apis/%s" % api_version if "/" in api_version else "/api/%s" % api_version
 
 
-def object_path(obj):
-    """The API path of an object dict (Namespace, ResourceQuota, Pod, Event, Lease, or any with apiVersion/kind
-    whose plural is the lower-cased kind + 's')."""
-    kind = obj.get("kind")
-    meta = obj.get("metadata") or {}
-    api_version = obj.get("apiVersion") or "v1"
-    if kind == "Namespace":
-        return "/api/v1/namespaces/%s" % _q(meta.get("name"))
-    plural = _CORE_PLURALS.get(kind) or _GROUP_PLURALS.get(kind) or (str(kind).lower() + "s")
-    if "/" not in api_version:
-        return "/api/%s/namespaces/%s/%s/%s" % (api_version, _q(meta.get("namespace")), plural, _q(meta.get("name")))
-    group, version = api_version.split("/", 1)
-    return custom_path(group, version, plural, meta.get("namespace"), meta.get("name"))
-
-
-def _describe_path(obj):
-    meta = obj.get("metadata") or {}
+def _describe_name(meta):
     if meta.get("namespace"):
-        return "%s %s in namespace %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"), meta.get("namespace"))
-    return "%s %s" % (str(obj.get("kind")).lower() + "s", meta.get("name"))
+        return "%s in namespace %s" % (meta.get("name"), meta.get("namespace"))
+    return str(meta.get("name"))
+
+
+CONFLICT_FIX = ("re-run: the ledger makes the retry safe; if it keeps happening, find the other writer "
+                "(kubectl get events, the ledger history)")
+
+
+def retry_on_conflict(attempt, attempts=10, what="update", sleep=time.sleep):
+    """attempt(number) again from scratch while it raises ConflictError (a 409 on a conditional write), after a
+    short jittered pause, up to attempts times; then one ConflictError naming what. The one conflict loop of the
+    collection: attempt must re-read what it writes, so each try decides on the current state."""
+    last = None
+    for number in range(max(1, attempts)):
+        try:
+            return attempt(number)
+        except ConflictError as err:
+            last = err
+            sleep(min(1.0, 0.05 * (number + 1)) * (0.5 + random.random()))
+    raise ConflictError("gave up trying to %s after %d conflicting concurrent writes (%s)" % (what, attempts, last),
+                        CONFLICT_FIX)
 
 
 def is_outage(err):
@@ -828,19 +676,12 @@ def one_attempt_after_outage(cluster, err):
 
 def conditional_update(read, compute, write, attempts=10, what="update", sleep=time.sleep):
     """Read-compute-write with optimistic concurrency: write(new) must be conditional (resourceVersion); on
-    ConflictError everything is re-read and recomputed, up to attempts times. compute(current) returns the
+    ConflictError everything is re-read and recomputed (retry_on_conflict). compute(current) returns the
     object to write or None (nothing to do). Returns (written or None, current)."""
-    last = None
-    for attempt in range(max(1, attempts)):
+    def attempt(_number):
         current = read()
         new = compute(current)
         if new is None:
             return None, current
-        try:
-            return write(new), current
-        except ConflictError as err:
-            last = err
-            sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
-    raise ConflictError("gave up trying to %s after %d conflicting concurrent writes (%s)" % (what, attempts, last),
-                        "re-run: the ledger makes the retry safe; if it keeps happening, find the other writer "
-                        "(kubectl get events, the ledger history)")
+        return write(new), current
+    return retry_on_conflict(attempt, attempts, what, sleep)

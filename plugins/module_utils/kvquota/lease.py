@@ -25,6 +25,10 @@ import os
 import socket
 import time
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    conditional_update,
+    retry_on_conflict,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -185,41 +189,45 @@ def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_ti
 
 
 def renew(cluster, lease, holder, duration=None, clock=time.time):
-    """Renew a lease we hold (re-read first); LeaseHeldError if another holder has it now."""
+    """Renew a lease we hold (re-read first; again after a conflicting write); LeaseHeldError if another holder
+    has it now."""
     meta = lease.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
-    current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
-    now = clock()
-    status = lease_status(current, now)
-    if status["holder"] != holder and not status["expired"]:
-        raise LeaseHeldError("lost the lease: " + held_message(namespace, name, status, now),
-                             "stop and re-run: another job took over this scope")
-    spec_duration = duration or (current.get("spec") or {}).get("leaseDurationSeconds") or DEFAULT_DURATION
-    try:
-        return cluster.replace(acquire_body(current, holder, spec_duration, now),
-                               "update lease %s in namespace %s" % (name, namespace))
-    except ConflictError:
-        return renew(cluster, current, holder, duration, clock)
+    what = "lease %s in namespace %s" % (name, namespace)
+
+    def compute(current):
+        now = clock()
+        status = lease_status(current, now)
+        if status["holder"] != holder and not status["expired"]:
+            raise LeaseHeldError("lost the lease: " + held_message(namespace, name, status, now),
+                                 "stop and re-run: another job took over this scope")
+        spec_duration = duration or (current.get("spec") or {}).get("leaseDurationSeconds") or DEFAULT_DURATION
+        return acquire_body(current, holder, spec_duration, now)
+
+    written, _current = conditional_update(lambda: cluster.get(leases_path(namespace, name), "get " + what), compute,
+                                           lambda body: cluster.replace(body, "update " + what), what="renew " + what)
+    return written
 
 
 def release(cluster, namespace, name, holder):
-    """Delete the lease if holder holds it. Returns {released: bool, message}."""
-    try:
-        current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
-    except NotFoundError:
-        return {"released": False, "message": "lease %s/%s does not exist: nothing to release" % (namespace, name)}
-    holder_now = ((current.get("spec") or {}).get("holderIdentity"))
-    if holder_now != holder:
-        return {"released": False,
-                "message": "lease %s/%s is held by %s, not %s: left alone" % (namespace, name, holder_now, holder)}
-    try:
-        cluster.delete(leases_path(namespace, name), "delete lease %s in namespace %s" % (name, namespace),
-                       resource_version=(current.get("metadata") or {}).get("resourceVersion"))
-    except NotFoundError:
-        pass
-    except ConflictError:
-        return release(cluster, namespace, name, holder)
-    return {"released": True, "message": "lease %s/%s released" % (namespace, name)}
+    """Delete the lease if holder holds it (re-read after a conflicting write). Returns {released: bool, message}."""
+    def attempt(_number):
+        try:
+            current = cluster.get(leases_path(namespace, name), "get lease %s in namespace %s" % (name, namespace))
+        except NotFoundError:
+            return {"released": False,
+                    "message": "lease %s/%s does not exist: nothing to release" % (namespace, name)}
+        holder_now = ((current.get("spec") or {}).get("holderIdentity"))
+        if holder_now != holder:
+            return {"released": False,
+                    "message": "lease %s/%s is held by %s, not %s: left alone" % (namespace, name, holder_now, holder)}
+        try:
+            cluster.delete(leases_path(namespace, name), "delete lease %s in namespace %s" % (name, namespace),
+                           resource_version=(current.get("metadata") or {}).get("resourceVersion"))
+        except NotFoundError:
+            pass
+        return {"released": True, "message": "lease %s/%s released" % (namespace, name)}
+    return retry_on_conflict(attempt, what="release lease %s/%s" % (namespace, name))
 
 
 @contextlib.contextmanager

@@ -25,10 +25,16 @@ __metaclass__ = type
 
 import calendar
 import copy
+import datetime
 import json
 import time
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+try:
+    from dateutil.parser import isoparse
+except ImportError:  # python-dateutil comes with kubernetes; reported when a time is parsed
+    isoparse = None
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
     format_quantity,
     parse_quantity,
@@ -84,26 +90,32 @@ def format_time(seconds):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
 
 
-def parse_time(text):
-    """Unix seconds for RFC 3339 UTC text written by format_time (fractions and offsets accepted)."""
+def parse_datetime(text):
+    """An aware datetime for RFC 3339 text (python-dateutil's isoparse: fractions of any length, Z or an offset;
+    no zone means UTC), None for None. The collection's one time parser."""
     if text is None:
         return None
+    if isinstance(text, datetime.datetime):
+        parsed = text
+    else:
+        if isoparse is None:
+            raise KvquotaError("the Python library 'python-dateutil' is required to read times",
+                               "pip install python-dateutil (it comes with kubernetes)")
+        try:
+            parsed = isoparse(str(text).strip())
+        except (ValueError, OverflowError):
+            raise InputError("malformed time '%s'" % text, "use RFC 3339, e.g. 2025-01-31T12:00:00Z")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def parse_time(text):
+    """Unix seconds (whole, fractions dropped) for RFC 3339 text (parse_datetime); numbers pass through."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return int(text)
-    raw = str(text).strip()
-    offset = 0
-    if raw.endswith("Z") or raw.endswith("z"):
-        raw = raw[:-1]
-    elif len(raw) > 6 and raw[-6] in "+-" and raw[-3] == ":":
-        sign = 1 if raw[-6] == "+" else -1
-        offset = sign * (int(raw[-5:-3]) * 3600 + int(raw[-2:]) * 60)
-        raw = raw[:-6]
-    raw = raw.split(".", 1)[0]
-    try:
-        parsed = time.strptime(raw, "%Y-%m-%dT%H:%M:%S")
-    except ValueError:
-        raise InputError("malformed time '%s'" % text, "use RFC 3339 UTC, e.g. 2025-01-31T12:00:00Z")
-    return calendar.timegm(parsed) - offset
+    parsed = parse_datetime(text)
+    if parsed is None:
+        return None
+    return calendar.timegm(parsed.utctimetuple())
 
 
 # ---------------------------------------------------------------------------

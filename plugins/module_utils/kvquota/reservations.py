@@ -17,7 +17,6 @@ __metaclass__ = type
 
 import contextlib
 import json
-import random
 import time
 from fractions import Fraction
 
@@ -38,6 +37,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backen
     rancher_limit,
     select_backend,
     used_of,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    conditional_update,
+    retry_on_conflict,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
@@ -387,28 +390,21 @@ def _settle(write, *args):
 
 
 def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
-    """read -> observe -> mutate -> conditional writes, retried from scratch on a 409. first: a state read just
-    before, used for the first attempt (saves requests; the writes are conditional anyway). A mutation that
-    changes nothing still writes the ledger's own values when the quota does not hold them (a run interrupted
-    between its ledger and quota writes)."""
-    last = None
-    for attempt in range(attempts):
+    """read -> observe -> mutate -> conditional writes, retried from scratch on a 409 (cluster.retry_on_conflict).
+    first: a state read just before, used for the first attempt (saves requests; the writes are conditional
+    anyway). A mutation that changes nothing still writes the ledger's own values when the quota does not hold
+    them (a run interrupted between its ledger and quota writes)."""
+    def attempt(number):
         now = run.clock()
-        state = first if (attempt == 0 and first is not None) else _read(run, target, now)
+        state = first if (number == 0 and first is not None) else _read(run, target, now)
         if not state.backend.writable:
             return state, None, None, False
         new, info = mutate(state, now)
-        try:
-            final, changed = _commit(run, state, state.ledger if new is None else new)
-        except ConflictError as err:
-            last = err
-            run.sleep(min(1.0, 0.05 * (attempt + 1)) * (0.5 + random.random()))
-            continue
+        final, changed = _commit(run, state, state.ledger if new is None else new)
         if new is None and not changed:
             return state, state.ledger, info, False
         return state, final, info, changed
-    raise ConflictError("gave up writing %s/%s after %d conflicting concurrent writes (%s)"
-                        % (target[0], target[1], attempts, last), "re-run: the ledger makes the retry safe")
+    return retry_on_conflict(attempt, attempts, "write %s/%s" % target, run.sleep)
 
 
 def _emit(run, state, reason, message, event_type="Normal", action="Update"):
@@ -597,18 +593,12 @@ def _harvester_opt_out(run, state, final):
     reservation before the owner's value is written, naming why."""
     if run.check_mode or state.backend.name != HARVESTER or not _owned_by_namespace(state.backend):
         return
-    for _attempt in range(DEFAULT_ATTEMPTS):
-        quota = run.cluster.get_quota(*state.target)
-        body = state.backend.before_expand(quota, final)
-        if body is None:
-            return
+
+    def write(body):
         try:
-            run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
-                                % (state.target[1], state.target[0]))
-            return
-        except ConflictError:
-            continue
-        except ForbiddenError:
+            return run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
+                                       % (state.target[1], state.target[0]))
+        except (ConflictError, ForbiddenError):
             raise
         except KvquotaError as err:
             raise KvquotaError(
@@ -617,25 +607,21 @@ def _harvester_opt_out(run, state, final):
                 % (HARVESTER_SKIP_ANNOTATION, state.target[0], state.target[1], err.message),
                 "let the collection's identity update this quota (a Rancher quota lock-down must exempt it), or "
                 "set %s: \"true\" on the quota yourself for the maintenance and re-run" % HARVESTER_SKIP_ANNOTATION)
-    raise ConflictError("could not set the Harvester opt-out on %s/%s" % state.target, "re-run")
+    conditional_update(lambda: run.cluster.get_quota(*state.target),
+                       lambda quota: state.backend.before_expand(quota, final), write, attempts=DEFAULT_ATTEMPTS,
+                       what="set the Harvester opt-out on %s/%s" % state.target, sleep=run.sleep)
 
 
 def _harvester_restore(run, target, idle_ledger, backend):
     """Put Harvester's opt-out back as it was, before the final restore (owner not the quota)."""
     if run.check_mode or backend.name != HARVESTER or not _owned_by_namespace(backend):
         return
-    for _attempt in range(DEFAULT_ATTEMPTS):
-        quota = run.cluster.get_quota(*target)
-        body = backend.after_release(quota, idle_ledger)
-        if body is None:
-            return
-        try:
-            run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out restore)"
-                                % (target[1], target[0]))
-            return
-        except ConflictError:
-            continue
-    raise ConflictError("could not restore the Harvester opt-out on %s/%s" % target, "re-run")
+    conditional_update(lambda: run.cluster.get_quota(*target),
+                       lambda quota: backend.after_release(quota, idle_ledger),
+                       lambda body: run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester "
+                                                        "opt-out restore)" % (target[1], target[0])),
+                       attempts=DEFAULT_ATTEMPTS, what="restore the Harvester opt-out on %s/%s" % target,
+                       sleep=run.sleep)
 
 
 def _quota_result(state, final, info, changed):

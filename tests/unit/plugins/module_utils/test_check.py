@@ -11,7 +11,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import copy
-import datetime
 import json
 from fractions import Fraction
 
@@ -137,7 +136,7 @@ def test_expired_active_and_orphaned_reservations():
     vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
              {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
     blockers, warnings = c.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
-                                           c.parse_time(NOW), vmims, [], ledgers=ledgers)
+                                           lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
     assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
         ("expired_reservation", "old"), ("orphaned_reservation", "done")]
     assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
@@ -149,7 +148,7 @@ def test_expired_active_and_orphaned_reservations():
 
 def test_finished_but_recent_reservation_is_not_orphaned():
     quota, ledgers = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW), [], [], ledgers=ledgers)
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW), [], [], ledgers=ledgers)
     assert blockers == [] and [w["kind"] for w in warnings] == ["active_reservation"]
 
 
@@ -157,7 +156,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     """A ledger-looking annotation (0.1.0's place) counts only if it verifies against the quota: broken or forged
     ones are named and ignored, never a blocker and never authority."""
     broken = _quota(annotations={lg.LEDGER_ANNOTATION: "{not json"})
-    blockers, warnings = c.ledger_findings("tenant-a", None, [broken], c.parse_time(NOW))
+    blockers, warnings = c.ledger_findings("tenant-a", None, [broken], lg.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     forged = lg.new_ledger("tenant-a", "compute")
     forged, _outcome = lg.reserve(forged, "r1", {"limits.memory": "100Gi"}, {"limits.memory": "1Mi"},
@@ -165,7 +164,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     data = lg.mark_written(forged).to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})   # written 100Gi+1Mi != 6024Mi
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     assert "does not match the quota" in warnings[0]["message"]
 
@@ -175,7 +174,7 @@ def test_a_0_1_0_ledger_that_matches_its_quota_is_read():
     data = book.to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], c.parse_time(NOW))
+    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
     assert blockers == [] and [(w["kind"], w["reservation"]) for w in warnings] == [("active_reservation", "live")]
 
 
@@ -202,14 +201,6 @@ def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
         planned = c.without_reservations(quota, book)
         assert planned["spec"]["hard"]["limits.memory"] == value
         assert planned["status"]["hard"]["limits.memory"] == "5000Mi"   # still what kvquota wrote: minus 1Gi
-
-
-def test_parse_time():
-    assert c.parse_time("2025-01-31T12:00:00Z") == datetime.datetime(2025, 1, 31, 12, tzinfo=c._UTC)
-    expected = datetime.datetime(2025, 1, 31, 12, 0, 0, 500000, tzinfo=c._UTC)
-    assert c.parse_time("2025-01-31T14:00:00.5+02:00") == expected
-    with pytest.raises(InputError):
-        c.parse_time("yesterday")
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import datetime
 import json
 
 import pytest
@@ -41,6 +42,37 @@ def test_time_round_trip():
     assert L.parse_time(None) is None
     with pytest.raises(InputError):
         L.parse_time("yesterday")
+
+
+UTC = datetime.timezone.utc
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("2025-01-31T12:00:00Z", datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),
+    ("2025-01-31T14:00:00.5+02:00", datetime.datetime(2025, 1, 31, 12, 0, 0, 500000, tzinfo=UTC)),
+    ("2025-01-31T12:00:00.123456789Z", datetime.datetime(2025, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)),  # nanos
+    ("2025-01-31t12:00:00z", datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),   # RFC 3339 allows lower case
+    ("2025-01-31 10:30:00-01:30", datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),
+    ("2025-01-31T12:00:00", datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),   # no zone: UTC
+    (datetime.datetime(2025, 1, 31, 12), datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),
+])
+def test_parse_datetime(text, expected):
+    parsed = L.parse_datetime(text)
+    assert parsed == expected and parsed.utcoffset() is not None
+
+
+@pytest.mark.parametrize("text", ["yesterday", "", "2025-13-01T00:00:00Z", "12:00"])
+def test_malformed_times_are_one_clear_error(text):
+    with pytest.raises(InputError) as err:
+        L.parse_time(text)
+    assert str(err.value).startswith("malformed time '%s'" % text)
+    assert "2025-01-31T12:00:00Z" in str(err.value)
+
+
+def test_parse_time_is_whole_seconds_of_parse_datetime():
+    assert L.parse_time("2025-01-01T00:00:00.999Z") == T0
+    assert L.parse_time(datetime.datetime(2025, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))) == T0
+    assert L.parse_time(T0 + 0.5) == T0
 
 
 # ---------------------------------------------------------------------------

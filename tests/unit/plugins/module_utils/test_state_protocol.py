@@ -24,7 +24,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as S
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import object_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     ForbiddenError,
@@ -40,6 +39,21 @@ RANCHER_ANNOTATION = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
 class Crash(BaseException):
     """The run was killed (SIGKILL) at this write: a BaseException, so no handler of the code under test
     swallows it, as none can catch a kill."""
+
+
+# What this fake API server's discovery would answer: (apiVersion, kind) -> (plural, namespaced)
+SERVED = {("v1", "Namespace"): ("namespaces", False), ("v1", "ResourceQuota"): ("resourcequotas", True),
+          ("v1", "ConfigMap"): ("configmaps", True), ("coordination.k8s.io/v1", "Lease"): ("leases", True)}
+
+
+def object_path(obj):
+    """The API path of obj on this fake API server (cluster.Cluster.object_path asks discovery)."""
+    api_version = obj.get("apiVersion") or "v1"
+    plural, namespaced = SERVED[(api_version, obj["kind"])]
+    path = "/apis/" + api_version if "/" in api_version else "/api/" + api_version
+    if namespaced:
+        path += "/namespaces/" + obj["metadata"]["namespace"]
+    return "%s/%s/%s" % (path, plural, obj["metadata"]["name"])
 
 
 class FakeApi(object):
