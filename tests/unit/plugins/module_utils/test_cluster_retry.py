@@ -229,13 +229,16 @@ def test_a_429_from_the_eviction_api_is_an_answer_not_retried():
 
 def test_a_conditional_put_is_retried_and_a_later_409_says_the_first_may_have_applied():
     conflict = FakeResponse(409, status_body(409, "Conflict", "the object has been modified"))
-    script = Script([reset(), conflict])
+    discovery = FakeResponse(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+        {"name": "resourcequotas", "kind": "ResourceQuota", "namespaced": True}]})
+    script = Script([discovery, reset(), conflict])
     quota = {"apiVersion": "v1", "kind": "ResourceQuota",
              "metadata": {"name": "q", "namespace": "t", "resourceVersion": "5"}}
     with pytest.raises(ConflictError) as caught:
         cluster_for(script).replace(quota)
-    assert [r[0] for r in script.requests] == ["PUT", "PUT"]
-    assert all(r[2]["metadata"]["resourceVersion"] == "5" for r in script.requests)
+    # the first request is discovery (the path of a ResourceQuota), then the PUT and its retry
+    assert [r[0] for r in script.requests] == ["GET", "PUT", "PUT"]
+    assert all(r[2]["metadata"]["resourceVersion"] == "5" for r in script.requests[1:])
     assert caught.value.details["maybe_applied"] is True
     assert "may have done it" in str(caught.value)
 
