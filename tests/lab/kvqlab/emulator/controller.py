@@ -127,6 +127,7 @@ class Emulator(EvacuationMixin):
         self._last_agent_restart = self.default_knobs.rancher_agent_restart
         self.last_eviction_batch = 0.0    # workload updater: monotonic time of its last Evict batch
         self.updater_due = 0.0            # workload updater: monotonic time of its next round
+        self.updater_kicked = False       # workload updater: a pass after a migration event is queued
         self.current_launcher_image = None
         self.webhook = None
         self._init_informers()
@@ -263,6 +264,7 @@ class Emulator(EvacuationMixin):
             self._kick_pending_migrations()
         if etype == "DELETED" or (phase or "") != (old_phase or ""):
             self.enqueue_evacuations()   # a slot freed or taken: the evacuation controller re-counts
+            self.kick_workload_updater()
         if self.knobs.harvester:
             self.queue.add(("harvester", md["namespace"]))
 

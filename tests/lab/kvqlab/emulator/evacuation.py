@@ -45,6 +45,7 @@ DEFAULT_DRAIN_TAINT_KEY = "kubevirt.io/drain"
 PRIORITY_QUEUE_GATE = "MigrationPriorityQueue"
 LAUNCHER_REPOSITORY = render.LAUNCHER_IMAGE.rsplit(":", 1)[0]
 DEFAULT_LAUNCHER_TAG = render.LAUNCHER_IMAGE.rsplit(":", 1)[1]
+UPDATER_THROTTLE_SECONDS = 5.0   # KubeVirt's defaultThrottleInterval for the workload updater's migration events
 NOT_RUNNING_PHASES = ("", None, "Pending", "Failed", "Succeeded", "WaitingForSync", "Synchronizing")
 
 
@@ -283,8 +284,7 @@ class EvacuationMixin:
     def sync_workload_updater(self):
         key = ("workload-updater",)
         now = time.monotonic()
-        if now < self.updater_due:
-            return None   # a timer for the next round is pending; one round per period
+        self.updater_kicked = False
         cr = self.kubevirt_cr()
         if cr is None or (cr.get("status") or {}).get("phase") != "Deployed":
             return None
@@ -316,8 +316,8 @@ class EvacuationMixin:
             obj = self.rest.patch("/apis/kubevirt.io/v1/namespaces/%s/kubevirts/%s/status" % (md["namespace"], md["name"]),
                                   {"status": {"outdatedVirtualMachineInstanceWorkloads": len(outdated)}})
             self.kubevirts._apply("MODIFIED", obj)
-        if not (migratable or evictable):
-            return None
+        if not (migratable or evictable) or now < self.updater_due:
+            return None   # nothing to start, or a timer for the next round is pending: one round per period
         random.shuffle(migratable)
         cap = max(0, self.migration_config()["parallelMigrationsPerCluster"] - running)
         chosen = migratable[:cap]
@@ -337,6 +337,13 @@ class EvacuationMixin:
         self.updater_due = now + period
         self.queue.add(key, period)
         return None
+
+    def kick_workload_updater(self):
+        """A migration changed: like KubeVirt's (5 s throttle), a pass that refreshes the outdated count (it starts
+        migrations only when a round is due)."""
+        if not self.updater_kicked:
+            self.updater_kicked = True
+            self.queue.add(("workload-updater",), UPDATER_THROTTLE_SECONDS)
 
     def evict_outdated(self, evictable, strategy):
         size = int(strategy.get("batchEvictionSize") or 10)
