@@ -30,6 +30,29 @@ VERSIONS = [
 ]
 
 
+# ====================================================================== pure tests
+
+def test_pure_helpers_follow_kubevirt():
+    from kvqlab.emulator import evacuation, webhook
+    assert evacuation.version_tuple("v1.7.4") == (1, 7, 4) and evacuation.version_tuple("1.9.0-rc.1") == (1, 9, 0)
+    assert evacuation.parse_duration("1m30s") == 90 and evacuation.parse_duration("1h") == 3600
+    # KubeVirt's IsRunning: Pending (and unset) migrations do not hold a slot in the controllers' counts
+    assert not evacuation.migration_running({"status": {"phase": "Pending"}})
+    assert not evacuation.migration_running({})
+    assert evacuation.migration_running({"status": {"phase": "Scheduling"}})
+    assert evacuation.denied("x") == {"allowed": False, "status": {"code": 429, "message": "x"}}
+    vwc = webhook.webhook_configuration(4443, b"CA")
+    (hook,) = vwc["webhooks"]
+    assert vwc["metadata"]["name"] == "virt-api-validator"
+    assert hook["name"] == "virt-launcher-eviction-interceptor.kubevirt.io" and hook["failurePolicy"] == "Fail"
+    assert hook["rules"] == [{"operations": ["*"], "apiGroups": [""], "apiVersions": ["v1"],
+                              "resources": ["pods/eviction"]}]
+    assert hook["clientConfig"]["url"] == "https://127.0.0.1:4443/pod-eviction-validate"
+    assert hook["matchConditions"][0]["expression"] == 'object.metadata.name.startsWith("virt-launcher")'
+
+
+# ====================================================================== lab tests
+
 @pytest.fixture(scope="module")
 def rest(lab):
     return Rest(lab.api_client(admin=True))
@@ -233,8 +256,7 @@ def test_workload_updater_round_after_a_launcher_image_change(lab, rest, emu):
     emulator.set_knobs(lab, workload_update_period_seconds=4, migration_seconds=2.5)
     try:
         old_image = vmis(rest, res.namespaces)[0]["status"]["launcherContainerImageVersion"]
-        rest.patch(KV_CR, {"spec": {"imageTag": "v1.6.6-" + tag,
-                                    "workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}})
+        emulator.roll_out_kubevirt(lab, "v1.6.6-" + tag)
         new_image = old_image.rsplit(":", 1)[0] + ":v1.6.6-" + tag
         wait(lambda: all("kubevirt.io/outdatedLauncherImage" in v["metadata"].get("labels", {})
                          for v in vmis(rest, res.namespaces)), 20, "outdatedLauncherImage labels")
