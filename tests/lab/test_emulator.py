@@ -654,17 +654,29 @@ def test_scenario_e_scale_apply_time(lab, rest, emu):
 
 
 def test_eviction_of_live_migratable_vm_pod_is_refused(lab, rest, emu, ns):
+    """virt-api's eviction webhook: 429 with KubeVirt's message, the VMI marked for evacuation, no PDB (KubeVirt
+    v1.x creates none); the evacuation controller then migrates the VM off its node."""
     from kubernetes.client.exceptions import ApiException
     vm = scenarios.vm_object({"name": "ev", "namespace": ns, "cpu": 1, "memory": "1Gi",
                               "limits": {"cpu": "1", "memory": "1Gi"}, "evictionStrategy": "LiveMigrate"})
     rest.create(KV + "/namespaces/%s/virtualmachines" % ns, vm)
-    wait_running(rest, ns, "ev")
-    wait(lambda: rest.get("/apis/policy/v1/namespaces/%s/poddisruptionbudgets" % ns)["items"], 10, "PDB")
+    source = wait_running(rest, ns, "ev")["status"]["nodeName"]
     (pod,) = launcher_pods(rest, ns, "ev")
     with pytest.raises(ApiException) as err:
         rest.create("/api/v1/namespaces/%s/pods/%s/eviction" % (ns, pod["metadata"]["name"]), {
             "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod["metadata"]["name"]}})
     assert err.value.status == 429
+    assert json.loads(err.value.body)["message"] == 'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" ' \
+        'denied the request: Eviction triggered evacuation of VMI "%s/ev"' % ns
+    assert rest.get("/apis/policy/v1/namespaces/%s/poddisruptionbudgets" % ns)["items"] == []
+    (m,) = wait(lambda: rest.get(KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"], 10,
+                "evacuation migration")
+    assert m["metadata"]["generateName"] == "kubevirt-evacuation-"
+    assert m["metadata"]["annotations"]["kubevirt.io/evacuationMigration"] == source
+    wait(lambda: phase_of(rest, ns, m["metadata"]["name"]) == "Succeeded", 30, "evacuation migration Succeeded")
+    moved = vmi(rest, ns, "ev")
+    assert moved["status"]["nodeName"] != source
+    assert not moved["status"].get("evacuationNodeName")   # cleared when the target took over
 
 
 @pytest.mark.parametrize("name", ["b", "c", "d"])

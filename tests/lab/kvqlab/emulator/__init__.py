@@ -18,7 +18,7 @@ import time
 from .knobs import KNOBS_CONFIGMAP, Knobs, knobs_to_data, parse_knobs
 
 __all__ = ["start", "attach", "install_crds", "install_identities", "ensure_knobs", "set_knobs", "get_knobs",
-           "rancher_agent_restart", "lockdown_active", "wait_lockdown", "kubevirt_controller_user", "rancher_user",
+           "rancher_agent_restart", "roll_out_kubevirt", "lockdown_active", "wait_lockdown", "kubevirt_controller_user", "rancher_user",
            "as_identity", "EmulatorHandle", "Knobs", "KNOBS_CONFIGMAP", "KNOBS_NAMESPACE", "parse_knobs",
            "knobs_to_data"]
 
@@ -113,6 +113,21 @@ def as_identity(target, username):
     kubeconfig path or an admin Rest)."""
     from .rest import Rest, impersonating
     return Rest(impersonating(_rest_for(target).api, username))
+
+
+def roll_out_kubevirt(target, image_tag, version=None, methods=("LiveMigrate",)):
+    """The lab's KubeVirt upgrade: spec.imageTag = image_tag (the launcher image every VMI is compared with;
+    None = back to the emulator's own tag), spec.workloadUpdateStrategy.workloadUpdateMethods = methods (None
+    leaves the strategy as it is), and status.observedKubeVirtVersion = version when given (sizing rules and
+    the evacuation controller's behaviour follow it)."""
+    rest = _rest_for(target)
+    cr = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt"
+    spec = {"imageTag": image_tag}
+    if methods is not None:
+        spec["workloadUpdateStrategy"] = {"workloadUpdateMethods": list(methods)}
+    rest.patch(cr, {"spec": spec})
+    if version:
+        rest.patch(cr + "/status", {"status": {"observedKubeVirtVersion": "v" + str(version).lstrip("v")}})
 
 
 def lockdown_active(target):

@@ -22,7 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from . import install_identities, kubevirt_controller_user
 from . import knobs as knobs_mod
-from . import rancher, render
+from . import rancher, render, webhook
+from .evacuation import EvacuationMixin
 from .rest import Informer, Rest, WorkQueue, api_message, impersonating_client, make_api_client
 
 log = logging.getLogger("kvqlab.emulator")
@@ -97,7 +98,10 @@ def pod_terminal(pod):
     return (pod.get("status") or {}).get("phase") in FINAL or bool(pod["metadata"].get("deletionTimestamp"))
 
 
-class Emulator:
+class Emulator(EvacuationMixin):
+    evac_log = vclog
+    updater_log = vclog
+
     def __init__(self, kubeconfig, knobs_namespace="kvqlab-system", workers=4, default_knobs=None,
                  default_kubevirt_version=DEFAULT_KV_VERSION):
         self.api_client = make_api_client(kubeconfig)
@@ -121,6 +125,11 @@ class Emulator:
         self.admitted = {}            # vmim uid -> source node (target pod created, cache may lag)
         self.counters = {"rejections": 0, "migrations_succeeded": 0, "migrations_failed": 0}
         self._last_agent_restart = self.default_knobs.rancher_agent_restart
+        self.last_eviction_batch = 0.0    # workload updater: monotonic time of its last Evict batch
+        self.updater_due = 0.0            # workload updater: monotonic time of its next round
+        self.updater_kicked = False       # workload updater: a pass after a migration event is queued
+        self.current_launcher_image = None
+        self.webhook = None
         self._init_informers()
 
     # ------------------------------------------------------------------ setup
@@ -130,7 +139,8 @@ class Emulator:
         self.kubevirts = Informer(self.rest, KV + "/kubevirts", self._on_kubevirt, name="kubevirts", stop=s, optional=True)
         self.vms = Informer(self.rest, KV + "/virtualmachines", self._on_vm, name="vms", stop=s, optional=True)
         self.vmis = Informer(self.rest, KV + "/virtualmachineinstances", self._on_vmi, name="vmis", stop=s,
-                             indexers=by_ns, optional=True)
+                             indexers=dict(by_ns, node=lambda o: [(o.get("status") or {}).get("nodeName")]),
+                             optional=True)
         self.vmims = Informer(self.rest, KV + "/virtualmachineinstancemigrations", self._on_vmim, name="vmims",
                               stop=s, optional=True, indexers={
                                   "ns": lambda o: [o["metadata"].get("namespace")],
@@ -170,11 +180,24 @@ class Emulator:
         for t in self.threads:
             t.start()
         self.queue.add(("lockdown",))
+        self.queue.add(("workload-updater",))
+        self.enqueue_evacuations()
+        if self.knobs.eviction_webhook:
+            self.start_webhook()
         log.info("emulator started (workers=%d)", self.workers)
+
+    def start_webhook(self):
+        """Serve virt-api's eviction webhook and register it with the apiserver (KubeVirt's configuration)."""
+        cert, key, ca_pem = webhook.lab_certificates(self.api_client.configuration.ssl_ca_cert)
+        self.webhook = webhook.EvictionWebhook(self.admit_eviction, cert, key).start()
+        webhook.install(self.rest, self.webhook.port, ca_pem)
+        log.info("eviction webhook %s served on 127.0.0.1:%d", webhook.EVICTION_WEBHOOK, self.webhook.port)
 
     def stop(self):
         self.stop_event.set()
         self.queue.close()
+        if self.webhook is not None:
+            self.webhook.stop()
 
     # --------------------------------------------------------------- handlers
     def _on_knobs(self, etype, obj, old):
@@ -196,6 +219,15 @@ class Emulator:
 
     def _on_kubevirt(self, etype, obj, old):
         self._kick_pending_migrations()
+        image = self.launcher_image()
+        if image != self.current_launcher_image:
+            # virt-operator rolled out a new launcher image: the VMI controller re-labels every VMI
+            self.current_launcher_image = image
+            for v in self.vmis.list():
+                self.queue.add(("vmi", v["metadata"]["namespace"], v["metadata"]["name"]))
+            self.updater_due = 0.0
+            self.queue.add(("workload-updater",))
+        self.enqueue_evacuations()
         self.queue.add(("kubevirt", obj["metadata"].get("namespace"), obj["metadata"]["name"]))
 
     def _on_setting(self, etype, obj, old):
@@ -220,6 +252,7 @@ class Emulator:
             self.queue.add(("vm", md["namespace"], md["name"]))
         for m in self.vmims.by_index("vmi", "%s/%s" % (md["namespace"], md["name"])):
             self.queue.add(("vmim", md["namespace"], m["metadata"]["name"]))
+        self.enqueue_evacuation_for_vmi(obj, old)
 
     def _on_vmim(self, etype, obj, old):
         md = obj["metadata"]
@@ -229,6 +262,9 @@ class Emulator:
         if etype == "DELETED" or (phase in FINAL and old_phase not in FINAL):
             self.admitted.pop(md.get("uid"), None)
             self._kick_pending_migrations()
+        if etype == "DELETED" or (phase or "") != (old_phase or ""):
+            self.enqueue_evacuations()   # a slot freed or taken: the evacuation controller re-counts
+            self.kick_workload_updater()
         if self.knobs.harvester:
             self.queue.add(("harvester", md["namespace"]))
 
@@ -271,6 +307,8 @@ class Emulator:
     def _on_node(self, etype, obj, old):
         if etype != "DELETED":
             self.queue.add(("node", obj["metadata"]["name"]))
+            if self.node_has_drain_taint(obj):
+                self.queue.add(("evacuation", obj["metadata"]["name"]))
 
     def _kick_pending_migrations(self):
         for m in self.vmims.list():
@@ -282,7 +320,8 @@ class Emulator:
         handlers = {"vm": self.sync_vm, "vmi": self.sync_vmi, "vmim": self.sync_vmim,
                     "rancher": self.sync_rancher, "harvester": self.sync_harvester,
                     "node": self.sync_node, "project": self.sync_project, "kubevirt": self.sync_kubevirt,
-                    "lockdown": self.sync_lockdown}
+                    "lockdown": self.sync_lockdown,
+                    "evacuation": self.sync_evacuation, "workload-updater": self.sync_workload_updater}
         while not self.stop_event.is_set():
             key = self.queue.get()
             if key is None:
@@ -391,9 +430,13 @@ class Emulator:
         ns = vmi["metadata"]["namespace"]
         nsobj = self.namespaces.get("", ns) or {"metadata": {}}
         tracks = render.quota_tracks(self.quotas.by_index("ns", ns))
-        return render.launcher_pod(vmi, self.sizing_config(), self.knobs,
-                                   namespace_labels=nsobj["metadata"].get("labels") or {},
-                                   tracks=tracks, migration=migration, initial_node=initial_node)
+        pod = render.launcher_pod(vmi, self.sizing_config(), self.knobs,
+                                  namespace_labels=nsobj["metadata"].get("labels") or {},
+                                  tracks=tracks, migration=migration, initial_node=initial_node)
+        image = self.launcher_image()
+        for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", []):
+            c["image"] = image    # the launcher image of the KubeVirt deployed now (spec.imageTag)
+        return pod
 
     # ---------------------------------------------------------------- helpers
     def patch_status(self, kind, ns, name, status, informer):
@@ -660,7 +703,7 @@ class Emulator:
         status = {
             "phase": "Running", "nodeName": node, "migrationMethod": method,
             "activePods": {pod["metadata"]["uid"]: node},
-            "launcherContainerImageVersion": render.LAUNCHER_IMAGE,
+            "launcherContainerImageVersion": pod["spec"]["containers"][0].get("image") or render.LAUNCHER_IMAGE,
             "qosClass": (pod.get("status") or {}).get("qosClass", "Burstable"),
             "guestOSInfo": {}, "interfaces": [],
             "conditions": [
@@ -697,6 +740,8 @@ class Emulator:
             self.patch_status("vmi", ns, name, {"phase": "Failed", "reason": "PodTerminated"}, self.vmis)
             return None
         self.ensure_disruption_budget(vmi)
+        if current and not (ms and not ms.get("completed")):
+            self.sync_launcher_image(vmi, current[0])
         # a source pod vacated by a successful migration completes some time after the VMIM
         # is Succeeded (the delay knob is read now, so changing it affects waiting pods)
         soonest = None
@@ -1000,6 +1045,8 @@ class Emulator:
         meta = {"annotations": {END_ANNOTATION: "%.3f" % end}, "labels": {NODE_LABEL: tnode}}
         self.patch_meta("vmi", ns, vmi_name, meta, self.vmis)
         status = {"nodeName": tnode, "migrationState": ms, "activePods": {target["metadata"]["uid"]: tnode}}
+        if vst.get("evacuationNodeName"):
+            status["evacuationNodeName"] = None   # virt-handler clears it when the target takes over
         self.patch_status("vmi", ns, vmi_name, status, self.vmis)
         mst = dict((m.get("status") or {}).get("migrationState") or {})
         mst.update({"completed": True, "endTimestamp": now_iso(end), "targetNode": tnode})

@@ -59,7 +59,9 @@ class Knobs:
     rancher_agent_restart: str = ""                # change to any new value = "cattle-cluster-agent restarted"
     rancher_lockdown: bool = False                 # Rancher 2.14+: only Rancher may write labelled quotas
     harvester: bool = False                        # Harvester emulation (ratio setting + quota scaling)
-    eviction_pdb: bool = True                      # PDB per live-migratable VMI: evictions answered 429
+    eviction_pdb: bool = False                     # legacy PDB per live-migratable VMI (KubeVirt < v0.57 did)
+    eviction_webhook: bool = True                  # virt-api's eviction webhook (read at emulator start)
+    workload_update_period_seconds: float = 30.0   # workload updater re-run period while outdated VMIs remain
 
     def matches(self, names, namespace, vmi_name):
         return "all" in names or vmi_name in names or "%s/%s" % (namespace, vmi_name) in names
@@ -89,6 +91,8 @@ _PARSERS = {
     "rancher_lockdown": parse_bool,
     "harvester": parse_bool,
     "eviction_pdb": parse_bool,
+    "eviction_webhook": parse_bool,
+    "workload_update_period_seconds": float,
 }
 
 
