@@ -1381,7 +1381,7 @@ def campaign_control_plane(args):
             proc = lab.start({"node_maintenance_node": node, "node_maintenance_api_outage_budget": budget})
             probs = []
             try:
-                lab.r.wait(lambda: lab.ledgers(), 180, "a reservation (mid-batch)")
+                lab.r.wait(lab.ledgers, 180, "a reservation (mid-batch)")
                 event = getattr(faults, fault)(**fault_args)
             except Exception as exc:  # noqa: BLE001 - recorded as the case's problem
                 probs.append("fault not injected: %s" % exc)

@@ -149,14 +149,14 @@ def test_the_throttle_answers_the_kvquota_user_429_with_retry_after_and_nobody_e
     assert user_get(lab, "/api/v1/namespaces/default")[0] == 200
     with faults.throttled() as load:
         time.sleep(1)
-        answers = [user_get(lab, "/api/v1/namespaces/default") for _ in range(30)]
-        admin = [lab.readyz() for _ in range(10)]
+        answers = [user_get(lab, "/api/v1/namespaces/default") for _attempt in range(30)]
+        admin = [lab.readyz() for _attempt in range(10)]
     refused = [a for a in answers if a[0] == 429]
     assert len(refused) >= 5, answers
-    assert all(retry_after and int(retry_after) >= 1 for _, retry_after in refused)
+    assert all(retry_after and int(retry_after) >= 1 for _status, retry_after in refused)
     assert load.counts.get(429, 0) > 0
     assert all(admin)
-    assert [user_get(lab, "/api/v1/namespaces/default")[0] for _ in range(10)] == [200] * 10
+    assert [user_get(lab, "/api/v1/namespaces/default")[0] for _attempt in range(10)] == [200] * 10
 
 
 # ---------------------------------------------------------------- a module through the faults

@@ -182,9 +182,9 @@ def test_kubectl_drain_evacuates_like_kubevirt(lab, rest, emu, version, gates, a
         # the webhook marks the VMIs one eviction at a time, so passes see few candidates each; without the
         # gate no pass exceeds parallelOutboundMigrationsPerNode (see the taint test for one pass over all)
         passes = [p for p in selections(emu, source) if p[1]]
-        assert sum(s for _, s in passes) == 6
+        assert sum(selected for _candidates, selected in passes) == 6
         if not all_at_once:
-            assert all(s <= 2 for _, s in passes)
+            assert all(selected <= 2 for _candidates, selected in passes)
         assert watcher.max_in_flight <= 2       # the migration controller's per-node limit either way
     finally:
         lab.kubectl("uncordon", source)

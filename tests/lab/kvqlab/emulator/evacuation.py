@@ -52,7 +52,7 @@ NOT_RUNNING_PHASES = ("", None, "Pending", "Failed", "Succeeded", "WaitingForSyn
 def version_tuple(text):
     """'v1.7.2' -> (1, 7, 2); unparsable parts count as 0."""
     parts = []
-    for piece in str(text or "").lstrip("v").split("-")[0].split(".")[:3]:
+    for piece in str(text or "").lstrip("v").split("-", maxsplit=1)[0].split(".")[:3]:
         try:
             parts.append(int(piece))
         except ValueError:
@@ -246,7 +246,7 @@ class EvacuationMixin:
     def enqueue_evacuation_for_vmi(self, vmi, old):
         for obj in (vmi, old):
             st = (obj or {}).get("status") or {}
-            for node in {st.get("evacuationNodeName"), st.get("nodeName")}:
+            for node in sorted(set([st.get("evacuationNodeName"), st.get("nodeName")]) - {None, ""}):
                 if node and (st.get("evacuationNodeName") or self.node_tainted(node)):
                     self.queue.add(("evacuation", node))
 

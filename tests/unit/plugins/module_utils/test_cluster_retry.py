@@ -300,14 +300,14 @@ def test_a_403_from_an_api_server_still_starting_after_an_outage_is_retried():
     cluster = cluster_for(script)
     with pytest.raises(ForbiddenError):
         cluster.get_namespace("a")
-    paths = [url.split(HOST, 1)[1] for _, url, _ in script.requests]
+    paths = [url.split(HOST, 1)[1] for _method, url, _body in script.requests]
     assert paths == ["/api/v1/namespaces/a", "/api/v1/namespaces/a", "/readyz", "/api/v1/namespaces/a", "/readyz"]
     assert len(script.sleeps) == 2
     # once /readyz said ready, a 403 is an answer again, without another probe
     script.outcomes = [denied]
     with pytest.raises(ForbiddenError):
         cluster.get_namespace("a")
-    assert [url.split(HOST, 1)[1] for _, url, _ in script.requests][5:] == ["/api/v1/namespaces/a"]
+    assert [url.split(HOST, 1)[1] for _method, url, _body in script.requests][5:] == ["/api/v1/namespaces/a"]
 
 
 def test_a_403_without_an_outage_before_it_is_an_answer_with_no_readiness_probe():
