@@ -29,7 +29,6 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -38,12 +37,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     WaitTimeoutError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_time
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
 # what `pod_selectors: [kubevirt.io!=virt-launcher]` leaves on the node
 LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
 TOO_MANY_REQUESTS = 429
 
 

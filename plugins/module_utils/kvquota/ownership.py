@@ -19,6 +19,8 @@ VMI_KIND = "VirtualMachineInstance"
 KUBEVIRT_GROUP = "kubevirt.io"
 KUBEVIRT = (KUBEVIRT_GROUP, "v1")   # KubeVirt's API (group, version), for the custom-object calls
 VIRT_CONTROLLER = "virt-controller"
+# The phases after which a VirtualMachineInstanceMigration changes no more (KubeVirt's MigrationSucceeded/Failed).
+FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 
 
 def _meta(obj):
