@@ -27,6 +27,7 @@ import json
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import annotations as _annotations, labels as _labels, meta as _meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import (
     LEDGER_ANNOTATION,
     desired_strings,
@@ -84,18 +85,6 @@ def rancher_key(name):
 def quota_name_for(key):
     """The quota resource name for a Rancher limit key, or None."""
     return RANCHER_KEYS.get(key)
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
-
-def _annotations(obj):
-    return _meta(obj).get("annotations") or {}
-
-
-def _labels(obj):
-    return _meta(obj).get("labels") or {}
 
 
 def _ref(obj):

@@ -36,6 +36,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     UnreachableError,
     WaitTimeoutError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta as _meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_time
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
@@ -44,10 +45,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas
 LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 TOO_MANY_REQUESTS = 429
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
 
 
 def _ref(obj):

@@ -139,7 +139,7 @@ def test_expired_active_and_orphaned_reservations():
     vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
              {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
     blockers, warnings = audit.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
-                                           lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
+                                               lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
     assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
         ("expired_reservation", "old"), ("orphaned_reservation", "done")]
     assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
@@ -892,7 +892,7 @@ def test_requests_by_node_counts_live_bound_pods_only():
     pods = [plain_pod("n1"), plain_pod("n1", cpu="500m", memory="512Mi", deletionTimestamp="2025-01-31T11:00:00Z"),
             plain_pod("n1", phase="Succeeded"), plain_pod("n2", phase="Failed"), plain_pod(None)]
     assert node_capacity.requests_by_node(pods) == {"n1": {"requests.cpu": Fraction(3, 2), "requests.memory": Fraction(1536 * Mi),
-                                               "pods": Fraction(2)}}
+                                                    "pods": Fraction(2)}}
 
 
 def test_drain_blocked_when_the_other_nodes_lack_memory():
