@@ -27,6 +27,7 @@ import json
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import annotations as _annotations, labels as _labels, meta as _meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import (
     LEDGER_ANNOTATION,
     desired_strings,
@@ -86,18 +87,6 @@ def quota_name_for(key):
     return RANCHER_KEYS.get(key)
 
 
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
-
-def _annotations(obj):
-    return _meta(obj).get("annotations") or {}
-
-
-def _labels(obj):
-    return _meta(obj).get("labels") or {}
-
-
 def _ref(obj):
     meta = _meta(obj)
     return "%s/%s" % (meta.get("namespace") or "-", meta.get("name"))
@@ -127,8 +116,8 @@ def used_of(quota):
     return dict(((quota or {}).get("status") or {}).get("used") or {})
 
 
-def parse_version(text):
-    """(major, minor, patch) of 'v1.4.2', '1.5.0-rc1', ...; None when unreadable."""
+def parse_harvester_version(text):
+    """(major, minor, patch) of a Harvester version such as 'v1.4.2', '1.5.0-rc1', ...; None when unreadable."""
     match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or "").strip())
     if not match:
         return None
@@ -487,6 +476,11 @@ def is_rancher_managed(quota):
     return labels.get(RANCHER_QUOTA_LABEL) == "true" or labels.get(RANCHER_CREATOR_LABEL) == "norman"
 
 
+def quota_owner(quota):
+    """'rancher' for a quota Rancher rebuilds from the namespace annotation, else 'plain'."""
+    return "rancher" if is_rancher_managed(quota) else "plain"
+
+
 def is_aaq(quota):
     api_version = str((quota or {}).get("apiVersion") or "")
     return (quota or {}).get("kind") == AAQ_KIND or api_version.startswith(AAQ_GROUP + "/")
@@ -501,7 +495,7 @@ def harvester_scales(quota, cluster_facts):
     marked = bool(harvester_migrating(quota)) or HARVESTER_SKIP_ANNOTATION in annotations
     if not (facts.get("harvester") or marked):
         return False
-    version = parse_version(facts.get("harvester_version"))
+    version = parse_harvester_version(facts.get("harvester_version"))
     if version is not None and version < HARVESTER_MIN_VERSION and not marked:
         return False
     return is_rancher_managed(quota) or marked

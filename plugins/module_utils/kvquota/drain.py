@@ -29,7 +29,6 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -37,18 +36,15 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     UnreachableError,
     WaitTimeoutError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta as _meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_time
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
 # what `pod_selectors: [kubevirt.io!=virt-launcher]` leaves on the node
 LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
 TOO_MANY_REQUESTS = 429
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
 
 
 def _ref(obj):

@@ -16,7 +16,7 @@ from fractions import Fraction
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT, uid_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
     event_stamp,
     failed_create_events,
@@ -29,7 +29,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     remove_zeros,
 )
 
-FINAL_PHASES = ("Succeeded", "Failed")
 # The most one top-up of a quota may add when top_up_cap is not given: a quarter of what the refused target pods
 # are computed to charge it. Sizing errors (an overhead the formula misses, a sidecar) are a fraction of a pod; a
 # larger need means the sizing is wrong, and stopping with the numbers is better than handing out quota that a
@@ -103,7 +102,7 @@ def refused_migrations(cluster, migrations):
                             "virtualmachineinstancemigrations", name,
                             what="get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
         condition = admission.rejected_condition(vmim)
-        if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_PHASES:
+        if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_MIGRATION_PHASES:
             continue
         refused.append((vmim, condition))
     return refused

@@ -19,6 +19,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capacity import requests_by_node
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ForbiddenError,
     InputError,
@@ -26,10 +27,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     NotFoundError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import (
+    FINAL_MIGRATION_PHASES,
     KUBEVIRT,
     event_is_about,
     launcher_vmi_uid,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
 DEFAULT_PAGE_SIZE = 500
@@ -291,14 +294,13 @@ def read_inventory(cluster, scope=None, options=None):
     pods = dict((ns, items) for ns, items in _by_namespace(pods).items() if ns in covered)
 
     # node_capacity: what the non-terminal pods of every namespace request on each node (one more list), for
-    # the free capacity the target pods need (check.NodeCapacity).
+    # the free capacity the target pods need (capacity.NodeCapacity).
     node_requests = None
     if capacity:
-        from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import requests_by_node
         try:
             node_requests = requests_by_node(list_all(
                 cluster, core.list_pod_for_all_namespaces, what="list pods (node capacity)", page_size=page,
-                field_selector="status.phase!=Succeeded,status.phase!=Failed"))
+                field_selector=",".join("status.phase!=%s" % phase for phase in FINISHED_POD_PHASES)))
         except ForbiddenError as err:
             notes.append("pods of all namespaces: not readable (%s); the free capacity of the nodes is not "
                          "checked" % err.message)
@@ -384,7 +386,7 @@ def read_inventory(cluster, scope=None, options=None):
 
 def _rejected(vmim):
     status = vmim.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in FINAL_MIGRATION_PHASES:
         return False
     return any(c.get("type") == "migrationRejectedByResourceQuota" and str(c.get("status")) == "True"
                for c in status.get("conditions") or ())

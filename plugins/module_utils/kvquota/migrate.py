@@ -40,12 +40,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headro
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import one_attempt_after_outage
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT, ref_uids, uid_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, ref_uids, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import (
-    FINAL_MIGRATION_PHASES,
-    kubevirt_migrations,
-)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import kubevirt_migrations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,

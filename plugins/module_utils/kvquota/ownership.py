@@ -15,14 +15,14 @@ it is only a pointer, never a source of amounts.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta as _meta
+
 VMI_KIND = "VirtualMachineInstance"
 KUBEVIRT_GROUP = "kubevirt.io"
 KUBEVIRT = (KUBEVIRT_GROUP, "v1")   # KubeVirt's API (group, version), for the custom-object calls
 VIRT_CONTROLLER = "virt-controller"
-
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
+# The phases after which a VirtualMachineInstanceMigration changes no more (KubeVirt's MigrationSucceeded/Failed).
+FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
 
 
 def uid_of(obj):

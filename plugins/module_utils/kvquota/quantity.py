@@ -91,6 +91,13 @@ def round_up(value, step=NANO):
     return (whole if value > 0 else -whole) * step
 
 
+def ceil_to(value, step):
+    """The smallest whole multiple of step that is >= value (towards +infinity, unlike round_up)."""
+    units = Fraction(value) / step
+    whole = -((-units.numerator) // units.denominator)
+    return whole * step
+
+
 def _split(text, name):
     """(negative, integer digits, fraction digits, suffix) of a quantity string, or InputError."""
     match = _SCAN.match(text)

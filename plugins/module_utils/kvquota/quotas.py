@@ -38,6 +38,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backen
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
     BINARY_SI,
+    ceil_to,
     format_quantity,
     parse_quantity,
     quantity_format,
@@ -55,6 +56,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 # ---------------------------------------------------------------------------
 
 POD_COUNT = "count/pods"
+# The pod phases after which a pod's containers never run again (the quota controller then charges count/pods only).
+FINISHED_POD_PHASES = ("Succeeded", "Failed")
 PVC_COUNT = "count/persistentvolumeclaims"
 
 # The fixed names the pod evaluator tracks.
@@ -377,13 +380,13 @@ def _amount(value, label):
     return found
 
 
-def _sum_into(acc, mapping, where):
+def _sum_quantities_into(acc, mapping, where):
     """acc += mapping (quantity strings or Fractions), in place on a private accumulator."""
     for name, value in (mapping or {}).items():
         acc[name] = acc.get(name, Fraction(0)) + _amount(value, "%s %s" % (where, name))
 
 
-def _max_into(acc, mapping, where):
+def _max_quantities_into(acc, mapping, where):
     """acc = max(acc, mapping) per name, in place on a private accumulator."""
     for name, value in (mapping or {}).items():
         amount = _amount(value, "%s %s" % (where, name))
@@ -401,26 +404,26 @@ def _pod_side(spec, part):
     where = "pod %s" % part
     containers = {}
     for container in spec.get("containers") or ():
-        _sum_into(containers, (container.get("resources") or {}).get(part), where)
+        _sum_quantities_into(containers, (container.get("resources") or {}).get(part), where)
     sidecars = {}
     init_peak = {}
     for init in spec.get("initContainers") or ():
         res = (init.get("resources") or {}).get(part)
         if init.get("restartPolicy") == "Always":
-            _sum_into(sidecars, res, where)
-            _max_into(init_peak, sidecars, where)
+            _sum_quantities_into(sidecars, res, where)
+            _max_quantities_into(init_peak, sidecars, where)
         else:
             step = dict(sidecars)
-            _sum_into(step, res, where)
-            _max_into(init_peak, step, where)
+            _sum_quantities_into(step, res, where)
+            _max_quantities_into(init_peak, step, where)
     result = dict(containers)
-    _sum_into(result, sidecars, where)
-    _max_into(result, init_peak, where)
+    _sum_quantities_into(result, sidecars, where)
+    _max_quantities_into(result, init_peak, where)
     pod_level = (spec.get("resources") or {}).get(part) or {}
     for name, value in pod_level.items():
         if name in ("cpu", "memory"):
             result[name] = _amount(value, "%s %s" % (where, name))
-    _sum_into(result, spec.get("overhead") or {}, "pod overhead")
+    _sum_quantities_into(result, spec.get("overhead") or {}, "pod overhead")
     return result
 
 
@@ -445,7 +448,7 @@ def usage_from_requests_limits(requests, limits, one=Fraction(1)):
 
 def pod_is_terminal(pod):
     """Succeeded or Failed: such a pod counts only against count/pods."""
-    return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
+    return ((pod.get("status") or {}).get("phase")) in FINISHED_POD_PHASES
 
 
 def pod_usage(pod):
@@ -723,12 +726,6 @@ def _is_byte_name(name):
     return default_format(name) == BINARY_SI
 
 
-def _ceil_to(value, step):
-    units = value / step
-    whole = -((-units.numerator) // units.denominator)
-    return whole * step
-
-
 def suggested_value(name, value, fmt=None):
     """value rounded UP to a unit an operator would type: whole Mi (BinarySI bytes),
     whole M (decimal bytes), whole millicores (cpu), whole units (counts, devices)."""
@@ -737,13 +734,13 @@ def suggested_value(name, value, fmt=None):
     if value <= 0:
         return Fraction(0)
     if name in _CPU_NAMES:
-        return _ceil_to(value, Fraction(1, 1000))
+        return ceil_to(value, Fraction(1, 1000))
     if _is_byte_name(name):
         step = Fraction(2 ** 20) if fmt == BINARY_SI else Fraction(10 ** 6)
         if value < step:
             step = Fraction(1024) if fmt == BINARY_SI else Fraction(1000)
-        return _ceil_to(value, step)
-    return _ceil_to(value, Fraction(1))
+        return ceil_to(value, step)
+    return ceil_to(value, Fraction(1))
 
 
 def show(value, name, fmt=None):

@@ -61,7 +61,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
     new_ledger,
     observe,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import BINARY_SI
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import BINARY_SI, ceil_to
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
     default_format,
@@ -80,8 +80,6 @@ DEFAULT_RANCHER_SYNC_TIMEOUT = 60
 # rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
 DEFAULT_RANCHER_ADOPTIONS = 3
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
-_FINAL_MIGRATION_PHASES = ("Succeeded", "Failed")
-_TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 # Pod compute resources: for these, status.used must equal what the counted pods charge before usage above
 # the value to restore is called lasting (the quota controller updates status.used a little after a pod ends).
 _POD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -109,14 +107,6 @@ def parse_targets(headroom_by_quota):
     return result
 
 
-def _ceil_to(value, step):
-    units = value / step
-    whole = units.numerator // units.denominator
-    if whole * units.denominator != units.numerator:
-        whole += 1
-    return whole * step
-
-
 def apply_margin(headroom, margin):
     """headroom plus a safety margin: None/0 for none, a percentage ('10%') or fraction ('0.1') of each amount
     (rounded up to 1m for CPU names and to whole units otherwise), or a resource list added to the names the
@@ -137,7 +127,7 @@ def apply_margin(headroom, margin):
     result = {}
     for name, value in headroom.items():
         step = Fraction(1, 1000) if name == "cpu" or name.endswith(".cpu") else Fraction(1)
-        result[name] = value + _ceil_to(value * factor, step)
+        result[name] = value + ceil_to(value * factor, step)
     return result
 
 
@@ -902,7 +892,7 @@ def _scan(cluster, warnings, operator_namespace):
 def _pod_counts(pod, now):
     """Whether a pod still counts in quota usage (as the quota controller sees it)."""
     status = pod.get("status") or {}
-    if status.get("phase") in _TERMINAL_POD_PHASES:
+    if status.get("phase") in quotas_mod.FINISHED_POD_PHASES:
         return False
     meta = pod.get("metadata") or {}
     deleted = meta.get("deletionTimestamp")
@@ -988,7 +978,7 @@ def _release_blockers(run, state, reservation_id, now):
         if migration.get("uid") and (vmim.get("metadata") or {}).get("uid") != migration["uid"]:
             continue   # another object under that name (e.g. a tenant's): not what this reservation waits for
         phase = (vmim.get("status") or {}).get("phase")
-        if phase not in _FINAL_MIGRATION_PHASES:
+        if phase not in ownership.FINAL_MIGRATION_PHASES:
             reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
         source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
         if source:
@@ -1072,7 +1062,7 @@ def _usage_may_still_drop(run, namespace, counted_pods):
     terminating pod, or a launcher pod its VM has left (a lingering source, a target being torn down)."""
     for vmim in run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
                                         namespace=namespace):
-        if (vmim.get("status") or {}).get("phase") not in _FINAL_MIGRATION_PHASES:
+        if (vmim.get("status") or {}).get("phase") not in ownership.FINAL_MIGRATION_PHASES:
             return True
     vmis = None   # one list of the namespace's VMIs, not a read per launcher pod
     for pod in counted_pods:

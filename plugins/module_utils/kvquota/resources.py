@@ -55,10 +55,24 @@ def formats_of(mapping):
     return dict((str(k), parse_quantity_format(v, str(k))[1]) for k, v in (mapping or {}).items() if isinstance(v, str))
 
 
+# (value, format) -> the text format_quantity printed: reports print the same few quantities thousands of times.
+_FORMATTED = {}
+_FORMATTED_LIMIT = 100000
+
+
 def format_resource_list(rl, formats=None):
     """Canonical quantity strings for rl, sorted by name; formats maps names to a format, else default_format(name)."""
     formats = formats or {}
-    return dict((name, format_quantity(rl[name], formats.get(name) or default_format(name))) for name in sorted(rl))
+    result = {}
+    for name in sorted(rl):
+        key = (rl[name], formats.get(name) or default_format(name))
+        text = _FORMATTED.get(key)
+        if text is None:
+            text = format_quantity(key[0], key[1])
+            if len(_FORMATTED) < _FORMATTED_LIMIT:
+                _FORMATTED[key] = text
+        result[name] = text
+    return result
 
 
 def add(a, b):

@@ -97,11 +97,11 @@ def test_select_aaq_and_note():
     assert any("AAQ" in note for note in B.select_backend(quota(), namespace(), {"aaq": True}).notes)
 
 
-def test_parse_version():
-    assert B.parse_version("v1.4.2") == (1, 4, 2)
-    assert B.parse_version("1.5.0-rc1") == (1, 5, 0)
-    assert B.parse_version("v1.5") == (1, 5, 0)
-    assert B.parse_version("master") is None
+def test_parse_harvester_version():
+    assert B.parse_harvester_version("v1.4.2") == (1, 4, 2)
+    assert B.parse_harvester_version("1.5.0-rc1") == (1, 5, 0)
+    assert B.parse_harvester_version("v1.5") == (1, 5, 0)
+    assert B.parse_harvester_version("master") is None
 
 
 # ---------------------------------------------------------------------------

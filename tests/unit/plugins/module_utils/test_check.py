@@ -17,9 +17,12 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import capacity as node_capacity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger_audit as audit
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduling as sched
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ForbiddenError,
     InputError,
@@ -40,7 +43,7 @@ def vms_on(node, count, namespace="ns"):
 
 def test_batches_respect_kubevirt_limits():
     vms = vms_on("n1", 5) + vms_on("n2", 3) + vms_on("n3", 1)
-    batches = c.plan_batches(vms, parallel_per_cluster=5, parallel_outbound_per_node=2)
+    batches = sched.plan_batches(vms, parallel_per_cluster=5, parallel_outbound_per_node=2)
     assert [[vm["name"] for vm in b] for b in batches] == [
         ["n1-0", "n1-1", "n2-0", "n2-1", "n3-0"],
         ["n1-2", "n1-3", "n2-2"],
@@ -49,13 +52,13 @@ def test_batches_respect_kubevirt_limits():
 
 
 def test_single_node_drain_runs_two_at_a_time():
-    batches = c.plan_batches(vms_on("worker-1", 5), 5, 2)
+    batches = sched.plan_batches(vms_on("worker-1", 5), 5, 2)
     assert [len(b) for b in batches] == [2, 2, 1]
 
 
 def test_per_namespace_cap():
     vms = vms_on("n1", 2, "a") + vms_on("n2", 2, "a") + vms_on("n3", 2, "b")
-    batches = c.plan_batches(vms, 10, 2, per_namespace_cap=1)
+    batches = sched.plan_batches(vms, 10, 2, per_namespace_cap=1)
     assert [[(vm["namespace"], vm["node"]) for vm in b] for b in batches] == [
         [("a", "n1"), ("b", "n3")], [("a", "n1"), ("b", "n3")], [("a", "n2")], [("a", "n2")]]
 
@@ -65,7 +68,7 @@ def test_per_namespace_cap():
     {"parallel_per_cluster": True}, {"parallel_per_cluster": 1.5}])
 def test_bad_batch_limits(kwargs):
     with pytest.raises(InputError):
-        c.plan_batches(vms_on("n1", 2), **kwargs)
+        sched.plan_batches(vms_on("n1", 2), **kwargs)
 
 
 # VMs as (source node, namespace) pairs and batch limits, for the properties of plan_batches
@@ -82,7 +85,7 @@ def spec_vms(spec):
 @given(**BATCH_CASES)
 def test_batches_property(spec, per_cluster, per_node, cap):
     vms = spec_vms(spec)
-    batches = c.plan_batches(vms, per_cluster, per_node, cap)
+    batches = sched.plan_batches(vms, per_cluster, per_node, cap)
     flat = [vm for b in batches for vm in b]
     assert sorted(vm["name"] for vm in flat) == sorted(vm["name"] for vm in vms)  # every VM exactly once
     for batch in batches:
@@ -135,8 +138,8 @@ def test_expired_active_and_orphaned_reservations():
     )
     vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
              {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
-    blockers, warnings = c.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
-                                           lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
+    blockers, warnings = audit.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
+                                               lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
     assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
         ("expired_reservation", "old"), ("orphaned_reservation", "done")]
     assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
@@ -148,7 +151,7 @@ def test_expired_active_and_orphaned_reservations():
 
 def test_finished_but_recent_reservation_is_not_orphaned():
     quota, ledgers = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW), [], [], ledgers=ledgers)
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW), [], [], ledgers=ledgers)
     assert blockers == [] and [w["kind"] for w in warnings] == ["active_reservation"]
 
 
@@ -156,7 +159,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     """A ledger-looking annotation (0.1.0's place) counts only if it verifies against the quota: broken or forged
     ones are named and ignored, never a blocker and never authority."""
     broken = _quota(annotations={lg.LEDGER_ANNOTATION: "{not json"})
-    blockers, warnings = c.ledger_findings("tenant-a", None, [broken], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [broken], lg.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     forged = lg.new_ledger("tenant-a", "compute")
     forged, _outcome = lg.reserve(forged, "r1", {"limits.memory": "100Gi"}, {"limits.memory": "1Mi"},
@@ -164,7 +167,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     data = lg.mark_written(forged).to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})   # written 100Gi+1Mi != 6024Mi
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     assert "does not match the quota" in warnings[0]["message"]
 
@@ -174,7 +177,7 @@ def test_a_0_1_0_ledger_that_matches_its_quota_is_read():
     data = book.to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})
-    blockers, warnings = c.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
     assert blockers == [] and [(w["kind"], w["reservation"]) for w in warnings] == [("active_reservation", "live")]
 
 
@@ -183,11 +186,11 @@ def test_the_plan_counts_active_reservations_as_taken():
     quota = _quota({"limits.memory": "6024Mi", "limits.cpu": "8"})
     quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {"limits.memory": "4Gi"}}
     book = _ledger_with_reservations(("other-job", "2025-01-31T11:30:00Z", 3600, None))
-    planned = c.without_reservations(quota, book)
+    planned = audit.without_reservations(quota, book)
     assert planned["spec"]["hard"] == {"limits.memory": "5000Mi", "limits.cpu": "8"}
     assert planned["status"]["hard"] == planned["spec"]["hard"]
     assert quota["spec"]["hard"]["limits.memory"] == "6024Mi"   # input untouched
-    assert c.without_reservations(quota, None) is quota
+    assert audit.without_reservations(quota, None) is quota
 
 
 def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
@@ -198,7 +201,7 @@ def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
     for value in ("5200Mi", "5000Mi"):          # an administrator's value; a revert to the base
         quota = _quota({"limits.memory": value, "limits.cpu": "8"})
         quota["status"] = {"hard": {"limits.memory": "6024Mi", "limits.cpu": "8"}}   # not caught up yet
-        planned = c.without_reservations(quota, book)
+        planned = audit.without_reservations(quota, book)
         assert planned["spec"]["hard"]["limits.memory"] == value
         assert planned["status"]["hard"]["limits.memory"] == "5000Mi"   # still what kvquota wrote: minus 1Gi
 
@@ -775,12 +778,12 @@ def test_per_namespace_resource_budget():
                                                                         "limits.cpu": Fraction(1)}}
     vms = [vm("a1", "a", "n1", 3), vm("a2", "a", "n2", 3), vm("a3", "a", "n3", 3), vm("b1", "b", "n4", 9),
            vm("a4", "a", "n5", 10)]
-    batches = c.plan_batches(vms, 10, 2, {"limits.memory": "6Gi"})
+    batches = sched.plan_batches(vms, 10, 2, {"limits.memory": "6Gi"})
     assert [[x["name"] for x in b] for b in batches] == [["a1", "a2", "b1"], ["a3"], ["a4"]]
     with pytest.raises(InputError):
-        c.plan_batches(vms, 10, 2, {"limits.memory": "0"})
+        sched.plan_batches(vms, 10, 2, {"limits.memory": "0"})
     with pytest.raises(InputError):
-        c.plan_batches(vms, 10, 2, {"limits.memory": "lots"})
+        sched.plan_batches(vms, 10, 2, {"limits.memory": "lots"})
 
 
 @settings(max_examples=100, deadline=None)
@@ -789,7 +792,7 @@ def test_per_namespace_resource_budget():
 def test_budget_property(mems, cap):
     vms = [{"namespace": ns, "name": "vm%d" % i, "node": "n%d" % i, "charge": {"limits.memory": Fraction(m)}}
            for i, (ns, m) in enumerate(mems)]
-    batches = c.plan_batches(vms, 50, 5, {"limits.memory": str(cap)})
+    batches = sched.plan_batches(vms, 50, 5, {"limits.memory": str(cap)})
     assert sorted(v["name"] for b in batches for v in b) == sorted(v["name"] for v in vms)
     for batch in batches:
         for ns in ("a", "b"):
@@ -871,7 +874,7 @@ def make_node(name, cpu="64", memory="256Gi", pods="110", cordoned=False):
 def with_nodes(snap, nodes, other_pods=()):
     """snap with Node objects and the requests of its launcher pods plus other_pods on them."""
     pods = [p for items in snap["pods"].values() for p in items] + list(other_pods)
-    return dict(snap, nodes=dict((n["metadata"]["name"], n) for n in nodes), node_requests=c.requests_by_node(pods))
+    return dict(snap, nodes=dict((n["metadata"]["name"], n) for n in nodes), node_requests=node_capacity.requests_by_node(pods))
 
 
 def plain_pod(node, cpu="1", memory="1Gi", phase="Running", **meta):
@@ -888,8 +891,8 @@ def target_memory(report, ns, name):
 def test_requests_by_node_counts_live_bound_pods_only():
     pods = [plain_pod("n1"), plain_pod("n1", cpu="500m", memory="512Mi", deletionTimestamp="2025-01-31T11:00:00Z"),
             plain_pod("n1", phase="Succeeded"), plain_pod("n2", phase="Failed"), plain_pod(None)]
-    assert c.requests_by_node(pods) == {"n1": {"requests.cpu": Fraction(3, 2), "requests.memory": Fraction(1536 * Mi),
-                                               "pods": Fraction(2)}}
+    assert node_capacity.requests_by_node(pods) == {"n1": {"requests.cpu": Fraction(3, 2), "requests.memory": Fraction(1536 * Mi),
+                                                    "pods": Fraction(2)}}
 
 
 def test_drain_blocked_when_the_other_nodes_lack_memory():
@@ -992,8 +995,8 @@ def test_cpu_and_pod_count_limit_too_and_the_option_turns_it_off():
 @given(**BATCH_CASES)
 def test_capacity_planner_is_the_first_fit_when_room_is_unlimited(spec, per_cluster, per_node, cap):
     vms = spec_vms(spec)
-    unlimited = c.NodeCapacity({"n1": {}, "n2": {}, "n3": {}, "n4": {}}, {})
-    assert c.plan_batches(vms, per_cluster, per_node, cap, unlimited) == c.plan_batches(vms, per_cluster, per_node, cap)
+    unlimited = node_capacity.NodeCapacity({"n1": {}, "n2": {}, "n3": {}, "n4": {}}, {})
+    assert sched.plan_batches(vms, per_cluster, per_node, cap, unlimited) == sched.plan_batches(vms, per_cluster, per_node, cap)
     assert unlimited.unplaced == []
 
 
@@ -1011,14 +1014,14 @@ def test_capacity_property_no_node_is_overcommitted(spec, free, cordoned, per_cl
     requested = {}
     for vm in vms:
         requested[vm["node"]] = add_lists(requested.get(vm["node"], {}), vm["source_requests"])
-    capacity = c.NodeCapacity(nodes, requested)
-    batches = c.plan_batches(vms, per_cluster, 2, None, capacity)
+    capacity = node_capacity.NodeCapacity(nodes, requested)
+    batches = sched.plan_batches(vms, per_cluster, 2, None, capacity)
     assert sorted(vm["name"] for b in batches for vm in b) == sorted(vm["name"] for vm in vms)
     unplaced = set(vm["name"] for vm in capacity.unplaced)
     # targets only land where they fit: no node ends below what it started with when that was negative, or 0
     assert all(capacity.free[n]["requests.memory"] >= min(0, capacity.initial[n]["requests.memory"]) for n in nodes)
     # replay: the placed VMs of each batch fit somewhere, given what the earlier batches did
-    replay = c.NodeCapacity(nodes, requested)
+    replay = node_capacity.NodeCapacity(nodes, requested)
     for batch in batches:
         placed = [vm for vm in batch if vm["name"] not in unplaced]
         for vm in placed:
