@@ -52,9 +52,23 @@ lab-status:
 demo: deps lab-build
 	$(PY) tests/lab/demo.py $(LAB_RUN_DIR) $(or $(SCENARIO),a)
 
-# The README's test command.
-test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build ee-check lab-tests roles-tests roles-empty-paths chaos-quick
+# The README's test command: the static gates one after the other, then the lab suites as two streams at once
+# (make -j2). A lab is mostly waiting (on timers, polling intervals, kwok and the emulator); one stream alone
+# keeps the 2 cores of a CI machine about a third busy. Each stream runs its own labs (free ports, own run
+# directories) and its own pytest process.
+test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build ee-check
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-stream-modules test-stream-roles
 	@echo "make test: all gates passed"
+
+# The two streams of make test, balanced by their time on a 2-core machine (each about 30 min alone).
+.PHONY: test-stream-modules test-stream-roles
+test-stream-modules:
+	$(MAKE) --no-print-directory lab-tests
+	$(MAKE) --no-print-directory chaos-quick
+
+test-stream-roles:
+	$(MAKE) --no-print-directory roles-tests
+	$(MAKE) --no-print-directory roles-empty-paths
 
 # Quick unit run for development; `make test` runs them through ansible-test units.
 pytest-units: deps

@@ -28,8 +28,10 @@ def _ensure_collection_path():
         os.makedirs(os.path.dirname(_LINK), exist_ok=True)
         if os.path.islink(_LINK) and os.readlink(_LINK) != _ROOT:
             os.unlink(_LINK)
-        if not os.path.lexists(_LINK):
+        try:
             os.symlink(_ROOT, _LINK)
+        except FileExistsError:   # already there, or made just now by a pytest run beside this one (make -j2)
+            pass
     if top not in sys.path:
         sys.path.insert(0, top)
     os.environ["KVQ_COLLECTIONS_PATH"] = top

@@ -66,6 +66,7 @@ from pathlib import Path
 from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, parse_resource_list, quantities
 from test_roles_lab import RoleLab, collections_path
 from kvqlab import state
+from kvqlab.procs import signal_tree
 from kvqlab.faults import Faults
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import watch_events
@@ -171,7 +172,7 @@ class Lab(object):
     @staticmethod
     def kill(proc):
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_tree(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait(60)
@@ -671,7 +672,7 @@ LOCKS = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % state.OPERATOR_NAM
 
 def _stop_on_first_lease(lab, proc, owner, caught, ready):
     """Watch the lock Leases in the operator namespace (a stream: an event arrives within milliseconds) and
-    SIGSTOP proc's process group the moment owner takes a kvquota lock; the lock is held only while one
+    SIGSTOP proc and every process under it the moment owner takes a kvquota lock; the lock is held only while one
     reservation is written, a window of tens of milliseconds that polling misses now and then. Appends
     "ns/name" (of the Lease) to caught."""
     rv = lab.r.get(LOCKS)["metadata"]["resourceVersion"]
@@ -685,7 +686,7 @@ def _stop_on_first_lease(lab, proc, owner, caught, ready):
             holder = (lease.get("spec") or {}).get("holderIdentity") or ""
             if event.get("type") in ("ADDED", "MODIFIED") and meta.get("name", "").startswith(state.LOCK_PREFIX) \
                     and holder.startswith(owner + "@") and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGSTOP)
+                signal_tree(proc.pid, signal.SIGSTOP)
                 caught.append("%s/%s" % (meta["namespace"], meta["name"]))
                 return
     finally:
@@ -716,7 +717,7 @@ def _hold_first_lease(lab, proc_a, owner_a, proc_b, out_marker, caught, hold_max
         # B reserves batch after batch (2 VMs each); one of them shares a namespace with the lease A holds
         time.sleep(20)
     finally:
-        os.killpg(proc_a.pid, signal.SIGCONT)
+        signal_tree(proc_a.pid, signal.SIGCONT)
     return caught[0]
 
 

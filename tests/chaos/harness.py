@@ -2,7 +2,7 @@
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the chaos campaigns (chaos.py, tenant.py) share: the repository's test code and the collection
-importable, where labs run, the ansible-playbook process groups to kill when a campaign is stopped, a logger,
+importable, where labs run, the ansible-playbook runs to kill (with their workers) when a campaign is stopped, a logger,
 quota values read leniently."""
 
 from __future__ import (absolute_import, division, print_function)
@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_ROOT = Path(os.environ.get("KVQ_CHAOS_RUN_ROOT", "/tmp"))
-LIVE = []   # ansible-playbook process groups started by a campaign, killed if it is stopped
+LIVE = []   # ansible-playbook runs started by a campaign, killed with every process under them if it is stopped
 
 
 def _load_repo_conftest():
@@ -35,14 +35,15 @@ for _extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration"))
 # importable only once the collection is on the path (above)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
     parse_resource_list)
+from kvqlab.procs import signal_tree  # noqa: E402 - tests/lab is on the path from here on
 
 
 def kill_live(*signal_args):
-    """Kill every ansible-playbook process group still running; as a signal handler, exit 143 afterwards."""
+    """Kill every ansible-playbook still running, with every process under it (signal_tree); as a signal handler, exit 143 afterwards."""
     for proc in list(LIVE):
         if proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                signal_tree(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
     if signal_args:

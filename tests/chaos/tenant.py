@@ -54,6 +54,7 @@ from kubernetes.client.exceptions import ApiException
 from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, quantities
 from test_roles_lab import RoleLab, collections_path
 from kvqlab import tenants
+from kvqlab.procs import signal_tree
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import Rest
 
@@ -273,7 +274,7 @@ class Campaign(object):
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_tree(proc.pid, signal.SIGKILL)
             proc.wait(60)
         _LIVE.remove(proc)
         return proc.returncode, Path(proc.out_file).read_text(errors="replace"), time.monotonic() - proc.started

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -351,3 +352,28 @@ def test_warm_start_reuse_and_down_leaves_nothing(tmp_path):
         kvqlab.attach(rd)
     assert kvqlab.down(rd) == {}
     assert not kvqlab.status(rd)["running"]
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
+def test_signal_tree_reaches_a_grandchild_in_a_process_group_of_its_own(sig):
+    """What the chaos campaigns and the killed-run test rely on: ansible-core 2.19+ runs each worker in a process
+    group of its own, so the kill (or freeze) must follow the process tree, not the group."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess, sys, time\n"
+         "child = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+         "print(child.pid, flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, universal_newlines=True, start_new_session=True)
+    grandchild = int(parent.stdout.readline())
+    try:
+        assert os.getpgid(grandchild) != os.getpgid(parent.pid)
+        assert procs.signal_tree(parent.pid, getattr(signal, sig)) == 2
+        deadline = time.monotonic() + 10
+        expected = {"SIGKILL": ("Z", None), "SIGSTOP": ("T",)}[sig]
+        while time.monotonic() < deadline and procs._proc_state(grandchild) not in expected:
+            time.sleep(0.05)
+        assert procs._proc_state(grandchild) in expected
+        assert sig == "SIGKILL" or procs._proc_state(parent.pid) == "T"
+    finally:
+        procs.signal_tree(parent.pid, signal.SIGKILL)
+        procs.signal_tree(parent.pid, signal.SIGCONT)
+        parent.wait(10)

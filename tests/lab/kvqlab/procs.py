@@ -229,3 +229,54 @@ def stop_pid_file(pid_file: Path, must_contain: str, timeout: float = 10.0) -> s
         os.kill(pid, signal.SIGKILL)
         return "killed"
     return "stopped"
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """{ppid: [pid, ...]} of every process now (field 4 of /proc/<pid>/stat)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and every process descended from it, parents before children."""
+    children = _children_by_parent()
+    tree, queue = [], [pid]
+    while queue:
+        current = queue.pop(0)
+        tree.append(current)
+        queue.extend(children.get(current, []))
+    return tree
+
+
+def signal_tree(pid: int, sig: int) -> int:
+    """Send sig to pid and every process descended from it; returns how many were signalled.
+
+    A process group is not enough: ansible-core 2.19 and later put each worker in a process group of its own
+    (os.setsid/os.setpgid in WorkerProcess), so killpg(ansible-playbook) leaves the worker and the module it runs
+    going. SIGSTOP and SIGKILL go top-down until no new descendant shows up (a parent not yet stopped may fork);
+    SIGKILL first stops the tree, so that nothing forks between the listing and the kill."""
+    if sig == signal.SIGKILL:
+        signal_tree(pid, signal.SIGSTOP)
+    signalled: set[int] = set()
+    for _round in range(20):
+        fresh = [p for p in process_tree(pid) if p not in signalled]
+        if not fresh:
+            break
+        for target in fresh:
+            try:
+                os.kill(target, sig)
+            except ProcessLookupError:
+                pass
+            signalled.add(target)
+        if sig not in (signal.SIGSTOP, signal.SIGKILL):
+            break
+    return len(signalled)
