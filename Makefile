@@ -74,34 +74,31 @@ test-stream-roles:
 pytest-units: deps
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
+# The lab suites select by pytest marker (conftest.py LAB_MARKERS; every module under tests/lab and
+# tests/integration has exactly one, and a module without one stops the collection).
+LAB_TEST_DIRS := tests/lab tests/integration
+PYTEST_LAB := KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider
+
 # The lab self-tests and the modules against the real control plane (least-privilege identity).
 # The lab tests that inject control-plane faults (test_faults_lab.py, issue 11) and drive KubeVirt's own evacuation
-# and workload updater with a real kubectl drain (test_evacuation_lab.py, issue 12) take about 8 min more: they run
-# in make lab-tests-faults, which make chaos runs first; make test has the reduced control-plane campaign.
-LAB_TESTS := tests/lab tests/integration/test_reservations_lab.py tests/integration/test_check_lab.py \
-             tests/integration/test_modules_lab.py tests/integration/test_bad_inputs_lab.py \
-             tests/integration/test_migrate_lab.py tests/integration/test_release_oversize_lab.py \
-             tests/integration/test_fence_lab.py
-LAB_TESTS_FAULTS := tests/integration/test_faults_lab.py tests/lab/test_evacuation_lab.py
+# and workload updater with a real kubectl drain (test_evacuation_lab.py, issue 12) take about 8 min more: they are
+# marked lab_faults and run in make lab-tests-faults, which make chaos runs first; make test has the reduced
+# control-plane campaign.
 lab-tests: deps lab-build
-	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider $(addprefix --deselect ,$(LAB_TESTS_FAULTS)) $(LAB_TESTS)
+	$(PYTEST_LAB) -m lab $(LAB_TEST_DIRS)
 
 lab-tests-faults: deps lab-build
-	KVQ_LAB_REQUIRED=1 $(PY) -m pytest -q -p no:cacheprovider $(LAB_TESTS_FAULTS)
+	$(PYTEST_LAB) -m lab_faults $(LAB_TEST_DIRS)
 
 # The roles against the lab (scenarios a-d, rolling upgrade, kubevirt update, reaper, preflight HTML in
-# headless Chromium, the playbooks through ansible-runner as AWX runs them); the last step of `make test`.
-# test_rbac_usage_lab.py stays last: it checks the requests of every lab before it.
+# headless Chromium, the playbooks through ansible-runner as AWX runs them, the Molecule scenario for a user's own
+# cluster). test_rbac_usage_lab.py runs last (RUNS_LAST): it checks the requests of every lab before it.
 # They run on the newest ansible-core of the supported range (PLAYBOOK_VENV; PLAYBOOK_VENV= runs them on the
 # ansible beside $(PY), the oldest end).
 PLAYBOOK_VENV ?= $(CACHE)/venvs/core-$(CORE_NEWEST)
 PLAYBOOKS_ON = $(if $(PLAYBOOK_VENV),KVQ_ANSIBLE_VENV_PLAYBOOKS=$(PLAYBOOK_VENV))
 roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
-	KVQ_LAB_REQUIRED=1 $(PLAYBOOKS_ON) $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_node_maintenance.py \
-	  tests/integration/test_roles_scenarios.py tests/integration/test_roles_upgrade.py tests/integration/test_preflight_html.py \
-	  tests/integration/test_bad_inputs_roles_lab.py tests/integration/test_roles_check_mode_lab.py \
-	  tests/integration/test_awx_runner_lab.py tests/integration/test_molecule_own_cluster_lab.py \
-	  tests/integration/test_rbac_usage_lab.py
+	$(PLAYBOOKS_ON) $(PYTEST_LAB) -m roles $(LAB_TEST_DIRS)
 
 # Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
 # MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.
@@ -257,8 +254,7 @@ $(VENVS)/core-%/kvq-venv.stamp:
 # Both ends of the range (make test); EMPTY_PATHS_VENVS=system:$(VENVS)/core-2.19:... adds 2.19 (make venv-core-2.19).
 EMPTY_PATHS_VENVS ?= system:$(VENVS)/core-$(CORE_NEWEST)
 roles-empty-paths: deps lab-build venv-core-newest
-	KVQ_LAB_REQUIRED=1 KVQ_ANSIBLE_VENV=$(EMPTY_PATHS_VENVS) \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_roles_empty_paths_lab.py
+	KVQ_ANSIBLE_VENV=$(EMPTY_PATHS_VENVS) $(PYTEST_LAB) -m empty_paths $(LAB_TEST_DIRS)
 
 clean:
 	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output

@@ -44,6 +44,8 @@ import pytest
 
 from test_roles_lab import REPO, base_fixture, lab_fixture, playbook
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
 NS = "a-tenant"
 VM = "a-vm-1"
 # node_maintenance_results[<node>] as docs/roles.md documents it

@@ -28,6 +28,8 @@ import yaml
 
 import modlab as M
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 RBAC_FILES = [str(p) for p in M.kvqlab.default_rbac_files()]
 GONE_NS = "kvq-no-such-namespace"
 

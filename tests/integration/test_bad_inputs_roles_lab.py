@@ -21,6 +21,8 @@ import pytest
 import modlab as M
 from test_roles_lab import lab_fixture, playbook, state
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
 NS = "a-tenant"
 ARG_SPEC_HEADER = "Validation of arguments failed:"
 

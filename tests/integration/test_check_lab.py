@@ -32,6 +32,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
     quantity_format,
 )
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 KV = "/apis/kubevirt.io/v1"
 
 

@@ -22,6 +22,8 @@ import pytest
 import modlab as M
 from kvqlab.faults import Faults
 
+pytestmark = pytest.mark.lab_faults   # make lab-tests-faults (conftest.py: every lab test has one such marker)
+
 KUBECTL_TIMEOUT = "--request-timeout=3s"
 
 

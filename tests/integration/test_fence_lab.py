@@ -26,6 +26,8 @@ from kvqlab.emulator.rest import Rest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 OPERATOR_NS = "kvquota-system"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

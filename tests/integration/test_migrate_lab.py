@@ -32,6 +32,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 NODE = "node-1"
 TENANTS = ["d-tenant-%d" % i for i in range(1, 6)]
 RESOURCES = ("limits.memory", "limits.cpu")

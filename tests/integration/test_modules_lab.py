@@ -25,6 +25,8 @@ import modlab as M
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity  # noqa: E402
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 CHARGED = ("requests.cpu", "limits.cpu", "requests.memory", "limits.memory")
 
 

@@ -16,7 +16,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from test_roles_lab import REPO, base_fixture, lab_fixture
+
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
 
 NS = "a-tenant"
 lab = lab_fixture("a")

@@ -25,6 +25,8 @@ import pytest
 from modlab import required
 from test_roles_lab import lab_fixture, playbook
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 

@@ -34,6 +34,10 @@ from test_roles_lab import KV, RECORDED_REQUESTS, REPO, collections_path, playbo
 
 from kvqlab import rbacusage
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+# after every other role test of the run: the last test judges the requests of every lab before it
+RUNS_LAST = True
+
 PLAIN = "u-plain"
 MISC = "u-misc"
 RWO = "u-rwo"

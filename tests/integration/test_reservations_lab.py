@@ -36,6 +36,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION  # noqa: E402
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 RANCHER_QUOTA = "field.cattle.io/resourceQuota"
 RANCHER_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
 SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"

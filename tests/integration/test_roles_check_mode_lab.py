@@ -19,6 +19,8 @@ import pytest
 import modlab as M
 from test_roles_lab import KV, lab_fixture, playbook, state
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
 NS = "a-tenant"
 OUTDATED = "kubevirt.io/outdatedLauncherImage"
 

@@ -38,6 +38,8 @@ import pytest
 
 from test_roles_lab import REPO, Run, base_fixture, collections_path, lab_fixture
 
+pytestmark = pytest.mark.empty_paths   # make roles-empty-paths (conftest.py: every lab test has one such marker)
+
 NS = "a-tenant"
 
 # set_stats artifacts as AWX sees them: written by a callback of the test's own (ansible-core ships no JSON

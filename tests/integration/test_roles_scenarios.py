@@ -23,6 +23,8 @@ import pytest
 
 from test_roles_lab import KV, finish, playbook, start_lab
 
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"
 
 

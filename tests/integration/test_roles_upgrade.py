@@ -20,7 +20,11 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from test_roles_lab import KV, FINAL, base_fixture, collections_path, lab_fixture, playbook
+
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
 
 NS = "b-tenant"
 OUTDATED = "kubevirt.io/outdatedLauncherImage"

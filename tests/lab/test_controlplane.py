@@ -22,6 +22,8 @@ from kubernetes.client import ApiException
 import kvqlab
 from kvqlab import procs
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 HERE = Path(__file__).resolve().parent
 
 

@@ -17,6 +17,8 @@ from kvqlab.emulator import knobs as knobs_mod
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import Rest, WorkQueue
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 KV = "/apis/kubevirt.io/v1"
 
 

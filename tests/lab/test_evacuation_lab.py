@@ -19,6 +19,8 @@ from kvqlab import emulator, scenarios
 from kvqlab.emulator import knobs as knobs_mod
 from kvqlab.emulator.rest import Rest
 
+pytestmark = pytest.mark.lab_faults   # make lab-tests-faults (conftest.py: every lab test has one such marker)
+
 KV = "/apis/kubevirt.io/v1"
 KV_CR = KV + "/namespaces/kubevirt/kubevirts/kubevirt"
 REJECTED = "migrationRejectedByResourceQuota"

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kvqlab import rbacusage
+
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
 ROLES_YAML = """
 apiVersion: rbac.authorization.k8s.io/v1

@@ -7,7 +7,11 @@ import calendar
 import json
 import time
 
+import pytest
+
 from kvqlab import state
+
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
 NOW = calendar.timegm((2026, 11, 24, 12, 0, 0))
 

@@ -5,6 +5,8 @@ import pytest
 
 from kvqlab import virtapi
 
+pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
+
 
 @pytest.mark.parametrize("spec, action, has_vmi, expected", [
     ({"running": True}, "stop", True, (200, {"running": False})),
