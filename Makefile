@@ -124,19 +124,29 @@ chaos-tenant: deps lab-build
 # tracks or would track (no caches, no build outputs). kubernetes.core (the installed one) goes beside it:
 # the modules import its auth spec and client code, and ansible-test finds collections in this root only.
 K8S_CORE_DIR = $$($(PY) -c 'import json, subprocess; roots = json.loads(subprocess.check_output(["ansible-galaxy", "collection", "list", "kubernetes.core", "--format", "json"], stderr=subprocess.DEVNULL)); print(next(iter(roots)) + "/kubernetes/core")')
-collection-copy:
-	@rm -rf $(COLL_COPY) $(ANSIBLE_ROOT)/ansible_collections/kubernetes
-	@mkdir -p $(COLL_COPY) $(ANSIBLE_ROOT)/ansible_collections/kubernetes
+# $(call copy_collection,ROOT,KUBERNETES_CORE): what git tracks (or would track) into
+# ROOT/ansible_collections/kvquota/maintenance, and the kubernetes.core at KUBERNETES_CORE beside it.
+define copy_collection
+	@rm -rf $(1)/ansible_collections/kvquota/maintenance $(1)/ansible_collections/kubernetes
+	@mkdir -p $(1)/ansible_collections/kvquota/maintenance $(1)/ansible_collections/kubernetes
 	@git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
-	  | tar -xf - -C $(COLL_COPY)
-	@cp -a "$(K8S_CORE_DIR)" $(ANSIBLE_ROOT)/ansible_collections/kubernetes/core
+	  | tar -xf - -C $(1)/ansible_collections/kvquota/maintenance
+	@cp -a "$(2)" $(1)/ansible_collections/kubernetes/core
+endef
 
-# ansible-test --venv downloads a get-pip script from a host we cannot reach;
-# provide a stand-in under the name it looks for.
-ansible-test-bootstrap: deps
-	@v=$$($(PY) -c "import ansible_test._internal.python_requirements as r, inspect, re; print(re.search(r\"pip='([0-9.]+)'\", inspect.getsource(r)).group(1))"); \
+# $(call get_pip_stand_in,PYTHON): ansible-test --venv downloads a get-pip script from a host we cannot reach;
+# put a stand-in under the name the ansible-test of PYTHON looks for.
+define get_pip_stand_in
+	@v=$$($(1) -c "import ansible_test._internal.python_requirements as r, inspect, re; print(re.search(r\"pip='([0-9.]+)'\", inspect.getsource(r)).group(1))"); \
 	  mkdir -p $(HOME)/.ansible/test/cache; \
 	  cp tests/ansible_test_get_pip.py $(HOME)/.ansible/test/cache/get_pip_$${v//./_}.py
+endef
+
+collection-copy:
+	$(call copy_collection,$(ANSIBLE_ROOT),$(K8S_CORE_DIR))
+
+ansible-test-bootstrap: deps
+	$(call get_pip_stand_in,$(PY))
 
 sanity: deps collection-copy ansible-test-bootstrap
 	cd $(COLL_COPY) && ansible-test sanity --venv --python 3.11 --color no
@@ -159,14 +169,8 @@ NEWEST_VENV = $(VENVS)/core-$(CORE_NEWEST)
 NEWEST_TEST = PATH=$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-test
 
 collection-copy-newest: venv-core-newest
-	@rm -rf $(NEWEST_COPY) $(NEWEST_ROOT)/ansible_collections/kubernetes
-	@mkdir -p $(NEWEST_COPY) $(NEWEST_ROOT)/ansible_collections/kubernetes
-	@git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
-	  | tar -xf - -C $(NEWEST_COPY)
-	@cp -a $(NEWEST_VENV)/collections/ansible_collections/kubernetes/core $(NEWEST_ROOT)/ansible_collections/kubernetes/core
-	@v=$$($(NEWEST_VENV)/bin/python -c "import ansible_test._internal.python_requirements as r, inspect, re; print(re.search(r\"pip='([0-9.]+)'\", inspect.getsource(r)).group(1))"); \
-	  mkdir -p $(HOME)/.ansible/test/cache; \
-	  cp tests/ansible_test_get_pip.py $(HOME)/.ansible/test/cache/get_pip_$${v//./_}.py
+	$(call copy_collection,$(NEWEST_ROOT),$(NEWEST_VENV)/collections/ansible_collections/kubernetes/core)
+	$(call get_pip_stand_in,$(NEWEST_VENV)/bin/python)
 
 sanity-newest: collection-copy-newest
 	cd $(NEWEST_COPY) && $(NEWEST_TEST) sanity --venv --python $(VENV_PY_$(CORE_NEWEST)) --color no
