@@ -1448,6 +1448,18 @@ RETRY_NOTES = [
     "too, except right after a transient failure while the API server's /readyz says it is not ready: a restarted "
     "API server serves requests before its authorizer and CRD caches are filled, and denies or misses what "
     "exists.",
+    "- The roles' kubernetes.core tasks (the k8s_info reads, the k8s_drain cordon, drain and uncordon, "
+    "kubevirt_update's k8s create of a migration) ride through the same blips: each retries until its result is "
+    "not a kvquota.maintenance.api_outage (a Jinja test; its rules, module_utils/kvquota/outage.py, are the "
+    "core's, read from the result's status, msg and, for a module that crashed, its traceback or ansible-core "
+    "2.19+'s error event), every 5 s up to <role>_api_outage_budget (budget // 5 retries, 0: none); a poll (the "
+    "health gate, the waits for migrations and VMs) counts a blip as one more poll until its own timeout. An "
+    "answer (401, 403, 404, 409, 422, a TLS verification failure, an unknown host, a 429 of the Eviction API) "
+    "fails at once. A k8s_info read of a kind discovery does not list (api_found false: a restarted API server "
+    "serves discovery before its CRD handlers) counts as a blip, never as \"no objects\". A retried cordon or "
+    "uncordon sets the same field again, a retried create of a migration finds it by its name. So a "
+    "rolling_upgrade whose hook restarts the API server (the node hosts the control plane) completes "
+    "(tests/integration/test_faults_lab.py). The caller's hook tasks retry nothing of their own.",
     "- A repeated write never applies twice and never proves who wrote: PUTs are conditional on resourceVersion "
     "(a PUT whose lost first attempt did apply gets 409 on the repeat), DELETEs on resourceVersion or uid, and a "
     "POST of a fixed name gets 409 AlreadyExists when its lost first attempt did create it. Such a 409 (or a "
