@@ -36,10 +36,11 @@ def error_event_texts(result):
     return tuple(texts)
 
 
-def api_outage(result):
+def api_outage(result, recovering=False):
     """True when the task failed for a transient reason (connection refused/reset, timeout, 429, 5xx) or read a
-    kind the API server does not serve yet; false for a success and for an answer (403, 404, 422, ...)."""
-    return is_api_outage(result, error_event_texts(result))
+    kind the API server does not serve yet; false for a success and for an answer (403, 404, 422, ...).
+    recovering=true (a task that retries nothing but outages): a 401/403/404 on a retry counts too."""
+    return is_api_outage(result, error_event_texts(result), recovering=bool(recovering))
 
 
 class TestModule(object):

@@ -13,6 +13,11 @@ Eviction API, which is a PodDisruptionBudget or KubeVirt refusing) is not.
 
 A k8s_info result with api_found false counts too: a restarted API server serves discovery before its CRD
 handlers are installed, and k8s_info then "succeeds" with no resources, which would read as "no VMI left".
+
+recovering: a 401, 403 or 404 on a retry of a task that retries nothing but outages (so its previous attempt met
+one) counts too - a restarted API server serves requests before its authorizer and CRD caches are filled, and
+denies or misses what exists (cluster.py retries these while /readyz says not ready; a task cannot ask /readyz,
+so its outage budget bounds them). A first attempt's 401/403/404 is an answer.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -20,7 +25,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import TRANSIENT_STATUSES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import STARTUP_STATUSES, TRANSIENT_STATUSES
 
 # "(503)\nReason: Service Unavailable" (kubernetes.client ApiException) or "503\nReason: ..." (kubernetes.dynamic)
 _STATUS_LINE = re.compile(r"\(?\b([1-5][0-9][0-9])\)?\s*\n?\s*Reason:")
@@ -61,12 +66,20 @@ def _status(result, text):
     return int(match.group(1)) if match else None
 
 
-def is_api_outage(result, error_texts=()):
+def _attempts(result):
+    try:
+        return int(result.get("attempts") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def is_api_outage(result, error_texts=(), recovering=False):
     """True when result (a registered task result, a dict) failed for a transient reason worth retrying, or is a
     k8s_info read of a kind the API server does not serve (yet). False for a success and for an answer.
 
     error_texts: the messages of the error the controller recorded apart from the result (ansible-core 2.19+ keeps
-    a module crash as an error event, without msg or module_stderr, until the task is over)."""
+    a module crash as an error event, without msg or module_stderr, until the task is over).
+    recovering: the task retries nothing but outages, so a 401/403/404 on its retry is the API server coming back."""
     if not isinstance(result, dict):
         return False
     if not result.get("failed"):
@@ -78,6 +91,8 @@ def is_api_outage(result, error_texts=()):
     if status is not None:
         if status == 429 and str(result.get("msg", "")).startswith(_EVICTION_PREFIX):
             return False
+        if recovering and status in STARTUP_STATUSES and _attempts(result) > 1:
+            return True
         return status in TRANSIENT_STATUSES
     if str(result.get("msg", "")).startswith(_EVICTION_PREFIX) and "Too Many Requests" in text:
         return False

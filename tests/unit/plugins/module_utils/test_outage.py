@@ -161,3 +161,14 @@ def test_without_an_error_event_there_is_nothing_more_to_read():
     assert error_event_texts({"failed": True, "exception": "Traceback ..."}) == ()
     assert error_event_texts(["not", "a", "dict"]) == ()
     assert api_outage(LazyView(failed=True, exception="(traceback unavailable)")) is False
+
+
+def test_a_startup_answer_on_a_retry_counts_only_for_a_task_that_retries_nothing_but_outages():
+    forbidden = dict(ANSWERS["k8s_drain 403 with status"], attempts=2)
+    assert is_api_outage(forbidden, recovering=True) is True
+    assert is_api_outage(forbidden) is False                                  # a poll: its retries follow answers
+    assert is_api_outage(dict(forbidden, attempts=1), recovering=True) is False   # a first attempt: an answer
+    assert is_api_outage(dict(dynamic_error(404, "Not Found"), attempts=3), recovering=True) is True
+    assert is_api_outage(dict(ANSWERS["k8s 422"], attempts=2), recovering=True) is False
+    assert api_outage(forbidden, recovering=True) is True
+    assert api_outage(forbidden) is False

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Every kubernetes.core task of the roles rides through an API outage (issue 11): it retries `until` its result is
 not a kvquota.maintenance.api_outage, and a task that does not poll anyway retries within the role's
-<role>_api_outage_budget, 5 s apart."""
+<role>_api_outage_budget, 5 s apart (recovering=true: a 401/403/404 on its retry is the API server coming back)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -50,8 +50,12 @@ def test_a_kubernetes_core_task_retries_an_outage_and_nothing_else(role, name, t
     register = task.get("register")
     assert register, "a retried task registers its result for `until`"
     assert "%s is not kvquota.maintenance.api_outage" % register in " ".join(str(task.get("until", "")).split())
+    until = " ".join(str(task.get("until", "")).split())
     if task.get("delay") == 5:
-        # not a poll: the retries are the outage budget
+        # not a poll: the retries are the outage budget, and each retry follows an outage
         assert task["retries"] in ("{{ %s_api_outage_budget | int // 5 }}" % role, 3), task["retries"]
+        assert until == "%s is not kvquota.maintenance.api_outage(recovering=true)" % register
     else:
+        # a poll: its retries follow answers too, so a 401/403/404 is always an answer
         assert "_interval" in str(task.get("delay")), "a poll retries at its own interval: %r" % task.get("delay")
+        assert "recovering" not in until
