@@ -279,8 +279,10 @@ def test_rolling_upgrade_of_the_node_hosting_the_apiserver_completes(upgrade_lab
         assert run.rc == 0, run
         assert marker.read_text() == "0", "the node was upgraded with VMs on it"
         # the run met the outage after the hook and waited it out, it did not just miss it
-        assert [line for line in run.stdout.splitlines()
-                if line.startswith("FAILED - RETRYING") and "Make the node schedulable again" in line], run
+        retried = [line for line in run.stdout.splitlines()
+                   if line.startswith("FAILED - RETRYING") and "Make the node schedulable again" in line]
+        print("\n".join(retried))
+        assert retried, run
         assert "rolling upgrade: 1 of 1 node(s) upgraded" in run.stdout
         assert not lab.node(node)["spec"].get("unschedulable"), "%s left cordoned" % node
         lab.assert_restored(base, [UPGRADE_NS])
