@@ -27,7 +27,9 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
 - control-plane: kube-apiserver killed and down 5/20/45 s, frozen 20 s, etcd restarted, controller-manager frozen,
   a burst of 429s (tests/lab/kvqlab/faults.py), each mid-batch: the run completes when the outage fits
   node_maintenance_api_outage_budget, else fails naming the outage with a true state line, and a re-run
-  converges (issue 11; --quick: the 20 s apiserver restart).
+  converges (issue 11; --quick: the 20 s apiserver restart). The full campaign also restarts the apiserver
+  at node_maintenance's cordon and uncordon, while rolling_upgrade's hook runs, and as the reaper releases
+  an expired reservation (--cases TEXT: only the cases whose label contains TEXT).
 
 After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
 annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no lock
@@ -64,7 +66,7 @@ from pathlib import Path
 
 # harness first: it puts the repository's test code and the collection on the path
 from harness import LIVE as _LIVE, REPO, RUN_ROOT, kill_live as _kill_live, logger, parse_resource_list, quantities
-from test_roles_lab import RoleLab, collections_path
+from test_roles_lab import RoleLab, collections_path, module as run_module
 from kvqlab import state
 from kvqlab.procs import signal_tree
 from kvqlab.faults import Faults
@@ -1368,53 +1370,151 @@ def _state_line_problems(out, vms_left):
     return probs
 
 
+# The full campaign's faults at other points and in other roles (issue 11 item 4; --quick runs none of them):
+# (label, role, point, Faults method, its arguments, <role>_api_outage_budget, whether the outage fits it).
+# A point is a task of the run: the fault starts as its header appears in the output, so the task's first
+# requests meet it (the hook's task sleeps 5 s and returns while the API server is still down).
+CONTROL_PLANE_POINTS = {
+    "mid-batch": None,   # once a reservation exists (a ledger in the operator namespace)
+    "cordon": ": Cordon the node]",
+    "uncordon": ": Make the node schedulable again]",
+    "hook": "Upgrade the node (chaos hook)]",
+    "release": ": Release every expired reservation]",
+}
+CONTROL_PLANE_HOOK = ("- name: Upgrade the node (chaos hook)\n"
+                      "  ansible.builtin.wait_for:\n"
+                      "    timeout: 5\n")
+
+
+def control_plane_point_cases(quick):
+    if quick:
+        return []
+    down20 = {"name": "kube-apiserver", "down": 20}
+    return [
+        ("node_maintenance: apiserver restart at the cordon, down 20 s", "node_maintenance", "cordon", "restart",
+         down20, 60, True),
+        ("node_maintenance: apiserver restart at the uncordon, down 20 s", "node_maintenance", "uncordon", "restart",
+         down20, 60, True),
+        ("rolling_upgrade: apiserver restart while the hook runs, down 20 s", "rolling_upgrade", "hook", "restart",
+         down20, 60, True),
+        ("reaper: apiserver restart during a release, down 20 s", "reaper", "release", "restart", down20, 60, True),
+    ]
+
+
+def control_plane_selected(args):
+    """Every case of the run as (label, role, point, fault, fault_args, budget, fits); --cases TEXT keeps those
+    whose label contains TEXT."""
+    cases = [(label, "node_maintenance", "mid-batch", fault, fault_args, budget, fits)
+             for label, fault, fault_args, budget, fits in control_plane_cases(args.quick)]
+    cases += control_plane_point_cases(args.quick)
+    wanted = getattr(args, "cases", None)
+    return [case for case in cases if not wanted or wanted in case[0]]
+
+
+def _control_plane_vars(lab, role, node, budget):
+    """(playbook, extra vars) of one run of role; budget None for the re-run (the role's default)."""
+    if role == "rolling_upgrade":
+        hook = lab.dir / "chaos-hook.yml"
+        hook.write_text(CONTROL_PLANE_HOOK)
+        extra = {"rolling_upgrade_nodes": [node], "rolling_upgrade_tasks": str(hook)}
+        name = "upgrade"
+    elif role == "reaper":
+        extra, name = {}, "reaper"
+    else:
+        extra, name = {"node_maintenance_node": node}, "node_maintenance"
+    if budget is not None:
+        extra["%s_api_outage_budget" % role] = budget
+    return name, extra
+
+
+def _expired_reservation(lab):
+    """A reservation of 1 CPU on one quota with a TTL of 1 s (a job that never released), for the reaper."""
+    ns = lab.namespaces[0]
+    quota = sorted(lab.base[ns])[0]
+    run_module(lab.r, "kvquota_reserve", {"reservation_id": "chaos-forgotten", "ttl": "1", "headroom": [
+        {"namespace": ns, "quota": quota, "resources": {"limits.cpu": "1"}}]}, admin=False)
+    lab.r.wait(lab.ledgers, 30, "the forgotten reservation's ledger")
+    time.sleep(2)
+
+
+def _wait_for_point(lab, proc, point):
+    """Block until the run reaches point (True), or ends first (False)."""
+    text = CONTROL_PLANE_POINTS[point]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if text is None and lab.ledgers() or text is not None and text in lab.output(proc):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.1 if text else 0.3)
+    return False
+
+
+def _control_plane_case(lab, faults, case):
+    """Run one case: its role, the fault at its point, a re-run when the first run failed; the row and the
+    run's output."""
+    label, role, point, fault, fault_args, budget, fits = case
+    lab.uncordon_all()
+    node = None if role == "reaper" else lab.busiest_node()
+    vms = len(lab.vms_on(node)) if node else 0
+    probs = []
+    if role == "reaper":
+        _expired_reservation(lab)
+    sampler = Sampler(lab, node)
+    sampler.start()
+    name, extra = _control_plane_vars(lab, role, node, budget)
+    proc = lab.start(extra, name=name)
+    event = {"start": time.time(), "end": time.time()}
+    try:
+        if _wait_for_point(lab, proc, point):
+            event = getattr(faults, fault)(**fault_args)
+        else:
+            probs.append("fault not injected: the run never reached the %s point" % point)
+    except Exception as exc:  # noqa: BLE001 - recorded as the case's problem
+        probs.append("fault not injected: %s" % exc)
+    try:
+        proc.wait(900)
+    except subprocess.TimeoutExpired:
+        lab.kill(proc)
+    out, rc, rerun_rc = lab.output(proc), proc.returncode, None
+    if rc != 0:
+        if role == "node_maintenance":
+            probs += _state_line_problems(out, len(lab.vms_on(node)))
+        if fits:
+            probs.insert(0, "run failed rc=%s although the outage fit the budget" % rc)
+        rerun_name, rerun_extra = _control_plane_vars(lab, role, node, None)
+        rerun_rc, rerun_out, _secs = lab.run(rerun_extra, name=rerun_name)
+        if rerun_rc != 0:
+            probs.append("re-run failed rc=%s" % rerun_rc)
+            out += "\n--- re-run ---\n" + rerun_out
+    sampler.stop()
+    probs += lab.problems(node)
+    if sampler.below_base:
+        probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
+    row = {"fault": label, "role": role, "point": point, "budget": budget, "node": node, "vms": vms,
+           "outage_s": round(event["end"] - event["start"], 1), "rc": rc, "rerun_rc": rerun_rc,
+           "outcome": "completed" if rc == 0 else "failed accurately" if not probs else "failed",
+           "samples": sampler.samples, "problems": probs}
+    return row, out
+
+
 def campaign_control_plane(args):
     lab = Lab("control-plane", "b", keep=args.keep)
     faults = Faults(lab.r.lab, log=log)
+    cases = control_plane_selected(args)
     rows, evidence = [], []
     try:
-        for label, fault, fault_args, budget, fits in control_plane_cases(args.quick):
-            lab.uncordon_all()
-            node = lab.busiest_node()
-            vms = len(lab.vms_on(node))
-            sampler = Sampler(lab, node)
-            sampler.start()
-            proc = lab.start({"node_maintenance_node": node, "node_maintenance_api_outage_budget": budget})
-            probs = []
-            try:
-                lab.r.wait(lab.ledgers, 180, "a reservation (mid-batch)")
-                event = getattr(faults, fault)(**fault_args)
-            except Exception as exc:  # noqa: BLE001 - recorded as the case's problem
-                probs.append("fault not injected: %s" % exc)
-                event = {"start": time.time(), "end": time.time()}
-            try:
-                proc.wait(900)
-            except subprocess.TimeoutExpired:
-                lab.kill(proc)
-            out, rc, rerun_rc = lab.output(proc), proc.returncode, None
-            if rc != 0:
-                probs += _state_line_problems(out, len(lab.vms_on(node)))
-                if fits:
-                    probs.insert(0, "run failed rc=%s although the outage fit the budget" % rc)
-                rerun_rc, rerun_out, _secs = lab.run({"node_maintenance_node": node})
-                if rerun_rc != 0:
-                    probs.append("re-run failed rc=%s" % rerun_rc)
-                    out += "\n--- re-run ---\n" + rerun_out
-            sampler.stop()
-            probs += lab.problems(node)
-            if sampler.below_base:
-                probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
-            rows.append({"fault": label, "budget": budget, "node": node, "vms": vms,
-                         "outage_s": round(event["end"] - event["start"], 1), "rc": rc, "rerun_rc": rerun_rc,
-                         "outcome": "completed" if rc == 0 else "failed accurately" if not probs else "failed",
-                         "samples": sampler.samples, "problems": probs})
-            log("control-plane: %s: rc=%s re-run=%s %s" % (label, rc, rerun_rc, probs or "clean"))
-            if probs:
-                evidence.append({"fault": label, "problems": probs, "tail": out[-5000:]})
+        for case in cases:
+            row, out = _control_plane_case(lab, faults, case)
+            rows.append(row)
+            log("control-plane: %s: rc=%s re-run=%s %s"
+                % (row["fault"], row["rc"], row["rerun_rc"], row["problems"] or "clean"))
+            if row["problems"]:
+                evidence.append({"fault": row["fault"], "problems": row["problems"], "tail": out[-5000:]})
     finally:
         lab.stop()
     clean = [row for row in rows if not row["problems"]]
-    ok = bool(rows) and len(clean) == len(rows) == len(control_plane_cases(args.quick))
+    ok = bool(rows) and len(clean) == len(rows) == len(cases)
     rode = sum(1 for row in clean if row["rc"] == 0)
     line = ("control-plane: %d/%d faults ridden through or failed accurately (%d completed within the budget, %d "
             "failed with the outage named and re-ran to completion; quotas at base byte-for-byte, nothing held, "
@@ -1448,6 +1548,20 @@ RETRY_NOTES = [
     "too, except right after a transient failure while the API server's /readyz says it is not ready: a restarted "
     "API server serves requests before its authorizer and CRD caches are filled, and denies or misses what "
     "exists.",
+    "- The roles' kubernetes.core tasks (the k8s_info reads, the k8s_drain cordon, drain and uncordon, "
+    "kubevirt_update's k8s create of a migration) ride through the same blips: each retries until its result is "
+    "not a kvquota.maintenance.api_outage (a Jinja test; its rules, module_utils/kvquota/outage.py, are the "
+    "core's, read from the result's status, msg and, for a module that crashed, its traceback or ansible-core "
+    "2.19+'s error event), every 5 s up to <role>_api_outage_budget (budget // 5 retries, 0: none); a poll (the "
+    "health gate, the waits for migrations and VMs) counts a blip as one more poll until its own timeout. An "
+    "answer (401, 403, 404, 409, 422, a TLS verification failure, an unknown host, a 429 of the Eviction API) "
+    "fails at once, except a 401, 403 or 404 on the retry of a task that retries nothing but blips (its "
+    "previous attempt met one: the API server coming back, as for the core; the budget bounds it, a poll never "
+    "counts it). A k8s_info read of a kind discovery does not list (api_found false: a restarted API server "
+    "serves discovery before its CRD handlers) counts as a blip, never as \"no objects\". A retried cordon or "
+    "uncordon sets the same field again, a retried create of a migration finds it by its name. So a "
+    "rolling_upgrade whose hook restarts the API server (the node hosts the control plane) completes "
+    "(tests/integration/test_faults_lab.py). The caller's hook tasks retry nothing of their own.",
     "- A repeated write never applies twice and never proves who wrote: PUTs are conditional on resourceVersion "
     "(a PUT whose lost first attempt did apply gets 409 on the repeat), DELETEs on resourceVersion or uid, and a "
     "POST of a fixed name gets 409 AlreadyExists when its lost first attempt did create it. Such a 409 (or a "
@@ -1548,6 +1662,7 @@ def main(argv=None):
     parser.add_argument("--doc", default=str(REPO / "docs" / "reliability.md"))
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/reliability.md")
     parser.add_argument("--keep", action="store_true", help="leave the labs running")
+    parser.add_argument("--cases", help="control-plane: only the cases whose label contains this text")
     parser.add_argument("--report-from", help="only write the doc from earlier --json files (comma-separated)")
     args = parser.parse_args(argv)
     if args.report_from:

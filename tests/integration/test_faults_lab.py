@@ -5,6 +5,8 @@
 fails saying what happened (issue 11).
 
 Always on a lab of its own (never $KVQ_LAB_RUN_DIR's): it kills, freezes and throttles that lab's control plane.
+The rolling upgrade of a node that hosts the API server (issue 11 item 5) runs on a role lab of its own
+(scenario b, test_roles_lab.py), started only when that test is selected.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -13,14 +15,17 @@ __metaclass__ = type
 import json
 import secrets
 import ssl
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 
 import modlab as M
 from kvqlab.faults import Faults
+from test_roles_lab import hook_recording_vmis_on_node, lab_fixture, playbook
 
 pytestmark = pytest.mark.lab_faults   # make lab-tests-faults (conftest.py: every lab test has one such marker)
 
@@ -217,3 +222,72 @@ def test_a_module_rides_through_a_burst_of_429s(lab, faults, tenant, user):
     assert event["load"].get(429, 0) > 0
     codes = audit_codes(lab, offset)
     assert 429 in codes, "the module saw no 429 (the throttle did nothing?): %s" % sorted(set(codes))
+
+
+# ---------------------------------------------------------------- a role through the faults
+
+UPGRADE_NS = "b-tenant"
+upgrade_lab = lab_fixture("b")
+
+
+def restart_apiserver_when_asked(faults, marker, down, timeout=900):
+    """A thread that waits for marker (written by the upgrade hook), then restarts kube-apiserver (killed, down for
+    `down` s, started again); .event is the fault's event, .error what went wrong."""
+    def run():
+        try:
+            M.wait(marker.exists, timeout, "the upgrade hook to reboot the node", interval=0.2)
+            thread.event = faults.restart("kube-apiserver", down=down)
+        except Exception as err:   # reported by the test, not lost in the thread
+            thread.error = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.event = None
+    thread.error = None
+    thread.start()
+    return thread
+
+
+def test_rolling_upgrade_of_the_node_hosting_the_apiserver_completes(upgrade_lab, tmp_path):
+    """The hook of the upgraded node restarts the lab's kube-apiserver (a control-plane node reboots: down 20 s)
+    and returns while it is down; the role's next API calls (the uncordon, the restart of stopped VMs, the health
+    gate) ride through the outage within rolling_upgrade_api_outage_budget and the run completes."""
+    lab = upgrade_lab
+    base = {UPGRADE_NS: lab.hard(UPGRADE_NS)}
+    node = lab.busiest_node([UPGRADE_NS])
+    moved = [v["metadata"]["name"] for v in lab.vmis(UPGRADE_NS) if v["status"].get("nodeName") == node]
+    assert moved, "scenario b has no VM on %s: nothing would migrate" % node
+    apiserver = urllib.parse.urlsplit(lab.lab.server)
+    marker = tmp_path / "reboot-asked"
+    hook = tmp_path / "upgrade-control-plane-node.yml"
+    hook.write_text(
+        hook_recording_vmis_on_node(marker, name="Reboot the node, which hosts the API server") +
+        "- name: Wait until the API server is down\n"
+        "  ansible.builtin.wait_for:\n"
+        "    host: %s\n"
+        "    port: %d\n"
+        "    state: stopped\n"
+        "    timeout: 60\n" % (apiserver.hostname, apiserver.port))
+    restart = restart_apiserver_when_asked(Faults(lab.lab, log=print), marker, down=20)
+    try:
+        run = playbook(lab, "upgrade", {"rolling_upgrade_tasks": str(hook), "rolling_upgrade_nodes": [node]},
+                       timeout=1200)
+        print(run.stdout[-5000:])
+        restart.join(120)
+        assert restart.error is None, "the apiserver restart failed: %r" % restart.error
+        assert restart.event is not None, "the hook never asked for the reboot"
+        assert restart.event["end"] - restart.event["start"] >= 20
+        assert run.rc == 0, run
+        assert marker.read_text() == "0", "the node was upgraded with VMs on it"
+        # the run met the outage after the hook and waited it out, it did not just miss it
+        retried = [line for line in run.stdout.splitlines()
+                   if line.startswith("FAILED - RETRYING") and "Make the node schedulable again" in line]
+        print("\n".join(retried))
+        assert retried, run
+        assert "rolling upgrade: 1 of 1 node(s) upgraded" in run.stdout
+        assert not lab.node(node)["spec"].get("unschedulable"), "%s left cordoned" % node
+        lab.assert_restored(base, [UPGRADE_NS])
+        assert not lab.reservations(), "reservations still held: %s" % lab.reservations()
+        lab.assert_vms_running_off(node, [UPGRADE_NS])
+    finally:
+        restart.join(120)
+        lab.force_clean()

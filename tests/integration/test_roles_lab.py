@@ -241,6 +241,22 @@ class Run(object):
         return None
 
 
+# The first tasks of an upgrade hook (rolling_upgrade_tasks) in the tests: write how many VMIs are on the node being
+# upgraded to the file `dest` (a Jinja expression), so a test can tell the node was empty when it was upgraded.
+def hook_recording_vmis_on_node(dest, name="Pretend to upgrade it"):
+    return ("- name: Count the VMIs on the node being upgraded\n"
+            "  kubernetes.core.k8s_info:\n"
+            "    api_version: kubevirt.io/v1\n"
+            "    kind: VirtualMachineInstance\n"
+            "    label_selectors: ['kubevirt.io/nodeName={{ node_maintenance_node }}']\n"
+            "  register: on_node\n"
+            "- name: %s\n"
+            "  ansible.builtin.copy:\n"
+            "    content: \"{{ on_node.resources | length }}\"\n"
+            "    dest: \"%s\"\n"
+            "    mode: '0644'\n" % (name, dest))
+
+
 def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=False, env=None, check=False):
     """Run playbooks/<name>.yml of the collection against the lab (check: with --check); a Run, or the Popen
     when background."""

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from test_roles_lab import KV, FINAL, base_fixture, collections_path, lab_fixture, playbook
+from test_roles_lab import KV, FINAL, base_fixture, collections_path, hook_recording_vmis_on_node, lab_fixture, playbook
 
 pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
 
@@ -64,18 +64,7 @@ def test_rolling_upgrade_all_nodes(lab, base, tmp_path):
     marks = tmp_path / "upgraded"
     marks.mkdir()
     hook = tmp_path / "upgrade-node.yml"
-    hook.write_text(
-        "- name: Count the VMIs on the node being upgraded\n"
-        "  kubernetes.core.k8s_info:\n"
-        "    api_version: kubevirt.io/v1\n"
-        "    kind: VirtualMachineInstance\n"
-        "    label_selectors: ['kubevirt.io/nodeName={{ node_maintenance_node }}']\n"
-        "  register: on_node\n"
-        "- name: Pretend to upgrade it\n"
-        "  ansible.builtin.copy:\n"
-        "    content: \"{{ on_node.resources | length }}\"\n"
-        "    dest: \"%s/{{ node_maintenance_node }}\"\n"
-        "    mode: '0644'\n" % marks)
+    hook.write_text(hook_recording_vmis_on_node("%s/{{ node_maintenance_node }}" % marks))
     run = playbook(lab, "upgrade", {"rolling_upgrade_tasks": str(hook)}, timeout=1500)
     print(run.stdout[-3000:])
     assert run.rc == 0, run
