@@ -21,8 +21,7 @@ def tasks_of(items):
     for task in items or ():
         yield task
         for key in NESTED:
-            for inner in tasks_of(task.get(key)):
-                yield inner
+            yield from tasks_of(task.get(key))
 
 
 def kubernetes_core_tasks():
