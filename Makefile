@@ -109,7 +109,7 @@ molecule: deps lab-build
 
 # Chaos campaigns (docs/reliability.md, tests/chaos/chaos.py): every campaign of issues 5 and 10 (the tenant
 # campaign, tests/chaos/tenant.py), about 40 min; `make chaos-quick` is the reduced set (a few points, cases and
-# attacks of each, about 8 min), the last step of make test.
+# attacks of each, about 14 min), the last step of make test's modules stream.
 chaos: deps lab-build lab-tests-faults
 	$(PY) tests/chaos/chaos.py --json $(CACHE)/chaos.json
 
