@@ -136,7 +136,7 @@ def evaluate(snapshot, options=None):
     # 2. One cluster-wide schedule.
     movers, capacity, batches = _schedule(snapshot, options, vms_by_ns, limits)
     keys = scheduling.batch_keys(batches)
-    schedule = (keys, scheduling.batch_index(keys))
+    schedule = (keys, q.batch_index(keys))
     cluster_warnings = findings.cluster_warnings(snapshot, scheduling.oversized_vms(movers, limits[2]))
 
     # 3. Per namespace: quotas, plans, findings.

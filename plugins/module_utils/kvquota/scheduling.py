@@ -187,12 +187,3 @@ def oversized_vms(movers, per_namespace_cap):
 def batch_keys(batches):
     """The batches as lists of 'namespace/name' keys."""
     return [[q.vm_key(vm) for vm in batch] for batch in batches]
-
-
-def batch_index(keys):
-    """{'namespace/name': batch index} of batch_keys(...)."""
-    batch_of = {}
-    for index, batch in enumerate(keys):
-        for key in batch:
-            batch_of[key] = index
-    return batch_of
