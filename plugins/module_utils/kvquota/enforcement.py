@@ -47,20 +47,26 @@ def written_hard(reserve_result):
     return written
 
 
+def required_hard(quota, written):
+    """{name: Fraction} admission must enforce of written ({name: Fraction}) for quota (the object read now): the
+    written value, or the current spec.hard when that is lower (another job released its own reservation of the
+    namespace since); a name spec.hard no longer has requires nothing."""
+    spec = ((quota or {}).get("spec") or {}).get("hard") or {}
+    required = {}
+    for name, value in written.items():
+        current = _quantity(spec.get(name), name) if name in spec else None
+        if current is not None:
+            required[name] = min(value, current)
+    return required
+
+
 def unenforced(quota, written):
     """{name: (required, enforced)} of the names of written ({name: Fraction}) that status.hard of quota (the
-    object read now) does not enforce yet: enforced (status.hard, None when absent) below required, which is
-    the written value, or the current spec.hard when that is lower (another job released its own reservation
-    of the namespace since) - a name spec.hard no longer has requires nothing. Empty when admission enforces
-    every written name."""
-    spec = ((quota or {}).get("spec") or {}).get("hard") or {}
+    object read now) does not enforce yet: enforced (status.hard, None when absent) below required_hard. Empty
+    when admission enforces every written name."""
     status = ((quota or {}).get("status") or {}).get("hard") or {}
     gaps = {}
-    for name, value in sorted(written.items()):
-        current = _quantity(spec.get(name), name) if name in spec else None
-        if current is None:
-            continue
-        required = min(value, current)
+    for name, required in sorted(required_hard(quota, written).items()):
         enforced = _quantity(status.get(name), name) if name in status else None
         if enforced is None or enforced < required:
             gaps[name] = (required, enforced)

@@ -549,7 +549,10 @@ class Executor(object):
         while True:
             gaps = {}
             for target in sorted(pending):
-                gap = enforcement.unenforced(self.cluster.get_quota(*target), pending[target])
+                quota = self.cluster.get_quota(*target)
+                # what can be enforced now is what a later refusal's limit is compared with (lagging_refusals)
+                batch.written.setdefault(target, {}).update(enforcement.required_hard(quota, pending[target]))
+                gap = enforcement.unenforced(quota, pending[target])
                 if gap:
                     gaps[target] = gap
             waited = self.clock() - began

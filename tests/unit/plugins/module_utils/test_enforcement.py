@@ -85,6 +85,12 @@ def test_spec_hard_lowered_since_the_write_is_what_status_hard_must_reach():
     assert e.unenforced(_quota({"pods": "10"}, {"pods": "10"}), written) == {}
 
 
+def test_required_hard_is_the_written_value_bounded_by_spec_hard_now():
+    written = {"limits.cpu": Fraction(4175, 1000), "limits.memory": 8 * GI, "pods": Fraction(12)}
+    quota = _quota({"limits.cpu": "5", "limits.memory": "6Gi"})
+    assert e.required_hard(quota, written) == {"limits.cpu": Fraction(4175, 1000), "limits.memory": 6 * GI}
+
+
 # -- refusals at a limit below what was written -----------------------------------------------------------
 
 LAG_MESSAGE = ('failed to create vmi migration target pod: pods "virt-launcher-vm-1-x" is forbidden: exceeded quota: '

@@ -542,3 +542,16 @@ def test_a_top_up_waits_until_status_hard_shows_it(monkeypatch):
     assert cluster.order == ["reserve top-up", "read t/compute", "read t/compute", "read t/compute"]
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(5175, 1000)}}
     assert batch.enforce_seconds == 1.0
+
+
+def test_a_spec_hard_another_job_lowered_is_what_a_later_refusal_is_compared_with(monkeypatch):
+    # another job released its reservation of the namespace: spec.hard (and status.hard) 3175m, below the 4175m
+    # written; a refusal at 3175m is then a real one, not the controller lagging
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}})
+    fake, ex, batch = _lagging_refusal(monkeypatch, cluster)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)                       # read as lag once: the wait finds spec.hard lowered
+    assert fake.reserved == [] and batch.written == {("t", "compute"): {"limits.cpu": Fraction(3175, 1000)}}
+    fake.found["key"] = "refused:k2"                 # KubeVirt retried: refused at the same limit
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]
