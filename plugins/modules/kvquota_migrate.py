@@ -25,8 +25,9 @@ description:
     quota refused. A batch's top-ups of a quota never add up to more than the refused pods' computed charge;
     at most O(top_up_max_rounds) per batch; past that the module fails with the numbers.
   - Quota admission checks a quota's C(status.hard), which kube-controller-manager copies from C(spec.hard) (it
-    can lag after an API server restart). After writing a reservation or a top-up the module waits, within
-    O(api_outage_budget) (at least 10 s), until C(status.hard) of every quota it changed shows at least what it
+    can lag after an API server restart). After writing a reservation or a top-up the module waits, up to
+    O(api_outage_budget) + 60 s (client-go informers, the controller's included, retry a lost API server at
+    intervals that grow to 30-60 s), until C(status.hard) of every quota it changed shows at least what it
     wrote, before it creates (more) migrations of the batch, and fails naming the quota, C(spec.hard) and
     C(status.hard) if it never does. A refusal whose limit (its C(limited:) part) is below what the batch wrote
     is that lag, not pods larger than planned - no top-up, the same wait.

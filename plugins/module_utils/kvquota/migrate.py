@@ -16,7 +16,7 @@ for more than one batch at once, and the release of one batch (its source pods e
 batch's migrations. overlap=False is strict: batches in plan order, each after every earlier release.
 
 Quota admission checks a quota's status.hard, which kube-controller-manager copies from spec.hard: after each
-reservation or top-up write the executor waits (up to api_outage_budget, see enforcement.py) until status.hard
+reservation or top-up write the executor waits (up to api_outage_budget + 60 s, see enforcement.py) until status.hard
 shows what it wrote before it creates the batch's migrations, and a refusal whose limit is below what it wrote
 (the controller lagging, typically after an API server restart) gets that wait instead of a top-up.
 
@@ -73,9 +73,11 @@ MANAGED_BY = "kvquota.maintenance"
 DEFAULT_PER_GIB = 150       # KubeVirt's completionTimeoutPerGiB default
 DEFAULT_PROGRESS = 150      # KubeVirt's progressTimeout default
 GIB = 1024 ** 3
-# The shortest wait for status.hard to show a reservation (see Executor._wait_enforced), also when
-# api_outage_budget is 0 (no retries): the quota controller takes a moment even when healthy.
-ENFORCE_WAIT_MIN = 10
+# How much longer than api_outage_budget status.hard may take to show a reservation (Executor._wait_enforced):
+# client-go's informers, kube-controller-manager's included, retry an API server they lost at intervals that
+# grow to [30, 60) s, so the quota controller's cache can lag up to a minute after the API server is back
+# (measured in the lab: 46 s, and over 60 s, after a 20 s restart).
+CONTROLLER_RELIST_SECONDS = 60
 
 PENDING, RUNNING, FINAL, RELEASED = "pending", "running", "final", "released"
 
@@ -530,10 +532,11 @@ class Executor(object):
         return written
 
     def _enforce_timeout(self):
-        """How long status.hard may take to show a written reservation: api_outage_budget (the quota controller
-        lags after an API server restart, the same outage the budget rides through), at least ENFORCE_WAIT_MIN."""
+        """How long status.hard may take to show a written reservation: api_outage_budget (the outage the quota
+        controller lags behind) plus CONTROLLER_RELIST_SECONDS (how long after the API server is back its cache
+        may still be stale)."""
         budget = getattr(self.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET)
-        return max(float(ENFORCE_WAIT_MIN), float(budget or 0))
+        return float(budget or 0) + CONTROLLER_RELIST_SECONDS
 
     def _wait_enforced(self, batch, written, what):
         """Wait until quota admission enforces what was written: status.hard of each quota of written ({(ns,
