@@ -24,6 +24,13 @@ description:
     An Event verified to be about the migration (its UID, reported by virt-controller) may only name which
     quota refused. A batch's top-ups of a quota never add up to more than the refused pods' computed charge;
     at most O(top_up_max_rounds) per batch; past that the module fails with the numbers.
+  - Quota admission checks a quota's C(status.hard), which kube-controller-manager copies from C(spec.hard) (it
+    can lag after an API server restart). After writing a reservation or a top-up the module waits, up to
+    O(api_outage_budget) + 60 s (client-go informers, the controller's included, retry a lost API server at
+    intervals that grow to 30-60 s), until C(status.hard) of every quota it changed shows at least what it
+    wrote, before it creates (more) migrations of the batch, and fails naming the quota, C(spec.hard) and
+    C(status.hard) if it never does. A refusal whose limit (its C(limited:) part) is below what the batch wrote
+    is that lag, not pods larger than planned - no top-up, the same wait.
   - Recognises its own migrations, when resuming, only by the UIDs its reservations recorded (refs.migrations);
     a migration that merely carries this collection's labels is not touched.
   - Each batch's reservation is released (as M(kvquota.maintenance.kvquota_release) does) as soon as its
@@ -188,7 +195,8 @@ batches:
       migrations, its state (C(pending), C(running), C(final), C(released)), whether its VMs moved
       (C(migrated)) and which migrations failed, when it started (seconds after the module started), how long
       its migrations took, when its reservation was released (seconds after the batch started), how long
-      sizing, reserving and creating its migrations took (launch_seconds) and its timeout.
+      sizing, reserving and creating its migrations took (launch_seconds), how long it waited for C(status.hard)
+      to show what its reservation and top-ups wrote (status_hard_wait_seconds) and its timeout.
   returned: always
   type: list
   elements: dict
@@ -212,6 +220,7 @@ batches:
       released_seconds: 8.1
       launch_seconds: 0.3
       timeout: 1500
+      status_hard_wait_seconds: 0.0
 migrations_created:
   description: The migrations this run created, as C(namespace/name).
   returned: always

@@ -1578,13 +1578,18 @@ RETRY_NOTES = [
     "request once (not a budget each), names the batches whose migrations it could not read as unknown and "
     "reports every reservation not known released as held; node_maintenance reports a VM count it could not read "
     "as unknown, never 0. The resume advice (re-run) holds because every step re-reads the cluster first.",
-    "- Known limit (found by the full campaign's cordon case, not fixed yet): quota admission enforces "
-    "status.hard, which kube-controller-manager copies from spec.hard. After an API server restart the controller"
-    " can lag, so a reservation written just then is enforced late: the first target pods are refused at the old "
-    "limit, kvquota_migrate takes that for pods larger than planned and tops up, and past the top-up cap the run "
-    "stops (rc 2; a re-run converges, quotas end at base). The fix to come: wait until status.hard shows a "
-    "written reservation before its migrations start, and read a refusal below the written spec.hard as the "
-    "controller lagging, not as a size error.",
+    "- Quota controller lag (found by the full campaign's cordon case): quota admission enforces status.hard, "
+    "which kube-controller-manager copies from spec.hard, and after an API server restart the controller can "
+    "lag; the first target pods were then refused at the old limit, kvquota_migrate took that for pods larger "
+    "than planned, topped up, and stopped past the top-up cap (rc 2). Now, after each reservation or top-up it "
+    "writes, kvquota_migrate waits until status.hard of every quota it changed shows at least what it wrote "
+    "(re-reading only the quotas still behind, up to api_outage_budget + 60 s: client-go informers, the quota "
+    "controller's included, retry a lost API server at intervals that grow to [30, 60) s, so its cache can still "
+    "be stale a minute after the API server is back) before it creates (more) "
+    "migrations of the batch; if it never does, it stops naming the quota, spec.hard against status.hard and the "
+    "fix (kube-controller-manager not syncing quotas). A refusal whose limit (its "
+    "\"limited:\" part) is below what the batch wrote is read as that lag: no top-up, the same wait, then "
+    "KubeVirt's retry (module_utils/kvquota/enforcement.py).",
 ]
 
 NOTES = [

@@ -108,26 +108,39 @@ def refused_migrations(cluster, migrations):
     return refused
 
 
-def _pointed_quotas(vmim, condition, events):
-    """The quota names KubeVirt's own condition message, or else the newest Event verified to be about this VMIM
-    (UID, virt-controller), says refused it; (names, evidence) where evidence identifies that Event (so a later
-    refusal differs from this one). Names only: amounts are never read from an Event."""
-    names, evidence = [], ""
+def _refusals_in(text):
     try:
-        names = [r["quota"] for r in admission.parse_exceeded_quota(condition.get("message") or "")]
+        return admission.parse_exceeded_quota(text or "")
     except InputError:
-        names = []
+        return []
+
+
+def _pointed_quotas(vmim, condition, events):
+    """The refusals KubeVirt's own condition message, or else the newest Event verified to be about this VMIM
+    (UID, virt-controller), shows; (refusals, evidence) where evidence identifies that Event (so a later refusal
+    differs from this one). Only their quota names and limits are used: a name says which quota to top up, a
+    limit below the written spec.hard withholds a top-up (see limited_by_refusals); no amount to add is ever read
+    from an Event."""
+    refusals, evidence = _refusals_in(condition.get("message")), ""
     mine = verified_events(events, vmim)
     if mine:
         newest = mine[-1]
         evidence = "%s/%s/%s" % ((newest.get("metadata") or {}).get("name"), newest.get("count") or 1,
                                  event_stamp(newest))
-        if not names:
-            try:
-                names = [r["quota"] for r in admission.parse_exceeded_quota(newest.get("message") or "")]
-            except InputError:
-                names = []
-    return names, evidence
+        if not refusals:
+            refusals = _refusals_in(newest.get("message"))
+    return refusals, evidence
+
+
+def limited_by_refusals(namespace, refusals, into):
+    """Add the "limited:" part of refusals (parsed, of quotas of namespace) into ({(ns, quota): ResourceList}),
+    keeping the lowest limit per name: what admission compared against, status.hard at the time."""
+    for refusal in refusals:
+        limits = into.setdefault((namespace, refusal["quota"]), {})
+        for name, value in (refusal.get("limited") or {}).items():
+            if name not in limits or value < limits[name]:
+                limits[name] = value
+    return into
 
 
 def refused_target_pods(cluster, migrations, options=None):
@@ -136,14 +149,15 @@ def refused_target_pods(cluster, migrations, options=None):
     now, and the computed charge of the refused target pods (sizing, as batch_headroom computes it).
 
     Returns {"refused": [{namespace, name, uid, vmi}], "exact": {(ns, quota): ResourceList}, "charge": {(ns, quota):
-    ResourceList}, "pointed": [(ns, quota)], "key": str, "evidence": bool}: exact is max(0, used + charge - hard)
-    per name (what the quota lacks for pods of the computed size), charge what those pods are computed to charge
-    each quota, pointed the quotas KubeVirt's condition or a verified Event names as the refusing one. key
+    ResourceList}, "pointed": [(ns, quota)], "limited": {(ns, quota): ResourceList}, "key": str, "evidence": bool}:
+    exact is max(0, used + charge - hard) per name (what the quota lacks for pods of the computed size), charge
+    what those pods are computed to charge each quota, pointed the quotas KubeVirt's condition or a verified Event
+    names as the refusing one, limited the limits those refusals were checked against (lowest per name). key
     identifies the refusals (VMIM UIDs, condition times and the verified Events' identity, never their text);
     evidence says whether a verified Event took part (without one, a later refusal cannot be told from this one).
     """
     refused = refused_migrations(cluster, migrations)
-    result = {"refused": [], "exact": {}, "charge": {}, "pointed": [], "key": "", "evidence": False}
+    result = {"refused": [], "exact": {}, "charge": {}, "pointed": [], "limited": {}, "key": "", "evidence": False}
     if not refused:
         return result
     namespaces = sorted(set(v["metadata"]["namespace"] for v, _c in refused))
@@ -152,8 +166,9 @@ def refused_target_pods(cluster, migrations, options=None):
     keys, pointed, vms = [], set(), set()
     for vmim, condition in refused:
         meta = vmim["metadata"]
-        names, evidence = _pointed_quotas(vmim, condition, events)
-        pointed |= set((meta["namespace"], name) for name in names)
+        refusals, evidence = _pointed_quotas(vmim, condition, events)
+        pointed |= set((meta["namespace"], r["quota"]) for r in refusals)
+        limited_by_refusals(meta["namespace"], refusals, result["limited"])
         keys.append("%s/%s@%s:%s%s" % (meta["namespace"], meta["name"], meta.get("uid") or "",
                                        condition.get("lastTransitionTime") or condition.get("lastProbeTime") or "",
                                        ("#" + evidence) if evidence else ""))

@@ -15,6 +15,11 @@ batch whose namespaces are all free goes first instead (see next_batch): so no n
 for more than one batch at once, and the release of one batch (its source pods ending) overlaps the next
 batch's migrations. overlap=False is strict: batches in plan order, each after every earlier release.
 
+Quota admission checks a quota's status.hard, which kube-controller-manager copies from spec.hard: after each
+reservation or top-up write the executor waits (up to api_outage_budget + 60 s, see enforcement.py) until status.hard
+shows what it wrote before it creates the batch's migrations, and a refusal whose limit is below what it wrote
+(the controller lagging, typically after an API server restart) gets that wait instead of a top-up.
+
 A stop (failed migration, timeout, refusal past the top-up limits, API error) cancels the migrations of this
 run that were never admitted, releases every reservation whose migrations are final (a VM that never left is
 no reason to wait, see reservations._is_active_launcher), leaves the others held (TTL, reaper or a re-run),
@@ -32,6 +37,7 @@ import time
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import (
     DEFAULT_TOP_UP_CAP,
@@ -39,7 +45,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headro
     parse_top_up_cap,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import one_attempt_after_outage
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    DEFAULT_OUTAGE_BUDGET,
+    one_attempt_after_outage,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, ref_uids, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import kubevirt_migrations
@@ -64,6 +73,11 @@ MANAGED_BY = "kvquota.maintenance"
 DEFAULT_PER_GIB = 150       # KubeVirt's completionTimeoutPerGiB default
 DEFAULT_PROGRESS = 150      # KubeVirt's progressTimeout default
 GIB = 1024 ** 3
+# How much longer than api_outage_budget status.hard may take to show a reservation (Executor._wait_enforced):
+# client-go's informers, kube-controller-manager's included, retry an API server they lost at intervals that
+# grow to [30, 60) s, so the quota controller's cache can lag up to a minute after the API server is back
+# (measured in the lab: 46 s, and over 60 s, after a 20 s restart).
+CONTROLLER_RELIST_SECONDS = 60
 
 PENDING, RUNNING, FINAL, RELEASED = "pending", "running", "final", "released"
 
@@ -231,6 +245,9 @@ class _Batch(object):
         self.moved = False      # every migration of the batch Succeeded (or, after a stop, some did)
         self.release_waits = []  # why the last release attempt could not give the reservation back yet
         self.captured = []       # pods started during the reservation that hold its headroom (no fence)
+        self.written = {}        # {(ns, quota): {name: Fraction}} the spec.hard its reservation and top-ups wrote
+        self.lag_keys = []       # the refusals read as the quota controller lagging (no top-up for them)
+        self.enforce_seconds = 0.0  # time spent waiting for status.hard to show what was written
 
     def label(self):
         return "batch %d/%d" % (self.index + 1, self.count)
@@ -258,6 +275,7 @@ class _Batch(object):
             "launch_seconds": None if self.launched is None or self.started is None
             else round(self.launched - self.started, 2),
             "timeout": self.timeout,
+            "status_hard_wait_seconds": round(self.enforce_seconds, 2),
         }
 
 
@@ -483,6 +501,7 @@ class Executor(object):
         if self.check_mode:
             batch.state, batch.final_at, batch.released_at = RELEASED, self.clock(), self.clock()
             return
+        self._wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
         for migration in batch.migrations:
             if migration["reused"]:
                 self.reused.append("%s/%s" % (migration["namespace"], migration["name"]))
@@ -504,6 +523,62 @@ class Executor(object):
                                       lock=self.lock, clock=self.clock, sleep=self.sleep,
                                       operator_namespace=self.operator_namespace)
         self._warn(result.get("warnings"))
+
+    def _note_written(self, batch, result):
+        """Record what a reserve or top-up result wrote to spec.hard in batch.written; returns that part."""
+        written = enforcement.written_hard(result)
+        for target, values in written.items():
+            batch.written.setdefault(target, {}).update(values)
+        return written
+
+    def _enforce_timeout(self):
+        """How long status.hard may take to show a written reservation: api_outage_budget (the outage the quota
+        controller lags behind) plus CONTROLLER_RELIST_SECONDS (how long after the API server is back its cache
+        may still be stale)."""
+        budget = getattr(self.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET)
+        return float(budget or 0) + CONTROLLER_RELIST_SECONDS
+
+    def _wait_enforced(self, batch, written, what):
+        """Wait until quota admission enforces what was written: status.hard of each quota of written ({(ns,
+        quota): {name: Fraction}}) at least the written value of each name (enforcement.unenforced), re-reading
+        only the quotas still behind. Admission checks status.hard, which kube-controller-manager copies from
+        spec.hard; a migration started before that copy is refused at the old limit. WaitTimeoutError naming the
+        quotas, spec.hard against status.hard, when it does not within _enforce_timeout()."""
+        pending = dict((t, v) for t, v in written.items() if v)
+        if not pending:
+            return
+        began = self.clock()
+        deadline = began + self._enforce_timeout()
+        while True:
+            gaps = {}
+            for target in sorted(pending):
+                quota = self.cluster.get_quota(*target)
+                # what can be enforced now is what a later refusal's limit is compared with (lagging_refusals)
+                batch.written.setdefault(target, {}).update(enforcement.required_hard(quota, pending[target]))
+                gap = enforcement.unenforced(quota, pending[target])
+                if gap:
+                    gaps[target] = gap
+            waited = self.clock() - began
+            if not gaps:
+                batch.enforce_seconds += waited
+                if waited >= 1.0:
+                    self.say("%s: quota admission enforces %s after %.1fs (status.hard caught up with spec.hard)"
+                             % (batch.label(), what, waited))
+                return
+            if self.clock() >= deadline:
+                batch.enforce_seconds += waited
+                raise WaitTimeoutError(
+                    "%s: quota admission does not enforce %s %ds after it was written: %s (admission checks "
+                    "status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
+                    % (batch.label(), what, int(waited),
+                       "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
+                    "check that kube-controller-manager runs and syncs ResourceQuotas (its resourcequota controller; "
+                    "`kubectl get resourcequota -n NAMESPACE -o yaml` shows status.hard equal to spec.hard once it "
+                    "does), then re-run: the re-run releases %s and continues; raise api_outage_budget if the "
+                    "controller needs longer after an API server restart" % batch.reservation)
+            pending = dict((t, pending[t]) for t in gaps)
+            self._check_alive()
+            self.sleep(min(self.poll, 0.5))
 
     def _record_reservation(self, batch, result):
         for item in result.get("quotas") or []:
@@ -607,9 +682,23 @@ class Executor(object):
         names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
         # without a verified Event a later refusal looks like this one: each settle time then counts as new
         key = found["key"] if found["evidence"] else "%s#round%d" % (found["key"], batch.rounds + 1)
-        if not found["refused"] or key in batch.top_up_keys:
+        # with a verified Event a refusal already read as lag is the same refusal: KubeVirt has not retried yet
+        seen = batch.top_up_keys + (batch.lag_keys if found["evidence"] else [])
+        if not found["refused"] or key in seen:
             self.say("%s: admission refused %s, and nothing shows a refusal since the last top-up (a stale "
                      "condition): nothing to add, waiting for KubeVirt to retry" % (batch.label(), names))
+            return
+        # a refusal at a limit below what this batch wrote was checked against a status.hard the quota controller
+        # had not updated: it says nothing about the pods' size. Read so once per key: without a verified Event a
+        # later refusal cannot be told from this one, and status.hard is known to be current after the wait.
+        lagging = {} if key in batch.lag_keys else enforcement.lagging_refusals(found.get("limited"), batch.written)
+        if lagging:
+            batch.lag_keys.append(key)
+            self.say("%s: admission refused %s at %s: kube-controller-manager had not copied the reservation to "
+                     "status.hard (what admission checks), so no top-up; waiting until status.hard shows it, then "
+                     "for KubeVirt to retry" % (batch.label(), names, enforcement.lagging_text(lagging)))
+            self._wait_enforced(batch, dict((t, batch.written[t]) for t in lagging),
+                                "reservation %s" % batch.reservation)
             return
         amounts, problems, how = headroom_mod.top_up_amounts(found["exact"], found["charge"], self.cap,
                                                              found["pointed"], batch.added)
@@ -637,6 +726,7 @@ class Executor(object):
                                       self.ttl, top_up=key, lock=self.lock, clock=self.clock, sleep=self.sleep,
                                       operator_namespace=self.operator_namespace)
         self._warn(result.get("warnings"))
+        written = self._note_written(batch, result)
         batch.rounds += 1
         batch.top_up_keys.append(key)
         for target, amount in amounts.items():
@@ -648,6 +738,7 @@ class Executor(object):
                  % (batch.label(), len(keys), batch.reservation, shown,
                     "what the quota lacks for pods of the computed size" if how == "exact"
                     else "the pods are larger than computed: top_up_cap's share of their computed charge"))
+        self._wait_enforced(batch, written, "the top-up of reservation %s" % batch.reservation)
 
     def _try_release(self, batch, timeout=0.0):
         """Release the batch's reservation if its source pods are gone (one check, or wait up to timeout)."""

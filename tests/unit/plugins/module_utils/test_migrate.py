@@ -2,8 +2,8 @@
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """migrate.py, the pure parts: which batch may start (pipelining gate), which migrations are ours (by the UIDs
-the ledger recorded), the batch timeout rule, the top-up cap, the batch input shapes. The executor itself runs against the lab
-(tests/integration/test_migrate_lab.py)."""
+the ledger recorded), the batch timeout rule, the top-up cap, the batch input shapes; the executor's top-ups and its
+wait for status.hard against stand-ins. The executor itself runs against the lab (tests/integration/test_migrate_lab.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -15,6 +15,7 @@ import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, UnreachableError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
 MI = 1024 ** 2
 GI = 1024 ** 3
@@ -378,3 +379,181 @@ def test_a_stop_after_an_ordinary_error_keeps_the_budget():
     with pytest.raises(m.KvquotaError):
         ex._stop(m.KvquotaError("migration t/kvq-vm-1 failed"))
     assert set(cluster.budgets) == {60}
+
+
+# -- status.hard: a reservation is enforced only once the quota controller copied it (issue 11 follow-up) ----
+
+class _Quotas(object):
+    """A control plane whose quota controller copies spec.hard to status.hard only after `lag` reads of a quota
+    (None: never); records every read and the order of reserve/read/create."""
+
+    def __init__(self, spec, status, lag=0, outage_budget=60):
+        self.spec = dict((t, dict(h)) for t, h in spec.items())
+        self.status = dict((t, dict(h)) for t, h in status.items())
+        self.lag = lag
+        self.reads = []
+        self.order = []
+        self.outage_budget = outage_budget
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+    def get_quota(self, namespace, name):
+        target = (namespace, name)
+        self.reads.append(target)
+        self.order.append("read %s/%s" % target)
+        if self.lag is not None and self.reads.count(target) > self.lag:
+            self.status[target] = dict(self.spec[target])
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {"hard": dict(self.spec[target])},
+                "status": {"hard": dict(self.status[target])}}
+
+    # what _start reads and writes besides the quotas
+    def exists(self, path, what):
+        return {}
+
+    def list_custom(self, group, version, plural, namespace=None):
+        if plural == "virtualmachineinstances":
+            return [{"metadata": {"namespace": "t", "name": "vm-1"}, "status": {"nodeName": "node-1"}}]
+        return []
+
+    def create(self, path, body, what):
+        self.order.append("create %s" % body["metadata"]["name"])
+        return dict(body, metadata=dict(body["metadata"], uid="uid-" + body["metadata"]["name"]))
+
+
+def _reserve_writing(cluster):
+    """reservations.reserve stand-in: the first reserve of an id and every top-up add 1 CPU to the fake's
+    spec.hard (limits.cpu), a repeat (new refs only) changes nothing; before/after as the real one returns them."""
+    made = set()
+
+    def reserve(_cluster, rid, headroom, *args, **kwargs):
+        results = []
+        for target, amount in headroom.items():
+            before = dict(cluster.spec[target])
+            if rid not in made or kwargs.get("top_up"):
+                made.add(rid)
+                cluster.spec[target]["limits.cpu"] = "%dm" % (int(before["limits.cpu"][:-1]) + 1000)
+            cluster.order.append("reserve %s" % ("top-up" if kwargs.get("top_up") else rid))
+            results.append({"namespace": target[0], "quota": target[1], "before": before,
+                            "after": dict(cluster.spec[target]), "delta": dict(amount)})
+        return {"quotas": results}
+    return reserve
+
+
+def _startable(monkeypatch, cluster):
+    monkeypatch.setattr(m.headroom_mod, "batch_headroom", lambda c, vms, options=None: (
+        {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
+    monkeypatch.setattr(m.reservations, "reserve", _reserve_writing(cluster))
+    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
+    ex.per_gib_now, ex.progress_now = 150, 150
+    return ex, ex.batches[0]
+
+
+def test_migrations_start_only_once_status_hard_shows_the_reservation(monkeypatch):
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}}, lag=3)
+    ex, batch = _startable(monkeypatch, cluster)
+    ex.started = 0.0
+    ex._start(batch)
+    assert cluster.order == ["reserve node-1-b0", "read t/compute", "read t/compute", "read t/compute",
+                             "read t/compute", "create vm-1-kvq-tok", "reserve node-1-b0"]
+    assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
+    assert batch.report(0.0)["status_hard_wait_seconds"] == 1.5       # three naps of 0.5 s
+    assert "quota admission enforces reservation node-1-b0 after 1.5s" in ex.log[-1]
+
+
+def test_a_quota_controller_that_never_syncs_stops_before_any_migration_with_the_numbers(monkeypatch):
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}},
+                      lag=None, outage_budget=30)
+    ex, batch = _startable(monkeypatch, cluster)
+    ex.started = 0.0
+    with pytest.raises(m.WaitTimeoutError) as err:
+        ex._start(batch)
+    text = str(err.value)
+    # api_outage_budget 30 s + 60 s for the controller's cache to re-list once the API server is back
+    assert "batch 1/1: quota admission does not enforce reservation node-1-b0 90s after it was written" in text
+    assert "t/compute: spec.hard limits.cpu=4175m, status.hard limits.cpu=3175m" in text
+    assert "kube-controller-manager" in err.value.fix and "re-run" in err.value.fix
+    assert not [step for step in cluster.order if step.startswith("create")]
+    assert cluster.now == 90.0
+
+
+def test_the_wait_is_the_outage_budget_plus_a_minute_for_the_controllers_cache_to_re_list():
+    # client-go informers retry a lost API server at [30, 60) s intervals: a minute after it is back, also with
+    # api_outage_budget 0 (no retries of our own)
+    assert m.Executor(_Quotas({}, {}, outage_budget=0), "node-1", [["t/vm-1"]])._enforce_timeout() == 60
+    assert m.Executor(_Quotas({}, {}, outage_budget=45), "node-1", [["t/vm-1"]])._enforce_timeout() == 105
+
+
+def test_only_the_quotas_still_behind_are_read_again():
+    spec = {("t", "compute"): {"limits.cpu": "4175m"}, ("t", "other"): {"limits.cpu": "2"}}
+    cluster = _Quotas(spec, {("t", "compute"): {"limits.cpu": "3175m"}, ("t", "other"): {"limits.cpu": "2"}}, lag=4)
+    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
+    ex._wait_enforced(ex.batches[0], {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)},
+                                      ("t", "other"): {"limits.cpu": Fraction(2)}}, "reservation node-1-b0")
+    assert cluster.reads.count(("t", "other")) == 1 and cluster.reads.count(("t", "compute")) == 5
+
+
+def _lagging_refusal(monkeypatch, cluster, evidence=True, limit="3175m"):
+    """_Refused with a refusal of t/compute at `limit` while the batch wrote 4175m."""
+    fake = _Refused(monkeypatch, evidence=evidence)
+    fake.found["limited"] = {("t", "compute"): {"limits.cpu": parse_quantity(limit)}}
+    fake.found["charge"] = {("t", "compute"): {"limits.cpu": Fraction(1)}}
+    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
+    batch = ex.batches[0]
+    batch.reservation, batch.written = "node-1-b0", {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
+    return fake, ex, batch
+
+
+def test_a_refusal_below_the_written_spec_hard_waits_for_status_hard_instead_of_a_top_up(monkeypatch):
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}}, lag=2)
+    fake, ex, batch = _lagging_refusal(monkeypatch, cluster)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)
+    assert fake.reserved == [] and batch.rounds == 0
+    assert "at t/compute limits.cpu=3175m (written 4175m)" in ex.log[-2] and "no top-up" in ex.log[-2]
+    assert cluster.reads == [("t", "compute")] * 3                   # waited until status.hard showed 4175m
+    ex._top_up(batch, refused)                                       # KubeVirt has not retried yet: the same Event
+    assert fake.reserved == [] and "nothing shows a refusal since the last top-up" in ex.log[-1]
+    # refused again, now at the limit written: the pods are larger than planned, top up as before
+    fake.found["key"] = "refused:k2"
+    fake.found["limited"] = {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]
+
+
+def test_without_a_verified_event_a_refusal_is_read_as_lag_once(monkeypatch):
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "4175m"}})
+    fake, ex, batch = _lagging_refusal(monkeypatch, cluster, evidence=False)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)
+    assert fake.reserved == [] and batch.lag_keys == ["refused:k1#round1"]
+    # the condition's text does not change with a later refusal: status.hard is current now, so this one counts
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k1#round1")]
+
+
+def test_a_top_up_waits_until_status_hard_shows_it(monkeypatch):
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "4175m"}}, lag=2)
+    fake, ex, batch = _lagging_refusal(monkeypatch, cluster, limit="4175m")
+    monkeypatch.setattr(m.reservations, "reserve", _reserve_writing(cluster))
+    ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+    assert cluster.order == ["reserve top-up", "read t/compute", "read t/compute", "read t/compute"]
+    assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(5175, 1000)}}
+    assert batch.enforce_seconds == 1.0
+
+
+def test_a_spec_hard_another_job_lowered_is_what_a_later_refusal_is_compared_with(monkeypatch):
+    # another job released its reservation of the namespace: spec.hard (and status.hard) 3175m, below the 4175m
+    # written; a refusal at 3175m is then a real one, not the controller lagging
+    cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}})
+    fake, ex, batch = _lagging_refusal(monkeypatch, cluster)
+    refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
+    ex._top_up(batch, refused)                       # read as lag once: the wait finds spec.hard lowered
+    assert fake.reserved == [] and batch.written == {("t", "compute"): {"limits.cpu": Fraction(3175, 1000)}}
+    fake.found["key"] = "refused:k2"                 # KubeVirt retried: refused at the same limit
+    ex._top_up(batch, refused)
+    assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]

@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""enforcement.py: what a reservation wrote to spec.hard, whether status.hard (what quota admission checks) shows it,
+and which refusals were made at a limit below it (the quota controller lagging, not pods larger than planned)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+from fractions import Fraction
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement as e
+
+MI = 1024 ** 2
+GI = 1024 ** 3
+T = ("tenant-a", "compute")
+
+
+def _quota(spec, status=None):
+    quota = {"metadata": {"namespace": T[0], "name": T[1]}, "spec": {"hard": dict(spec)}}
+    if status is not None:
+        quota["status"] = {"hard": dict(status)}
+    return quota
+
+
+# -- what was written -------------------------------------------------------------------------------------
+
+def test_written_hard_takes_the_after_value_of_the_names_the_reservation_expands():
+    result = {"quotas": [{"namespace": "tenant-a", "quota": "compute",
+                          "before": {"limits.cpu": "3175m", "limits.memory": "6Gi", "pods": "20"},
+                          "after": {"limits.cpu": "4175m", "limits.memory": "8Gi", "pods": "20"},
+                          "delta": {"limits.cpu": "1", "limits.memory": "2Gi"}}]}
+    assert e.written_hard(result) == {T: {"limits.cpu": Fraction(4175, 1000), "limits.memory": 8 * GI}}
+
+
+def test_written_hard_keeps_an_unchanged_reservation_and_a_name_changed_without_delta():
+    # a reserve that changed nothing (same id, same headroom) still names what must be enforced
+    unchanged = {"quotas": [{"namespace": "tenant-a", "quota": "compute", "before": {"limits.cpu": "4"},
+                             "after": {"limits.cpu": "4"}, "delta": {"limits.cpu": "500m"}}]}
+    assert e.written_hard(unchanged) == {T: {"limits.cpu": 4}}
+    spelled = {"quotas": [{"namespace": "tenant-a", "quota": "compute", "before": {"limits.memory": "1024Mi"},
+                           "after": {"limits.memory": "1Gi", "requests.memory": "3Gi"}}]}
+    # 1024Mi and 1Gi are the same amount: only the name whose value changed counts
+    assert e.written_hard(spelled) == {T: {"requests.memory": 3 * GI}}
+
+
+def test_written_hard_of_a_result_without_after_or_with_zero_delta_is_empty():
+    assert e.written_hard({"quotas": [{"namespace": "tenant-a", "quota": "compute",
+                                       "delta": {"limits.memory": "256Mi"}}]}) == {}
+    assert e.written_hard({"quotas": [{"namespace": "tenant-a", "quota": "compute", "before": {"pods": "5"},
+                                       "after": {"pods": "5"}, "delta": {"pods": "0"}}]}) == {}
+    assert e.written_hard(None) == {} and e.written_hard({"quotas": []}) == {}
+
+
+# -- whether status.hard shows it -------------------------------------------------------------------------
+
+def test_status_hard_at_the_old_limit_is_not_enforced_yet():
+    quota = _quota({"limits.cpu": "4175m", "limits.memory": "8Gi"}, {"limits.cpu": "3175m", "limits.memory": "8Gi"})
+    gaps = e.unenforced(quota, {"limits.cpu": Fraction(4175, 1000), "limits.memory": 8 * GI})
+    assert gaps == {"limits.cpu": (Fraction(4175, 1000), Fraction(3175, 1000))}
+    assert e.gaps_text(T, gaps) == "tenant-a/compute: spec.hard limits.cpu=4175m, status.hard limits.cpu=3175m"
+
+
+def test_a_quota_without_status_hard_is_not_enforced_and_says_none():
+    gaps = e.unenforced(_quota({"limits.memory": "8Gi"}), {"limits.memory": 8 * GI})
+    assert gaps == {"limits.memory": (8 * GI, None)}
+    assert e.gaps_text(T, gaps) == "tenant-a/compute: spec.hard limits.memory=8Gi, status.hard limits.memory=(none)"
+
+
+def test_status_hard_equal_or_above_the_written_value_is_enforced():
+    written = {"limits.cpu": Fraction(4175, 1000)}
+    assert e.unenforced(_quota({"limits.cpu": "4175m"}, {"limits.cpu": "4175m"}), written) == {}
+    # another job's reservation of the same namespace came on top since
+    assert e.unenforced(_quota({"limits.cpu": "5"}, {"limits.cpu": "5"}), written) == {}
+
+
+def test_spec_hard_lowered_since_the_write_is_what_status_hard_must_reach():
+    # another job released its own reservation of the namespace: 4175m - 1 = 3175m is all that can be enforced
+    written = {"limits.cpu": Fraction(4175, 1000)}
+    assert e.unenforced(_quota({"limits.cpu": "3175m"}, {"limits.cpu": "3175m"}), written) == {}
+    assert e.unenforced(_quota({"limits.cpu": "3175m"}, {"limits.cpu": "3"}), written) == \
+        {"limits.cpu": (Fraction(3175, 1000), Fraction(3))}
+    # a name an administrator removed from spec.hard requires nothing
+    assert e.unenforced(_quota({"pods": "10"}, {"pods": "10"}), written) == {}
+
+
+def test_required_hard_is_the_written_value_bounded_by_spec_hard_now():
+    written = {"limits.cpu": Fraction(4175, 1000), "limits.memory": 8 * GI, "pods": Fraction(12)}
+    quota = _quota({"limits.cpu": "5", "limits.memory": "6Gi"})
+    assert e.required_hard(quota, written) == {"limits.cpu": Fraction(4175, 1000), "limits.memory": 6 * GI}
+
+
+# -- refusals at a limit below what was written -----------------------------------------------------------
+
+LAG_MESSAGE = ('failed to create vmi migration target pod: pods "virt-launcher-vm-1-x" is forbidden: exceeded quota: '
+               'compute, requested: limits.cpu=1015m, used: limits.cpu=3000m, limited: limits.cpu=3175m')
+
+
+def _limited(message):
+    """{(ns, quota): limited} as headroom.refused_target_pods gathers it from a refusal's text."""
+    return dict((("tenant-a", r["quota"]), r["limited"]) for r in admission.parse_exceeded_quota(message))
+
+
+def test_a_refusal_below_the_written_spec_hard_is_the_controller_lagging():
+    written = {T: {"limits.cpu": Fraction(4175, 1000), "limits.memory": 8 * GI}}
+    lagging = e.lagging_refusals(_limited(LAG_MESSAGE), written)
+    assert lagging == {T: {"limits.cpu": (Fraction(3175, 1000), Fraction(4175, 1000))}}
+    assert e.lagging_text(lagging) == "tenant-a/compute limits.cpu=3175m (written 4175m)"
+
+
+def test_a_refusal_at_the_written_limit_is_a_real_shortfall():
+    at_limit = LAG_MESSAGE.replace("limited: limits.cpu=3175m", "limited: limits.cpu=4175m")
+    assert e.lagging_refusals(_limited(at_limit), {T: {"limits.cpu": Fraction(4175, 1000)}}) == {}
+
+
+def test_only_names_and_quotas_both_know_are_compared():
+    # the refusal names memory, the batch wrote cpu only; another quota of the namespace refused
+    memory = {T: {"limits.memory": 6 * GI}}
+    assert e.lagging_refusals(memory, {T: {"limits.cpu": 4}}) == {}
+    other = {("tenant-a", "pods-only"): {"pods": Fraction(3)}}
+    assert e.lagging_refusals(other, {T: {"pods": 4}}) == {}
+    assert e.lagging_refusals({}, {T: {"pods": 4}}) == {} and e.lagging_refusals(memory, None) == {}
