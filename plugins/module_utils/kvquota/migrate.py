@@ -43,6 +43,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.batch_runner import BatchRunner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError, NotFoundError, WaitTimeoutError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.follow import Follower
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
@@ -79,6 +80,7 @@ class Executor(object):
         self.runner = BatchRunner(cluster, config, self.record)
         self.stopper = Stopper(cluster, config, self.record, self.runner)
         self.scheduler = Scheduler(config, self.record.batches)
+        self.follower = Follower(cluster, config, self.record, self.runner, self.stopper)
 
     @property
     def batches(self):
@@ -141,6 +143,8 @@ class Executor(object):
         return self.record.resumed
 
     def run(self, resume=True):
+        if self.config.mode == "follow":
+            return self.follower.run(resume)
         self.record.started = self.config.clock()
         if self.cluster.exists("/api/v1/nodes/%s" % self.config.node, "read node %s" % self.config.node) is None:
             raise NotFoundError("node '%s' not found" % self.config.node,
@@ -149,17 +153,11 @@ class Executor(object):
             self.resume()
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
-        try:
-            if self.config.check_mode:
-                for batch in self.record.batches:
-                    self.runner.start(batch)
-                return self.stopper.result("planned")
-            self._loop()
-        except Interrupted:
-            raise
-        except KvquotaError as err:
-            self.stopper.stop(err)
-        return self.stopper.result("succeeded")
+        return self.stopper.guarded(self._plan, self._loop)
+
+    def _plan(self):
+        for batch in self.record.batches:
+            self.runner.start(batch)
 
     def _loop(self):
         last_full = None
@@ -196,6 +194,11 @@ def migrate(cluster, node, batches, **options):
     return Executor(cluster, ExecutorConfig.build(node, **options), batches).run()
 
 
-__all__ = ["migrate", "Executor", "ExecutorConfig", "next_batch", "batch_timeout", "our_migration_uids",
+def follow(cluster, **options):
+    """Follow mode over a scope (options: ExecutorConfig's fields: nodes, namespaces, follow_until, ...)."""
+    return Executor(cluster, ExecutorConfig.build(None, **dict(options, mode="follow"))).run()
+
+
+__all__ = ["migrate", "follow", "Executor", "ExecutorConfig", "next_batch", "batch_timeout", "our_migration_uids",
            "ours", "over_cap", "batch_vm_keys", "never_admitted", "timeouts_from_kubevirt", "Interrupted", "PENDING",
-           "RUNNING", "FINAL", "RELEASED"]
+           "RUNNING", "FINAL", "RELEASED", "KvquotaError", "WaitTimeoutError"]

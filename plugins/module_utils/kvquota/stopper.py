@@ -16,6 +16,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
     CAPTURED_FIX,
     FINAL,
+    Interrupted,
     RELEASED,
     RUNNING,
     migration_phase,
@@ -68,6 +69,20 @@ class Stopper(object):
             "%s; then re-run: it follows the groups still held, releases each once its source pods are gone, and goes on "
             "following %s" % (err.fix or "fix the cause", self.config.scope_text()))
         raise type(err)(message, fix, {"result": result})
+
+    def guarded(self, plan, loop):
+        """A run's body: plan() in check mode (result "planned"), else loop() (result "succeeded"); a KvquotaError
+        stops cleanly (stop() raises it with the state); Interrupted stops without touching anything more."""
+        try:
+            if self.config.check_mode:
+                plan()
+                return self.result("planned")
+            loop()
+        except Interrupted:
+            raise
+        except KvquotaError as err:
+            self.stop(err)
+        return self.result("succeeded")
 
     def clean_up(self):
         """Cancel this run's migrations never admitted, mark the batches whose migrations are over and release

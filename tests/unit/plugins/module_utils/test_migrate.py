@@ -234,7 +234,7 @@ def test_never_admitted_is_pending_without_a_target_pod():
 
 def test_namespace_extra_sums_per_namespace():
     extra = migration_state.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
-                               ("b", {"limits.cpu": 2})])
+                                             ("b", {"limits.cpu": 2})])
     assert extra == {"a": {"limits.memory": 2 * GI, "limits.cpu": 1}, "b": {"limits.cpu": 2}}
 
 
@@ -502,7 +502,7 @@ def test_only_the_quotas_still_behind_are_read_again():
     cluster = _Quotas(spec, {("t", "compute"): {"limits.cpu": "3175m"}, ("t", "other"): {"limits.cpu": "2"}}, lag=4)
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
     ex.runner.wait_enforced(ex.batches[0], {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)},
-                                      ("t", "other"): {"limits.cpu": Fraction(2)}}, "reservation node-1-b0")
+                                            ("t", "other"): {"limits.cpu": Fraction(2)}}, "reservation node-1-b0")
     assert cluster.reads.count(("t", "other")) == 1 and cluster.reads.count(("t", "compute")) == 5
 
 
