@@ -92,7 +92,7 @@ options:
       - O(mode=follow) only. When the run ends (always with no reservation of its own left).
       - V(idle) once no migration is left in the scope and no VMI in it is marked for evacuation or runs an
         outdated launcher, for O(follow_idle_seconds).
-      - V(nodes_schedulable) once every node of O(nodes) is uncordoned.
+      - V(nodes_schedulable) once every node of O(nodes), seen cordoned during the run, is uncordoned again.
       - V(deadline) after O(deadline_seconds).
     type: str
     choices: [idle, nodes_schedulable, deadline]

@@ -17,7 +17,7 @@ quota whose earlier reservation is already in use, never against room reserved f
 
 It ends when follow_until holds, with no reservation of its own left: idle (no migration left in scope and no VMI
 in scope marked for evacuation or with an outdated launcher, for follow_idle_seconds), nodes_schedulable (every
-named node uncordoned) or deadline (deadline_seconds after the start; a deadline given with another condition
+named node seen cordoned during the run, then uncordoned) or deadline (deadline_seconds after the start; a deadline given with another condition
 ends the run as a timeout). A re-run resumes: the reservations "<prefix>-f<n>" in the operator namespace are the
 state, and their refs name the migrations (by UID) they were made for.
 """
@@ -132,6 +132,7 @@ class Follower(object):
         self.pattern = re.compile("^%s-f([0-9]+)$" % re.escape(config.reservation_prefix))
         self.idle_since = None
         self.next_index = 0
+        self.cordoned = set()   # the nodes of the scope seen unschedulable during the run
 
     # -- scope -------------------------------------------------------------
 
@@ -281,14 +282,11 @@ class Follower(object):
             raise WaitTimeoutError(
                 "deadline_seconds %s passed before %s" % (int(config.deadline_seconds), "every group was released"
                                                           if config.follow_until == "deadline" else config.follow_until),
-                "re-run: it follows the groups still held and releases them once their source pods are gone")
+                "raise deadline_seconds if the window needs longer")
+        if config.follow_until == "nodes_schedulable":
+            return "nodes %s schedulable" % ", ".join(config.nodes) if self._nodes_back(held) else None
         if held:
             self.idle_since = None
-            return None
-        if config.follow_until == "nodes_schedulable":
-            nodes = [self.cluster.get("/api/v1/nodes/%s" % n, "read node %s" % n) for n in config.nodes]
-            if not [n for n in nodes if (n.get("spec") or {}).get("unschedulable")]:
-                return "nodes %s schedulable" % ", ".join(config.nodes)
             return None
         if config.follow_until != "idle":
             return None
@@ -300,6 +298,14 @@ class Follower(object):
         if now - self.idle_since >= config.follow_idle_seconds:
             return "idle (no migration left in %s for %ss)" % (config.scope_text(), int(config.follow_idle_seconds))
         return None
+
+    def _nodes_back(self, held):
+        """Whether every named node, seen cordoned during the run (a drain not started yet is no end), is
+        uncordoned now and nothing of this run is held. Read each poll, so that a cordon is seen while groups run."""
+        cordoned_now = set(n for n in self.config.nodes if (self.cluster.get(
+            "/api/v1/nodes/%s" % n, "read node %s" % n).get("spec") or {}).get("unschedulable"))
+        self.cordoned |= cordoned_now
+        return not held and self.cordoned.issuperset(self.config.nodes) and not cordoned_now
 
     def _check_overdue(self):
         now = self.config.clock()

@@ -128,6 +128,8 @@ class _Cluster(object):
         self.admitted_at = {}
         self.created = []
         self.outage_budget = 0
+        self.cordoned = False
+        self.node_reads = 0
 
     def clock(self):
         return self.now
@@ -163,7 +165,8 @@ class _Cluster(object):
         return {"metadata": {"name": path.rsplit("/", 1)[1]}}
 
     def get(self, path, what):
-        return {"spec": {}}
+        self.node_reads += 1
+        return {"spec": {"unschedulable": self.cordoned}}
 
     def list_custom(self, group, version, plural, namespace=None, label_selector=None):
         if plural == "kubevirts":
@@ -286,3 +289,23 @@ def test_a_deadline_before_the_condition_stops_and_says_what_is_held(monkeypatch
     assert "deadline_seconds 5 passed before idle" in str(err.value)
     assert err.value.details["result"]["reservations_held"] == ["follow-n1-f0"]
     assert "follows the groups still held" in err.value.fix
+
+
+def test_nodes_schedulable_means_seen_cordoned_then_uncordoned(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    ticks = []
+
+    def drain():                                # cordoned at 3 s, migrations then, uncordoned once the VMs moved
+        ticks.append(cluster.now)
+        if cluster.now >= 3 and not cluster.vmims:
+            cluster.cordoned = True
+            cluster.evacuate(2)
+        elif cluster.cordoned and all(v["status"]["nodeName"] == "n2" for v in cluster.vmis.values()):
+            cluster.cordoned = False
+        if cluster.vmims:
+            _Cluster.tick(cluster)
+    monkeypatch.setattr(cluster, "tick", drain)
+    result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
+    assert result["ended_by"] == "nodes n1 schedulable" and cluster.held == {}
+    assert len(result["migrations_reused"]) == 2      # not ended before the drain: the node was schedulable then
