@@ -13,7 +13,10 @@ its reservation "<prefix>-f<n>" is made by the batch runner exactly as in drive 
 reservations.reserve, refs recording the followed migrations' UIDs), waited for in status.hard, topped up from
 admission refusals, and released once the group's source pods are gone. A namespace that still has a followed
 migration not admitted gets no new group until it is admitted: the next group's need is computed against a
-quota whose earlier reservation is already in use, never against room reserved for another migration.
+quota whose earlier reservation is already in use, never against room reserved for another migration. A
+migration KubeVirt admits in a group's room without being followed (it retries refused migrations at once, so the
+next queued one takes the room the moment the group's source pods end, before the release) is adopted by that
+group (_adopt).
 
 It ends when follow_until holds, with no reservation of its own left: idle (no migration left in scope and no VMI
 in scope marked for evacuation or with an outdated launcher, for follow_idle_seconds), nodes_schedulable (every
@@ -27,6 +30,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import migration_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
@@ -229,10 +233,11 @@ class Follower(object):
             full = last_full is None or now - last_full >= self.config.poll_interval * 0.95
             if full:
                 last_full = now
+                vmims, vmis = self._look()
+                self._adopt(vmims, vmis)
                 for group in self.record.batches:
                     if group.state == FINAL:
                         self.runner.try_release(group)
-                vmims, vmis = self._look()
                 self._start_groups(vmims, vmis)
                 ended = self._ended(vmims, vmis, self.config.clock())
                 if ended:
@@ -263,6 +268,49 @@ class Follower(object):
             self.record.say("%s: following %s (parallel limits %d per cluster, %d per node); reserved %s"
                             % (group.label(), ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
                                per_cluster, per_node, headroom_text(group.deltas)))
+
+    def _adopt(self, vmims, vmis):
+        """A migration KubeVirt admitted in scope that no group follows, in a namespace where a group holds a
+        reservation: KubeVirt retries a refused migration at once, so the moment a group's source pods end it admits
+        the next queued one in the room not released yet. That group adopts it (its UID and source pod join the
+        reservation's refs), so the reservation is released only once that migration's source pod is gone too,
+        instead of leaving the quota over-used."""
+        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
+        for vmim in vmims:
+            if migration_phase(vmim) in FINAL_MIGRATION_PHASES or never_admitted(vmim) or uid_of(vmim) in followed:
+                continue
+            namespace = _meta(vmim).get("namespace")
+            if not self.in_scope(vmim, source_node(vmim, vmis)) or (namespace, vmim["spec"]["vmiName"]) not in vmis:
+                continue
+            holders = [g for g in self.record.batches if g.state in (RUNNING, FINAL)
+                       and [t for t, d in g.deltas.items() if t[0] == namespace and d]]
+            if holders:
+                self._adopt_into(holders[-1], vmim)
+
+    def _adopt_into(self, group, vmim):
+        namespace, name, vm = _meta(vmim)["namespace"], _meta(vmim)["name"], vmim["spec"]["vmiName"]
+        _needs, refs, _report = headroom_mod.batch_headroom(self.cluster, [{"namespace": namespace, "name": vm}],
+                                                            self.config.sizing)
+        refs = dict(refs, migrations=[{"namespace": namespace, "name": name, "uid": uid_of(vmim)}])
+        ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
+        for target in sorted(t for t, d in group.deltas.items() if t[0] == namespace and d):
+            entry = getattr(ledgers.get(tuple(target)), "reservations", {}).get(group.reservation)
+            if entry is None:
+                continue
+            # the same amount again: only the refs change (the ledger merges them)
+            result = reservations.reserve(self.cluster, group.reservation, {tuple(target): dict(entry.delta)},
+                                          self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
+                                          self.config.ttl_seconds, refs=refs, lock=self.config.lock,
+                                          clock=self.config.clock, sleep=self.config.sleep,
+                                          operator_namespace=self.config.operator_namespace)
+            self.record.warn(result.get("warnings"))
+        group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True})
+        group.namespaces = sorted(set(group.namespaces) | set([namespace]))
+        self.record.reused.append("%s/%s" % (namespace, name))
+        if group.state == FINAL:
+            group.state, group.final_at = RUNNING, None
+        self.record.say("%s: KubeVirt admitted %s/%s in the room of reservation %s; adopted (released once its source "
+                        "pod is gone too)" % (group.label(), namespace, name, group.reservation))
 
     @staticmethod
     def _not_admitted(vmims, uid):

@@ -309,3 +309,34 @@ def test_nodes_schedulable_means_seen_cordoned_then_uncordoned(monkeypatch):
     result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
     assert result["ended_by"] == "nodes n1 schedulable" and cluster.held == {}
     assert len(result["migrations_reused"]) == 2      # not ended before the drain: the node was schedulable then
+
+
+def test_a_migration_kubevirt_admits_in_a_groups_room_is_adopted_before_the_release(monkeypatch):
+    cluster = _Cluster(vms=4)
+    _faked(monkeypatch, cluster)
+    ex = _follower(cluster)
+    group = m.Batch(0, None, [("t0", "vm-0")], "follow-n1-f0", followed=True)
+    group.state, group.final_at, group.deltas = m.FINAL, 1.0, {("t0", "q"): {"limits.memory": 1}}
+    group.targets = [("t0", "q")]
+    group.migrations = [{"namespace": "t0", "name": "kubevirt-evacuation-vm-0", "uid": "u-vm-0", "vm": "vm-0",
+                         "reused": True}]
+    ex.record.batches.append(group)
+    sneaked = vmim("t0", "kubevirt-evacuation-vm-2", "vm-2", "u-vm-2", "t1", phase="Running", source="n1",
+                   target_pod="p")
+    elsewhere = vmim("t1", "kubevirt-evacuation-vm-1", "vm-1", "u-vm-1", "t1", phase="Running", source="n1",
+                     target_pod="p")
+    ledger = type("L", (), {"reservations": {"follow-n1-f0": Reservation("follow-n1-f0", {"limits.memory": "1"}, "o",
+                                                                         "r", None, None, {})}})()
+    monkeypatch.setattr(reservations, "find_ledgers", lambda c, warnings=None, operator_namespace=None: {
+        ("t0", "q"): ledger})
+    written = []
+    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, headroom, *a, **kw: written.append(
+        (rid, headroom, kw["refs"]["migrations"])) or {})
+    vmis = dict((k, v) for k, v in cluster.vmis.items())
+    ex.follower._adopt([sneaked, elsewhere], vmis)
+    # the same amount again, the adopted migration's UID in the refs; t1 holds no reservation: nothing adopted there
+    assert written == [("follow-n1-f0", {("t0", "q"): {"limits.memory": "1"}},
+                        [{"namespace": "t0", "name": "kubevirt-evacuation-vm-2", "uid": "u-vm-2"}])]
+    assert group.state == m.RUNNING and group.final_at is None
+    assert [mig["uid"] for mig in group.migrations] == ["u-vm-0", "u-vm-2"]
+    assert "adopted" in ex.log[-1]
