@@ -143,11 +143,12 @@ def test_follow_beside_kubectl_drain_reserves_just_in_time_and_restores_every_qu
             migrations += r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
         assert len(migrations) == sum(counts) and all(m["status"]["phase"] == "Succeeded" for m in migrations)
         assert all(m["metadata"]["name"].startswith("kubevirt-evacuation-") for m in migrations)
-        # the migrations followed are KubeVirt's (by namespace/name; their UIDs are in the refs). Not necessarily
-        # all of them: one KubeVirt admits in the room a group leaves between its source pods ending and the
-        # release (the next poll) runs without a reservation of its own
+        # the migrations followed are KubeVirt's (by namespace/name; their UIDs are in the refs), those KubeVirt
+        # admitted in a group's room included (adopted). Not asserted to be all of them: one admitted between the
+        # poll's read and the release of the group whose room it took runs without a reservation of its own
         names = set("%s/%s" % (m["metadata"]["namespace"], m["metadata"]["name"]) for m in migrations)
         assert result["migrations_reused"] and set(result["migrations_reused"]) <= names, result["migrations_reused"]
+        print("followed %d of %d migrations" % (len(result["migrations_reused"]), len(names)))
         vmis = [v for ns in namespaces for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]]
         assert all(v["status"]["nodeName"] != source for v in vmis)
         # reserved room not in use (spec.hard - status.used) never exceeded, in VMs' worth, one group reserved ahead
