@@ -1589,7 +1589,8 @@ RETRY_NOTES = [
     "migrations of the batch; if it never does, it stops naming the quota, spec.hard against status.hard and the "
     "fix (kube-controller-manager not syncing quotas). A refusal whose limit (its "
     "\"limited:\" part) is below what the batch wrote is read as that lag: no top-up, the same wait, then "
-    "KubeVirt's retry (module_utils/kvquota/enforcement.py).",
+    "KubeVirt's retry (module_utils/kvquota/enforcement.py). kvquota_reserve on its own (kubevirt_update's drive "
+    "mode, a user's playbook) waits the same way before it returns, so a migration started after it is admitted.",
 ]
 
 NOTES = [
