@@ -6,6 +6,7 @@ status.hard, which kube-controller-manager copies from spec.hard. With the contr
 reservation written to spec.hard is not enforced: the executor must wait until status.hard shows it before it
 creates the batch's migrations (and then move the VM with no top-up), or, when it never does within
 api_outage_budget + 60 s, stop before any migration naming the quota, spec.hard against status.hard, and the fix.
+kvquota_reserve on its own returns only once status.hard shows what it wrote.
 
 Run as the least-privilege user, on a lab of its own (it freezes that lab's kube-controller-manager).
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/integration/test_quota_lag_lab.py
@@ -127,4 +128,43 @@ def test_a_quota_controller_that_never_catches_up_stops_the_run_before_any_migra
         assert again["outcome"] == "succeeded" and vm_node(r, ns) != node
         assert M.quota(r, ns, "compute")["spec"]["hard"] == base
     finally:
+        M.delete_namespace(r, ns)
+
+
+def reserve_in_background(args, user):
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(result=M.run_module("kvquota_reserve", args, user)),
+                              daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab, emu, r, user, faults):
+    """kubevirt_update's drive mode and a user's playbook start migrations right after kvquota_reserve returns."""
+    ns = "lag-reserve"
+    M.make_tenant(lab, ns)
+    base = dict(M.quota(r, ns, "compute")["spec"]["hard"])
+    rid = "lag-reserve-1"
+    args = {"reservation_id": rid, "vms": [{"namespace": ns, "name": "vm-1"}], "ttl": "1h", "api_outage_budget": 60}
+    try:
+        faults.freeze("kube-controller-manager")
+        try:
+            thread, box = reserve_in_background(args, user)
+            M.wait(lambda: expanded(r, ns, base), 120, "the reservation written to spec.hard")
+            time.sleep(HELD_FROZEN)
+            # the fault is real, and the module has not returned while admission would refuse at the old limit
+            assert M.quota(r, ns, "compute")["status"]["hard"] == base
+            assert thread.is_alive() and "result" not in box
+        finally:
+            faults.thaw("kube-controller-manager")
+        thread.join(300)
+        res = M.assert_ok(box.get("result"), "kvquota_reserve with the quota controller frozen for a while")
+        assert res["status_hard_wait_seconds"] >= HELD_FROZEN - 1, res
+        quota = M.quota(r, ns, "compute")
+        assert quota["status"]["hard"] == quota["spec"]["hard"] != base
+        M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid}, user))
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+        assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
+    finally:
+        faults.thaw("kube-controller-manager")
         M.delete_namespace(r, ns)
