@@ -168,3 +168,36 @@ def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab,
     finally:
         faults.thaw("kube-controller-manager")
         M.delete_namespace(r, ns)
+
+
+def test_a_check_during_migrations_in_flight_sees_their_usage_within_the_reservation(lab, emu, r, user, faults):
+    """A run stopped with its migrations in flight and re-run before they finish (the control-plane campaign's
+    "apiserver restart, down 45 s, budget 15 s" re-run, with kube-scheduler's informers still re-listing): the
+    re-run's plan must not read the target pods' usage, admitted against the held reservation, as "usage above
+    hard" (which stopped node_maintenance's re-run, blocked, until the migrations finished)."""
+    ns = "lag-inflight"
+    M.make_tenant(lab, ns)
+    base = dict(M.quota(r, ns, "compute")["spec"]["hard"])
+    node = vm_node(r, ns)
+    args = {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}], "reservation_prefix": "lag-%s" % ns,
+            "poll_interval": 0.5, "ttl": "1h", "api_outage_budget": 60}
+    try:
+        with faults.frozen("kube-scheduler"):
+            thread, box = migrate_in_background(args, user)
+            # the target pod is admitted (charged against the reservation) but not scheduled
+            M.wait(lambda: len(M.launcher_pods(r, ns)) == 2, 120, "the target pod created")
+            M.wait(lambda: any(parse_quantity(v) > parse_quantity(base[n])
+                               for n, v in (M.quota(r, ns, "compute")["status"].get("used") or {}).items()
+                               if n in base), 60, "usage above the base")
+            check = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, user),
+                                "kvquota_check with a migration in flight")
+            kinds = [b["kind"] for b in check["blockers"]]
+            print(kinds, [b["message"] for b in check["blockers"]])
+            assert "usage_above_hard" not in kinds, check["blockers"]
+        thread.join(300)
+        res = M.assert_ok(box.get("result"), "kvquota_migrate once kube-scheduler is back")
+        assert res["outcome"] == "succeeded" and vm_node(r, ns) != node
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+        assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
+    finally:
+        M.delete_namespace(r, ns)
