@@ -89,10 +89,12 @@ options:
       - V(compact) leaves out what grows with the VMs, so that a check of thousands of VMs returns quickly
         through Ansible. It keeps the verdict, RV(blockers) (each with its fix), RV(findings), RV(fixes),
         RV(batches) (the plan the roles follow), and per namespace its verdict, C(summary) (counts of VMs,
-        migrating VMs, VMIs not running and blockers), quotas (used, hard, free, needed, fixes, ...) without
-        their per-batch VM lists, C(quotas_not_matching) and C(needed).
+        migrating VMs, VMIs not running and blockers), its quotas (C(name), C(owner), C(hard), C(used),
+        C(free), C(needed), C(over_after), C(status_synced), C(fixes)), C(quotas_not_matching) and C(needed).
       - V(full) adds per namespace the VM entries (C(vms), with target-pod sizes), the VMIs not running
-        (C(not_running)), its C(blockers), C(warnings) and C(fixes), and per quota its C(batches).
+        (C(not_running)), its C(blockers), C(warnings) and C(fixes), and per quota its whole plan (C(batches)
+        with the needs per batch, C(charge_total), C(needed_all_at_once), C(over_hard), C(used_after),
+        C(scopes), C(tracks), C(backend)).
       - O(report_file) writes the full report whatever this option says.
     type: str
     choices: [compact, full]
@@ -151,11 +153,13 @@ verdict:
 namespaces:
   description:
     - Per namespace; its verdict, C(summary) (counts C(vms), C(migrating_vms), C(not_running), C(blockers)),
-      its matching quotas (C(quotas)) with used, hard, free and needed in total and their fixes, the quotas
-      that match no target pod (C(quotas_not_matching)) and the headroom it needs per quota (C(needed)).
+      its matching quotas (C(quotas)) with owner, hard, used, free, needed in total, what exceeds hard after
+      the migrations (C(over_after)), C(status_synced) and their fixes, the quotas that match no target pod
+      (C(quotas_not_matching)) and the headroom it needs per quota (C(needed)).
     - With O(report=full) also its VMs with target-pod sizes (C(vms)), the VMIs not running (C(not_running)),
-      each quota's needs per batch (C(batches)), and its C(blockers), C(warnings) and C(fixes) (the
-      namespace's part of RV(blockers), RV(findings) and RV(fixes)).
+      each quota's whole plan (needs per batch in C(batches), C(charge_total), C(needed_all_at_once),
+      C(over_hard), C(used_after), C(scopes), C(tracks), C(backend)), and its C(blockers), C(warnings) and
+      C(fixes) (the namespace's part of RV(blockers), RV(findings) and RV(fixes)).
   returned: always
   type: dict
   sample:
@@ -164,9 +168,13 @@ namespaces:
       summary: {vms: 2, migrating_vms: 2, not_running: 0, blockers: 0}
       quotas:
         - name: compute
+          owner: plain
           hard: {limits.memory: 5000Mi}
           used: {limits.memory: 4000Mi}
+          free: {limits.memory: 1000Mi}
           needed: {limits.memory: 1000Mi}
+          over_after: {}
+          status_synced: true
           fixes: ["raise limits.memory of quota tenant-a/compute to 6000Mi for the maintenance window ..."]
       quotas_not_matching: []
       needed: {compute: {limits.memory: 1000Mi}}

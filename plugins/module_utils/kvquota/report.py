@@ -15,8 +15,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 
 BASIC_NAMES = frozenset(["requests.cpu", "limits.cpu", "requests.memory", "limits.memory"])
 
-# What a namespace keeps in the compact report (besides its quotas, which lose their per-batch VM lists).
+# What a namespace and each of its quotas keep in the compact report: what the roles, the preflight and an
+# operator deciding on a fix read (the rest of a quota's plan is in the full report).
 COMPACT_NAMESPACE_KEYS = ("verdict", "summary", "quotas_not_matching", "needed")
+COMPACT_QUOTA_KEYS = ("name", "owner", "hard", "used", "free", "needed", "over_after", "status_synced", "fixes")
 
 
 def vm_report(vm, batch_of, names=None, deleted=False):
@@ -162,10 +164,11 @@ def assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warn
 
 def compact(report):
     """The report without its per-VM parts, for a result whose size follows the namespaces and quotas, not the VMs:
-    each namespace keeps its verdict, summary (counts), quota reports without their per-batch VM lists, the quotas
-    not matching and the headroom needed; its VM entries, VMIs not running, and its blockers, warnings and fixes
-    (each also in the report's own lists, with its namespace) are left out. The batches stay: they are the plan
-    the roles follow, one "namespace/name" per migrating VM. The report itself is not changed."""
+    each namespace keeps COMPACT_NAMESPACE_KEYS (verdict, summary counts, the quotas not matching, the headroom
+    needed) and its quotas with COMPACT_QUOTA_KEYS; its VM entries, VMIs not running, and its blockers, warnings
+    and fixes (each also in the report's own lists, with its namespace) are left out, and so are the quotas'
+    per-batch plans. The batches stay: they are the plan the roles follow, one "namespace/name" per migrating VM.
+    The report itself is not changed."""
     out = dict((key, value) for key, value in report.items() if key != "namespaces")
     out["namespaces"] = dict((name, _compact_namespace(ns)) for name, ns in report["namespaces"].items())
     return out
@@ -173,6 +176,5 @@ def compact(report):
 
 def _compact_namespace(ns_report):
     out = dict((key, ns_report[key]) for key in COMPACT_NAMESPACE_KEYS)
-    out["quotas"] = [dict((key, value) for key, value in quota.items() if key != "batches")
-                     for quota in ns_report["quotas"]]
+    out["quotas"] = [dict((key, quota[key]) for key in COMPACT_QUOTA_KEYS) for quota in ns_report["quotas"]]
     return out

@@ -54,6 +54,7 @@ def test_the_default_result_is_compact(evaluated):
     ns = result["namespaces"]["t"]
     assert result["report"] == "compact" and result["changed"] is False and "report_file" not in result
     assert "vms" not in ns and "not_running" not in ns and "batches" not in ns["quotas"][0]
+    assert ns["quotas"][0]["needed"] == evaluated["namespaces"]["t"]["quotas"][0]["needed"]
     assert ns["summary"] == {"vms": 2, "migrating_vms": 2, "not_running": 0, "blockers": 0}
     assert ns["needed"] == evaluated["namespaces"]["t"]["needed"] and ns["needed"]
     assert result["batches"] == evaluated["batches"] and result["fixes"] == evaluated["fixes"]
