@@ -82,8 +82,9 @@ def test_report_file_holds_the_full_report_with_mode_0600(evaluated, tmp_path):
     assert os.listdir(str(tmp_path)) == ["check.json"]        # no temporary file left beside it
 
 
+@pytest.mark.usefixtures("evaluated")
 @pytest.mark.parametrize("where", ["missing-dir/check.json", "a-directory"])
-def test_an_unwritable_report_file_is_one_clear_error(evaluated, tmp_path, where):
+def test_an_unwritable_report_file_is_one_clear_error(tmp_path, where):
     (tmp_path / "a-directory").mkdir()
     path = str(tmp_path / where)
     with pytest.raises(InputError) as err:
