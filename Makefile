@@ -259,7 +259,7 @@ $(VENVS)/core-%/kvq-venv.stamp:
 # Both ends of the range (make test); EMPTY_PATHS_VENVS=system:$(VENVS)/core-2.19:... adds 2.19 (make venv-core-2.19).
 EMPTY_PATHS_VENVS ?= system:$(VENVS)/core-$(CORE_NEWEST)
 roles-empty-paths: deps lab-build venv-core-newest
-	KVQ_ANSIBLE_VENV=$(EMPTY_PATHS_VENVS) $(PYTEST_LAB) -m empty_paths $(LAB_TEST_DIRS)
+	KVQ_EMPTY_PATHS_VENVS=$(EMPTY_PATHS_VENVS) $(PYTEST_LAB) -m empty_paths $(LAB_TEST_DIRS)
 
 clean:
 	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output

@@ -83,6 +83,29 @@ options:
         plans by the migration limits and quotas alone.
     type: bool
     default: true
+  report:
+    description:
+      - How much of the report the result carries.
+      - V(compact) leaves out what grows with the VMs, so that a check of thousands of VMs returns quickly
+        through Ansible. It keeps the verdict, RV(blockers) (each with its fix), RV(findings), RV(fixes),
+        RV(batches) (the plan the roles follow), and per namespace its verdict, C(summary) (counts of VMs,
+        migrating VMs, VMIs not running and blockers), its quotas (C(name), C(owner), C(hard), C(used),
+        C(free), C(needed), C(over_after), C(status_synced), C(fixes)), C(quotas_not_matching) and C(needed).
+      - V(full) adds per namespace the VM entries (C(vms), with target-pod sizes), the VMIs not running
+        (C(not_running)), its C(blockers), C(warnings) and C(fixes), and per quota its whole plan (C(batches)
+        with the needs per batch, C(charge_total), C(needed_all_at_once), C(over_hard), C(used_after),
+        C(scopes), C(tracks), C(backend)).
+      - O(report_file) writes the full report whatever this option says.
+    type: str
+    choices: [compact, full]
+    default: compact
+  report_file:
+    description:
+      - Also write the full report (as with O(report=full)) as JSON to this path on the host the module runs
+        on, with mode C(0600), replacing the file atomically. The directory must exist.
+      - Written in check mode too (the report is the module's output; nothing in the cluster changes), and
+        the result stays unchanged (C(changed=false)).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -109,6 +132,16 @@ EXAMPLES = r'''
 - name: What would a ratio of 4.5 do to the whole cluster?
   kvquota.maintenance.kvquota_check:
     overhead_ratio: "4.5"
+
+- name: Whole cluster, with the per-VM report written to a file
+  kvquota.maintenance.kvquota_check:
+    report_file: /var/tmp/kvquota-check.json
+
+- name: Every VM's target-pod size in the result
+  kvquota.maintenance.kvquota_check:
+    namespaces: [tenant-a]
+    report: full
+  register: full_plan
 '''
 
 RETURN = r'''
@@ -119,12 +152,45 @@ verdict:
   sample: needs_reservation
 namespaces:
   description:
-    - Per namespace; its verdict, its VMs with target-pod sizes, its matching quotas with used, hard,
-      needed per batch and in total, blockers, warnings and fixes.
+    - Per namespace; its verdict, C(summary) (counts C(vms), C(migrating_vms), C(not_running), C(blockers)),
+      its matching quotas (C(quotas)) with owner, hard, used, free, needed in total, what exceeds hard after
+      the migrations (C(over_after)), C(status_synced) and their fixes, the quotas that match no target pod
+      (C(quotas_not_matching)) and the headroom it needs per quota (C(needed)).
+    - With O(report=full) also its VMs with target-pod sizes (C(vms)), the VMIs not running (C(not_running)),
+      each quota's whole plan (needs per batch in C(batches), C(charge_total), C(needed_all_at_once),
+      C(over_hard), C(used_after), C(scopes), C(tracks), C(backend)), and its C(blockers), C(warnings) and
+      C(fixes) (the namespace's part of RV(blockers), RV(findings) and RV(fixes)).
   returned: always
   type: dict
+  sample:
+    tenant-a:
+      verdict: needs_reservation
+      summary: {vms: 2, migrating_vms: 2, not_running: 0, blockers: 0}
+      quotas:
+        - name: compute
+          owner: plain
+          hard: {limits.memory: 5000Mi}
+          used: {limits.memory: 4000Mi}
+          free: {limits.memory: 1000Mi}
+          needed: {limits.memory: 1000Mi}
+          over_after: {}
+          status_synced: true
+          fixes: ["raise limits.memory of quota tenant-a/compute to 6000Mi for the maintenance window ..."]
+      quotas_not_matching: []
+      needed: {compute: {limits.memory: 1000Mi}}
+report:
+  description: What the result carries, O(report).
+  returned: always
+  type: str
+  sample: compact
+report_file:
+  description: The path the full report was written to.
+  returned: when O(report_file) is set
+  type: str
 batches:
-  description: The planned migration batches, each with its index, VMs (namespace, name, node) and nodes.
+  description:
+    - The planned migration batches, each with its index, VMs (C(namespace/name)) and source nodes; the
+      plan M(kvquota.maintenance.kvquota_migrate) runs. Returned in full with either O(report).
   returned: always
   type: list
   elements: dict
@@ -177,6 +243,13 @@ requests:
   type: int
 '''
 
+import json
+import os
+import tempfile
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import report as render
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,
@@ -189,9 +262,26 @@ PLAN_OPTIONS = ('kubevirt_version', 'overhead_ratio', 'parallel_migrations_per_c
 MAX_WARNINGS = 10
 
 
-def check(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod
+def write_report(path, report):
+    """Write report as JSON to path, mode 0600, atomically (a temporary file beside it, then renamed)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(prefix='.kvquota-check-', suffix='.json', dir=directory)
+    except OSError as err:
+        raise InputError('cannot write report_file %s: %s' % (path, err.strerror or err),
+                         'give a path in an existing directory the module may write to')
+    try:
+        with os.fdopen(handle, 'w') as stream:
+            json.dump(report, stream, sort_keys=True)
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)
+    except OSError as err:
+        os.unlink(temporary)
+        raise InputError('cannot write report_file %s: %s' % (path, err.strerror or err),
+                         'give a path (not a directory) the module may write to')
 
+
+def check(module):
     params = module.params
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
@@ -203,8 +293,14 @@ def check(module):
         module.warn(str(finding.get('message') or finding.get('kind')))
     if len(report['findings']) > MAX_WARNINGS:
         module.warn('%d more findings; see findings in the result' % (len(report['findings']) - MAX_WARNINGS))
-    report['changed'] = False
-    return report
+    if params['report_file']:
+        write_report(params['report_file'], report)
+    result = report if params['report'] == 'full' else render.compact(report)
+    result['report'] = params['report']
+    if params['report_file']:
+        result['report_file'] = params['report_file']
+    result['changed'] = False
+    return result
 
 
 def main():
@@ -219,6 +315,8 @@ def main():
             per_namespace_cap=dict(type='dict'),
             non_migratable=dict(type='str', choices=['fail', 'shutdown', 'skip'], default='fail'),
             node_capacity=dict(type='bool', default=True),
+            report=dict(type='str', choices=['compact', 'full'], default='compact'),
+            report_file=dict(type='path'),
         ),
         supports_check_mode=True,
     )

@@ -145,6 +145,7 @@ warnings:
   elements: str
 '''
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
@@ -155,8 +156,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 
 
 def release(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-
     params = module.params
     if params['expired'] == bool(params['reservation_id']):
         raise InputError('give exactly one of reservation_id or expired=true',

@@ -14,8 +14,8 @@ author:
   - kvquota maintainers (@kvquota)
 description:
   - Expands every ResourceQuota that will charge the migration target pods by exactly the headroom they need,
-    recorded as reservation O(reservation_id) in a ledger on the quota itself (base + active deltas), with an
-    expiry. M(kvquota.maintenance.kvquota_release) later restores the quota from that ledger.
+    recorded as reservation O(reservation_id) in the quota's ledger (base + active deltas), a ConfigMap in
+    O(operator_namespace) that only the operator can write, with an expiry. M(kvquota.maintenance.kvquota_release) later restores the quota from that ledger.
   - The headroom is computed just before the batch from O(vms) (the whole target pod of each VM as the running
     KubeVirt renders it, minus the room the quota already has), given as O(headroom), or, with O(migrations),
     topped up by exactly what quota admission refused for those migrations.
@@ -27,6 +27,12 @@ description:
     error unless it is a top-up. Every write is conditional on C(resourceVersion) and retried on conflict, and a
     Lease per namespace keeps two jobs from planning against the same quotas at once.
   - Every expansion is announced by a Kubernetes Event on the quota that the tenant can read.
+  - Returns only once quota admission enforces the reservation. Admission checks a quota's C(status.hard), which
+    kube-controller-manager copies from C(spec.hard) and which can lag after an API server restart, so a
+    migration started at once could still be refused at the old limit. The module waits, re-reading only the
+    quotas it changed, up to O(api_outage_budget) + 60 s (client-go informers, the controller's included, retry
+    a lost API server at intervals that grow to 30-60 s), and fails naming C(spec.hard) and C(status.hard) if
+    C(status.hard) never shows what it wrote; the reservation then stays held (re-run, or release it).
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
@@ -207,6 +213,11 @@ refs:
   description: The VMs and source pods recorded with the reservation (release waits for those pods).
   returned: with O(vms)
   type: dict
+status_hard_wait_seconds:
+  description: How long the module waited for C(status.hard) to show what it wrote (quota admission enforcing it).
+  returned: always
+  type: float
+  sample: 0.0
 warnings:
   description: External changes found (a Rancher revert re-applied, an administrator's new base kept).
   returned: always
@@ -214,6 +225,9 @@ warnings:
   elements: str
 '''
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
@@ -228,10 +242,6 @@ SIZING_OPTIONS = ('kubevirt_version', 'overhead_ratio')
 
 
 def reserve(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-
     params = module.params
     given = [name for name in ('vms', 'headroom', 'migrations') if params[name]]
     if len(given) != 1:
@@ -255,7 +265,8 @@ def reserve(module):
         headroom, top_up = headroom_mod.refused_headroom(cluster, params['migrations'], params['top_up_cap'], options)
         if not headroom:
             return {'changed': False, 'reservation_id': params['reservation_id'], 'quotas': [], 'skipped': [],
-                    'headroom': {}, 'message': 'none of the migrations reports a quota rejection: nothing to add'}
+                    'headroom': {}, 'status_hard_wait_seconds': 0.0,
+                    'message': 'none of the migrations reports a quota rejection: nothing to add'}
     result = reservations.reserve(cluster, params['reservation_id'], headroom, reservation_owner(params),
                                   params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
                                   check_mode=module.check_mode, refs=refs, lock=run_lock(params),

@@ -1376,9 +1376,12 @@ def _state_line_problems(out, vms_left):
 # requests meet it (the hook's task sleeps 5 s and returns while the API server is still down).
 CONTROL_PLANE_POINTS = {
     "mid-batch": None,   # once a reservation exists (a ledger in the operator namespace)
+    "dry-run": "(dry run, before the node is touched)]",
     "cordon": ": Cordon the node]",
+    "batch-release": "a migration of this run Succeeded",   # its reservation is released once the source pod ends
     "uncordon": ": Make the node schedulable again]",
     "hook": "Upgrade the node (chaos hook)]",
+    "health": ": Wait until every VMI runs]",
     "release": ": Release every expired reservation]",
 }
 CONTROL_PLANE_HOOK = ("- name: Upgrade the node (chaos hook)\n"
@@ -1398,6 +1401,18 @@ def control_plane_point_cases(quick):
         ("rolling_upgrade: apiserver restart while the hook runs, down 20 s", "rolling_upgrade", "hook", "restart",
          down20, 60, True),
         ("reaper: apiserver restart during a release, down 20 s", "reaper", "release", "restart", down20, 60, True),
+        ("node_maintenance: apiserver restart during the dry run, down 20 s", "node_maintenance", "dry-run",
+         "restart", down20, 60, True),
+        ("node_maintenance: controller-manager frozen 30 s during a batch's release", "node_maintenance",
+         "batch-release", "freeze_for", {"name": "kube-controller-manager", "seconds": 30}, 60, True),
+        ("node_maintenance: apiserver restart during a batch's release, down 20 s", "node_maintenance",
+         "batch-release", "restart", down20, 60, True),
+        ("rolling_upgrade: apiserver restart at the cordon, down 20 s", "rolling_upgrade", "cordon", "restart",
+         down20, 60, True),
+        ("rolling_upgrade: apiserver restart during the health gate, down 20 s", "rolling_upgrade", "health",
+         "restart", down20, 60, True),
+        ("reaper: etcd restart during a release, down 20 s", "reaper", "release", "restart",
+         {"name": "etcd", "down": 20}, 60, True),
     ]
 
 
@@ -1437,12 +1452,21 @@ def _expired_reservation(lab):
     time.sleep(2)
 
 
-def _wait_for_point(lab, proc, point):
-    """Block until the run reaches point (True), or ends first (False)."""
+def _migration_succeeded_since(lab, since):
+    """Whether a migration created at or after since (an RFC 3339 UTC time) Succeeded."""
+    return any((m.get("status") or {}).get("phase") == "Succeeded"
+               and m["metadata"].get("creationTimestamp", "") >= since for m in lab.r.vmims())
+
+
+def _wait_for_point(lab, proc, point, since):
+    """Block until the run reaches point (True), or ends first (False). since: when the run started (RFC 3339)."""
     text = CONTROL_PLANE_POINTS[point]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        if text is None and lab.ledgers() or text is not None and text in lab.output(proc):
+        if point == "batch-release":
+            if _migration_succeeded_since(lab, since):
+                return True
+        elif text is None and lab.ledgers() or text is not None and text in lab.output(proc):
             return True
         if proc.poll() is not None:
             return False
@@ -1463,10 +1487,11 @@ def _control_plane_case(lab, faults, case):
     sampler = Sampler(lab, node)
     sampler.start()
     name, extra = _control_plane_vars(lab, role, node, budget)
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
     proc = lab.start(extra, name=name)
     event = {"start": time.time(), "end": time.time()}
     try:
-        if _wait_for_point(lab, proc, point):
+        if _wait_for_point(lab, proc, point, since):
             event = getattr(faults, fault)(**fault_args)
         else:
             probs.append("fault not injected: the run never reached the %s point" % point)
@@ -1556,8 +1581,10 @@ RETRY_NOTES = [
     "health gate, the waits for migrations and VMs) counts a blip as one more poll until its own timeout. An "
     "answer (401, 403, 404, 409, 422, a TLS verification failure, an unknown host, a 429 of the Eviction API) "
     "fails at once, except a 401, 403 or 404 on the retry of a task that retries nothing but blips (its "
-    "previous attempt met one: the API server coming back, as for the core; the budget bounds it, a poll never "
-    "counts it). A k8s_info read of a kind discovery does not list (api_found false: a restarted API server "
+    "previous attempt met one: the API server coming back, as for the core; the budget bounds it), or on a "
+    "poll's attempt after its first (any of them may follow a blip; the poll's own timeout bounds it, so a real "
+    "denial appearing mid-poll is reported at that timeout; found by the full campaign: a health gate met a 403 "
+    "from an API server whose authorizer cache was still filling). A k8s_info read of a kind discovery does not list (api_found false: a restarted API server "
     "serves discovery before its CRD handlers) counts as a blip, never as \"no objects\". A retried cordon or "
     "uncordon sets the same field again, a retried create of a migration finds it by its name. So a "
     "rolling_upgrade whose hook restarts the API server (the node hosts the control plane) completes "
@@ -1589,7 +1616,8 @@ RETRY_NOTES = [
     "migrations of the batch; if it never does, it stops naming the quota, spec.hard against status.hard and the "
     "fix (kube-controller-manager not syncing quotas). A refusal whose limit (its "
     "\"limited:\" part) is below what the batch wrote is read as that lag: no top-up, the same wait, then "
-    "KubeVirt's retry (module_utils/kvquota/enforcement.py).",
+    "KubeVirt's retry (module_utils/kvquota/enforcement.py). kvquota_reserve on its own (kubevirt_update's drive "
+    "mode, a user's playbook) waits the same way before it returns, so a migration started after it is admitted.",
 ]
 
 NOTES = [

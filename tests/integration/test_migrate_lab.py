@@ -310,7 +310,8 @@ def test_a_tenant_pod_labelled_like_a_launcher_is_not_taken_for_one(lab, emu, r,
                                                        "resources": {"limits": small, "requests": small}}]}})
         M.wait(lambda: M.phase(r.get("/api/v1/namespaces/%s/pods/a-lookalike" % ns)) == "Running", 30,
                "the look-alike running")
-        plan = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, user))
+        # the VM entries (source_pod) are in the full report only
+        plan = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node], "report": "full"}, user))
         (vm,) = [v for v in plan["namespaces"][ns]["vms"] if v["name"] == "vm-1"]
         assert vm["source_pod"] == real["metadata"]["name"], vm
         dry = M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "lookalike-%s" % ns, "ttl": "1h",

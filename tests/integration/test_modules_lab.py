@@ -101,14 +101,35 @@ def test_user_kubeconfig_is_least_privilege(lab, emu, user):
     assert can_i("update", "virtualmachineinstances.kubevirt.io", "-A") == "no"
 
 
-def test_check_reports_tight_namespace_with_the_rendered_sizes(r, user, tenant):
+def test_check_reports_tight_namespace_with_the_rendered_sizes(r, user, tenant, tmp_path):
     before = M.snapshot(r, {tenant, "kubevirt"})
+    # by default the compact result: per namespace the verdict, counts and quotas, no VM entries
     res = M.assert_ok(M.run_module("kvquota_check", {"namespaces": [tenant]}, user))
-    assert res["changed"] is False
+    assert res["changed"] is False and res["report"] == "compact"
     assert res["verdict"] == "needs_reservation", (res["blockers"], res.get("notes"))
     report = res["namespaces"][tenant]
     assert report["verdict"] == "needs_reservation"
+    assert report["summary"] == {"vms": 1, "migrating_vms": 1, "not_running": 0, "blockers": 0}
+    assert "vms" not in report and "fixes" not in report
+    assert res["batches"] == [{"index": 0, "vms": ["%s/vm-1" % tenant], "nodes": [res["batches"][0]["nodes"][0]]}]
     assert res["kubevirt"]["overhead_ratio"] == "1.5"
+    q = M.quota(r, tenant, "compute")
+    (plan,) = report["quotas"]
+    assert plan["name"] == "compute" and plan["hard"] == q["spec"]["hard"] and "batches" not in plan
+    hard, used = parse_quantity(q["spec"]["hard"]["limits.memory"]), parse_quantity(q["status"]["used"]["limits.memory"])
+    assert set(plan["needed"]) == {"limits.memory"}
+    assert res["fixes"][0]["text"].startswith("raise limits.memory of quota %s/compute to " % tenant)
+    assert res["requests"] <= 12
+
+    # report: full adds the VM entries; report_file writes the full report (0600) on the host the module ran on
+    path = tmp_path / "check.json"
+    full = M.assert_ok(M.run_module("kvquota_check", {"namespaces": [tenant], "report": "full",
+                                                      "report_file": str(path)}, user))
+    assert full["report"] == "full" and full["report_file"] == str(path) and full["changed"] is False
+    assert path.stat().st_mode & 0o777 == 0o600
+    written = json.loads(path.read_text())
+    assert written["namespaces"] == full["namespaces"] and written["batches"] == full["batches"]
+    report = full["namespaces"][tenant]
     (vm,) = report["vms"]
     pod = running_launcher(r, tenant)
     assert vm["name"] == "vm-1" and vm["source_pod"] == pod["metadata"]["name"]
@@ -119,16 +140,10 @@ def test_check_reports_tight_namespace_with_the_rendered_sizes(r, user, tenant):
     assert vm["charge"]["pods"] == "1"
     assert vm["growth"] == {}
     # ... and as the apiserver's own quota accounting charged it
-    q = M.quota(r, tenant, "compute")
-    for name, used in q["status"]["used"].items():
-        assert parse_quantity(vm["charge"][name]) == parse_quantity(used), name
-    (plan,) = report["quotas"]
-    assert plan["name"] == "compute" and plan["hard"] == q["spec"]["hard"]
-    hard, used = parse_quantity(q["spec"]["hard"]["limits.memory"]), parse_quantity(q["status"]["used"]["limits.memory"])
-    assert set(plan["needed"]) == {"limits.memory"}
+    for name, quota_used in q["status"]["used"].items():
+        assert parse_quantity(vm["charge"][name]) == parse_quantity(quota_used), name
     assert parse_quantity(plan["needed"]["limits.memory"]) == used + rendered["limits.memory"] - hard
     assert report["fixes"][0]["text"].startswith("raise limits.memory of quota %s/compute to " % tenant)
-    assert res["requests"] <= 12
     M.assert_unchanged(before, M.snapshot(r, {tenant, "kubevirt"}))
 
 

@@ -6,6 +6,7 @@ status.hard, which kube-controller-manager copies from spec.hard. With the contr
 reservation written to spec.hard is not enforced: the executor must wait until status.hard shows it before it
 creates the batch's migrations (and then move the VM with no top-up), or, when it never does within
 api_outage_budget + 60 s, stop before any migration naming the quota, spec.hard against status.hard, and the fix.
+kvquota_reserve on its own returns only once status.hard shows what it wrote.
 
 Run as the least-privilege user, on a lab of its own (it freezes that lab's kube-controller-manager).
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/integration/test_quota_lag_lab.py
@@ -126,5 +127,77 @@ def test_a_quota_controller_that_never_catches_up_stops_the_run_before_any_migra
                             "the re-run once the controller-manager is back")
         assert again["outcome"] == "succeeded" and vm_node(r, ns) != node
         assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+    finally:
+        M.delete_namespace(r, ns)
+
+
+def reserve_in_background(args, user):
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(result=M.run_module("kvquota_reserve", args, user)),
+                              daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab, emu, r, user, faults):
+    """kubevirt_update's drive mode and a user's playbook start migrations right after kvquota_reserve returns."""
+    ns = "lag-reserve"
+    M.make_tenant(lab, ns)
+    base = dict(M.quota(r, ns, "compute")["spec"]["hard"])
+    rid = "lag-reserve-1"
+    args = {"reservation_id": rid, "vms": [{"namespace": ns, "name": "vm-1"}], "ttl": "1h", "api_outage_budget": 60}
+    try:
+        faults.freeze("kube-controller-manager")
+        try:
+            thread, box = reserve_in_background(args, user)
+            M.wait(lambda: expanded(r, ns, base), 120, "the reservation written to spec.hard")
+            time.sleep(HELD_FROZEN)
+            # the fault is real, and the module has not returned while admission would refuse at the old limit
+            assert M.quota(r, ns, "compute")["status"]["hard"] == base
+            assert thread.is_alive() and "result" not in box
+        finally:
+            faults.thaw("kube-controller-manager")
+        thread.join(300)
+        res = M.assert_ok(box.get("result"), "kvquota_reserve with the quota controller frozen for a while")
+        assert res["status_hard_wait_seconds"] >= HELD_FROZEN - 1, res
+        quota = M.quota(r, ns, "compute")
+        assert quota["status"]["hard"] == quota["spec"]["hard"] != base
+        M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid}, user))
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+        assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
+    finally:
+        faults.thaw("kube-controller-manager")
+        M.delete_namespace(r, ns)
+
+
+def test_a_check_during_migrations_in_flight_sees_their_usage_within_the_reservation(lab, emu, r, user, faults):
+    """A run stopped with its migrations in flight and re-run before they finish (the control-plane campaign's
+    "apiserver restart, down 45 s, budget 15 s" re-run, with kube-scheduler's informers still re-listing): the
+    re-run's plan must not read the target pods' usage, admitted against the held reservation, as "usage above
+    hard" (which stopped node_maintenance's re-run, blocked, until the migrations finished)."""
+    ns = "lag-inflight"
+    M.make_tenant(lab, ns)
+    base = dict(M.quota(r, ns, "compute")["spec"]["hard"])
+    node = vm_node(r, ns)
+    args = {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}], "reservation_prefix": "lag-%s" % ns,
+            "poll_interval": 0.5, "ttl": "1h", "api_outage_budget": 60}
+    try:
+        with faults.frozen("kube-scheduler"):
+            thread, box = migrate_in_background(args, user)
+            # the target pod is admitted (charged against the reservation) but not scheduled
+            M.wait(lambda: len(M.launcher_pods(r, ns)) == 2, 120, "the target pod created")
+            M.wait(lambda: any(parse_quantity(v) > parse_quantity(base[n])
+                               for n, v in (M.quota(r, ns, "compute")["status"].get("used") or {}).items()
+                               if n in base), 60, "usage above the base")
+            check = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, user),
+                                "kvquota_check with a migration in flight")
+            kinds = [b["kind"] for b in check["blockers"]]
+            print(kinds, [b["message"] for b in check["blockers"]])
+            assert "usage_above_hard" not in kinds, check["blockers"]
+        thread.join(300)
+        res = M.assert_ok(box.get("result"), "kvquota_migrate once kube-scheduler is back")
+        assert res["outcome"] == "succeeded" and vm_node(r, ns) != node
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+        assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
     finally:
         M.delete_namespace(r, ns)

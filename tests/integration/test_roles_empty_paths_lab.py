@@ -5,7 +5,7 @@
 
 On ansible-core 2.19+ a template that renders nothing is None: the roles' summary tables built from an
 empty {% for %} crashed the runs that have no rows. Here, against the lab (scenario a) as the
-least-privilege user, on every ansible-core named by KVQ_ANSIBLE_VENV:
+least-privilege user, on every ansible-core named by KVQ_EMPTY_PATHS_VENVS:
 - the reaper with nothing expired: rc 0, its summary, set_stats reaper_released/reaper_deferred empty;
 - preflight on a node without VMs: rc 0, verdict ok, the report files, the set_stats artifacts;
 - node_maintenance re-run on an emptied node (cordoned, as a run that stopped after its last batch leaves
@@ -18,7 +18,7 @@ least-privilege user, on every ansible-core named by KVQ_ANSIBLE_VENV:
   k8s_info (extend_group in meta/runtime.yml).
 
 Environment:
-  KVQ_ANSIBLE_VENV  os.pathsep-separated list of venvs to run each test on; "system" (the default) is the
+  KVQ_EMPTY_PATHS_VENVS  os.pathsep-separated list of venvs to run each test on; "system" (the default) is the
                     ansible-playbook beside this pytest's Python. make venv-core-newest / venv-core-2.19
                     build the venvs ($HOME/.cache/kvquota/venvs/core-<series>); their kubernetes.core is in
                     <venv>/collections. make roles-empty-paths runs the three.
@@ -73,14 +73,14 @@ class Ansible(object):
             self.python = os.path.join(self.bin_dir, "python")
             self.collections = os.pathsep.join([collections_path(), os.path.join(venv, "collections")])
             if not os.path.exists(os.path.join(self.bin_dir, "ansible-playbook")):
-                pytest.fail("KVQ_ANSIBLE_VENV names %s, which has no bin/ansible-playbook. Fix: make venv-core-newest "
-                            "(or make venv-core-2.19), or set KVQ_ANSIBLE_VENV to a built venv" % venv)
+                pytest.fail("KVQ_EMPTY_PATHS_VENVS names %s, which has no bin/ansible-playbook. Fix: make venv-core-newest "
+                            "(or make venv-core-2.19), or set KVQ_EMPTY_PATHS_VENVS to a built venv" % venv)
         self.version = subprocess.run([self.python, "-c", "import ansible.release as r; print(r.__version__)"],
                                       stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.strip()
 
 
 def _venvs():
-    names = [v for v in os.environ.get("KVQ_ANSIBLE_VENV", "system").split(os.pathsep) if v] or ["system"]
+    names = [v for v in os.environ.get("KVQ_EMPTY_PATHS_VENVS", "system").split(os.pathsep) if v] or ["system"]
     return [pytest.param(v, id=os.path.basename(v.rstrip("/")) or v) for v in names]
 
 

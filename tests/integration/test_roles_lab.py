@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from modlab import require_lab_build, wait   # modlab puts tests/lab on sys.path: kvqlab after it
+from modlab import require_lab_build, run_module, wait   # modlab puts tests/lab on sys.path: kvqlab after it
 
 from kvqlab import rbacusage, state  # noqa: E402
 
@@ -292,20 +292,11 @@ def playbook(lab, name, extra_vars=None, admin=False, timeout=900, background=Fa
 
 
 def module(lab, name, args, admin=True):
-    """Run one kvquota module ad hoc against the lab; its JSON result."""
-    env = dict(os.environ)
-    env.update({"ANSIBLE_COLLECTIONS_PATH": collections_path(), "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-                "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "0",
-                "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-                "K8S_AUTH_KUBECONFIG": str(lab.lab.admin_kubeconfig if admin else lab.lab.user_kubeconfig)})
-    proc = subprocess.run(["ansible", "localhost", "-m", "kvquota.maintenance.%s" % name, "-a", json.dumps(args)],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                          timeout=600, check=False)
-    try:
-        data = json.loads(proc.stdout[proc.stdout.index("{"):])
-        return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError("ansible %s failed: %s" % (name, proc.stdout[-3000:]))
+    """Run one kvquota module against the lab (set-up and clean-up of role tests and campaigns, not under test);
+    its registered result. Through modlab.run_module: the ansible-playbook beside this Python and its callbacks,
+    whatever ansible-core KVQ_ANSIBLE_VENV_PLAYBOOKS puts first on PATH for the roles (ansible-core alone has no
+    'json' stdout callback; ansible.posix, which has one, is not in that venv)."""
+    return dict(run_module(name, args, lab.lab.admin_kubeconfig if admin else lab.lab.user_kubeconfig))
 
 
 def finish(proc, timeout=900):

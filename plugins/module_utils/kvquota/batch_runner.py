@@ -26,7 +26,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
     CAPTURED_FIX,
-    CONTROLLER_RELIST_SECONDS,
     FINAL,
     MANAGED_BY,
     PENDING,
@@ -161,7 +160,8 @@ class BatchRunner(object):
                                       "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
                                       margin=self.config.safety_margin, check_mode=self.config.check_mode, refs=refs, replace=leftover,
                                       lock=None if self.config.check_mode else self.config.lock,
-                                      clock=self.config.clock, sleep=self.config.sleep, operator_namespace=self.config.operator_namespace)
+                                      clock=self.config.clock, sleep=self.config.sleep, operator_namespace=self.config.operator_namespace,
+                                      enforce_timeout=0)
         self.record.warn(result.get("warnings"))
         self._record_reservation(batch, result)
         if self.config.check_mode:
@@ -187,7 +187,7 @@ class BatchRunner(object):
                                       "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
                                       margin=self.config.safety_margin, refs=dict(refs, migrations=refs["migrations"] + created),
                                       lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
-                                      operator_namespace=self.config.operator_namespace)
+                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
         self.record.warn(result.get("warnings"))
 
     def _note_written(self, batch, result):
@@ -197,54 +197,39 @@ class BatchRunner(object):
             batch.written.setdefault(target, {}).update(values)
         return written
 
-    def enforce_timeout(self):
-        """How long status.hard may take to show a written reservation: api_outage_budget (the outage the quota
-        controller lags behind) plus CONTROLLER_RELIST_SECONDS (how long after the API server is back its cache
-        may still be stale)."""
-        budget = getattr(self.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET)
-        return float(budget or 0) + CONTROLLER_RELIST_SECONDS
-
     def wait_enforced(self, batch, written, what):
-        """Wait until quota admission enforces what was written: status.hard of each quota of written ({(ns,
-        quota): {name: Fraction}}) at least the written value of each name (enforcement.unenforced), re-reading
-        only the quotas still behind. Admission checks status.hard, which kube-controller-manager copies from
-        spec.hard; a migration started before that copy is refused at the old limit. WaitTimeoutError naming the
-        quotas, spec.hard against status.hard, when it does not within _enforce_timeout()."""
-        pending = dict((t, v) for t, v in written.items() if v)
-        if not pending:
+        """Wait until quota admission enforces what was written ({(ns, quota): {name: Fraction}}; see
+        enforcement.wait_enforced): a migration started before kube-controller-manager copied spec.hard to
+        status.hard is refused at the old limit. (reservations.reserve would wait too; the runner passes it
+        enforce_timeout=0 and waits here, between liveness checks, with the batch's progress line.)
+        WaitTimeoutError naming the quotas, spec.hard against status.hard, past enforcement.enforce_timeout."""
+        if not any(written.values()):
             return
-        began = self.config.clock()
-        deadline = began + self.enforce_timeout()
-        while True:
-            gaps = {}
-            for target in sorted(pending):
-                quota = self.cluster.get_quota(*target)
-                # what can be enforced now is what a later refusal's limit is compared with (lagging_refusals)
-                batch.written.setdefault(target, {}).update(enforcement.required_hard(quota, pending[target]))
-                gap = enforcement.unenforced(quota, pending[target])
-                if gap:
-                    gaps[target] = gap
-            waited = self.config.clock() - began
-            if not gaps:
-                batch.enforce_seconds += waited
-                if waited >= 1.0:
-                    self.record.say("%s: quota admission enforces %s after %.1fs (status.hard caught up with spec.hard)"
-                                    % (batch.label(), what, waited))
-                return
-            if self.config.clock() >= deadline:
-                batch.enforce_seconds += waited
-                raise WaitTimeoutError(
-                    "%s: quota admission does not enforce %s %ds after it was written: %s (admission checks "
-                    "status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
-                    % (batch.label(), what, int(waited),
-                       "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
-                    "check that kube-controller-manager runs and syncs ResourceQuotas (its resourcequota controller; "
-                    "`kubectl get resourcequota -n NAMESPACE -o yaml` shows status.hard equal to spec.hard once it "
-                    "does), then re-run: the re-run releases %s and continues; raise api_outage_budget if the "
-                    "controller needs longer after an API server restart" % batch.reservation)
-            pending = dict((t, pending[t]) for t in gaps)
-            self.check_alive()
-            self.config.sleep(min(self.config.poll_interval, 0.5))
+
+        def remember(target, quota):
+            # what can be enforced now is what a later refusal's limit is compared with (lagging_refusals)
+            batch.written.setdefault(target, {}).update(enforcement.required_hard(quota, written[target]))
+
+        gaps, waited = enforcement.wait_enforced(
+            self.cluster.get_quota, written,
+            enforcement.enforce_timeout(getattr(self.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET)),
+            self.config.clock, self.config.sleep, poll=min(self.config.poll_interval, enforcement.ENFORCE_POLL_SECONDS),
+            on_read=remember, alive=self.check_alive)
+        batch.enforce_seconds += waited
+        if not gaps:
+            if waited >= 1.0:
+                self.record.say("%s: quota admission enforces %s after %.1fs (status.hard caught up with spec.hard)"
+                                % (batch.label(), what, waited))
+            return
+        raise WaitTimeoutError(
+            "%s: quota admission does not enforce %s %ds after it was written: %s (admission checks "
+            "status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
+            % (batch.label(), what, int(waited),
+               "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
+            "check that kube-controller-manager runs and syncs ResourceQuotas (its resourcequota controller; "
+            "`kubectl get resourcequota -n NAMESPACE -o yaml` shows status.hard equal to spec.hard once it "
+            "does), then re-run: the re-run releases %s and continues; raise api_outage_budget if the "
+            "controller needs longer after an API server restart" % batch.reservation)
 
     def _record_reservation(self, batch, result):
         for item in result.get("quotas") or []:
@@ -405,7 +390,7 @@ class BatchRunner(object):
                                       dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.config.owner,
                                       "top-up: admission refused migration target pods off node %s" % self.config.node,
                                       self.config.ttl_seconds, top_up=key, lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
-                                      operator_namespace=self.config.operator_namespace)
+                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
         self.record.warn(result.get("warnings"))
         written = self._note_written(batch, result)
         batch.rounds += 1

@@ -190,8 +190,11 @@ _NETWORK_ERRORS = (socket.error, OSError)
 # (the connection broke or timed out after the request was sent, or a 5xx came back, e.g. an etcd timeout).
 NOT_SENT = "not sent"
 MAYBE_APPLIED = "maybe applied"
-# TLS failures that no retry can cure (a wrong CA, a wrong host name, plain HTTP)
-_TLS_PERMANENT = ("CERTIFICATE_VERIFY_FAILED", "certificate verify", "hostname", "WRONG_VERSION_NUMBER")
+# TLS failures that no retry can cure: a wrong CA or host name (ssl's CERTIFICATE_VERIFY_FAILED, "Hostname
+# mismatch" inside it; urllib3's own match_hostname says "hostname '...' doesn't match"), plain HTTP on the port.
+# outage.py reads kubernetes.core results by the same marks.
+TLS_PERMANENT_MARKS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "Hostname mismatch",
+                       "doesn't match", "WRONG_VERSION_NUMBER")
 
 
 def _causes(exc):
@@ -241,7 +244,7 @@ def transient_kind(exc, path=""):
             return None if str(path).rstrip("/").endswith("/eviction") else NOT_SENT
         return MAYBE_APPLIED
     text = _one_line(exc)
-    if any(mark in text for mark in _TLS_PERMANENT):
+    if any(mark in text for mark in TLS_PERMANENT_MARKS):
         return None
     causes = _causes(exc)
     for cause in causes:

@@ -27,6 +27,46 @@ def _quantity(value, name):
         return None
 
 
+# How much longer than the API outage budget status.hard may take to show a reservation: client-go's informers,
+# kube-controller-manager's included, retry an API server they lost at intervals that grow to [30, 60) s, so the
+# quota controller's cache can lag up to a minute after the API server is back (measured in the lab: 46 s, and
+# over 60 s, after a 20 s restart).
+CONTROLLER_RELIST_SECONDS = 60
+ENFORCE_POLL_SECONDS = 0.5
+
+
+def enforce_timeout(outage_budget):
+    """How long to wait for status.hard to show a written reservation: the outage the quota controller may lag
+    behind (outage_budget seconds) plus CONTROLLER_RELIST_SECONDS."""
+    return float(outage_budget or 0) + CONTROLLER_RELIST_SECONDS
+
+
+def wait_enforced(read_quota, written, timeout, clock, sleep, poll=ENFORCE_POLL_SECONDS, on_read=None,
+                  alive=None):
+    """Wait until admission enforces written ({(ns, quota): {name: Fraction}}): re-read (read_quota(ns, quota))
+    only the quotas still behind, every poll seconds, up to timeout seconds. on_read(target, quota), if given,
+    sees every read; alive(), if given, is called between polls (it raises to stop). Returns (gaps, waited):
+    gaps {(ns, quota): unenforced(...)} still behind at the deadline (empty once everything is enforced)."""
+    pending = dict((target, values) for target, values in written.items() if values)
+    began = clock()
+    while True:
+        gaps = {}
+        for target in sorted(pending):
+            quota = read_quota(*target)
+            if on_read is not None:
+                on_read(target, quota)
+            gap = unenforced(quota, pending[target])
+            if gap:
+                gaps[target] = gap
+        waited = clock() - began
+        if not gaps or waited >= timeout:
+            return gaps, waited
+        pending = dict((target, pending[target]) for target in gaps)
+        if alive is not None:
+            alive()
+        sleep(poll)
+
+
 def written_hard(reserve_result):
     """{(namespace, quota): {name: Fraction}}: the spec.hard a reserve (or top-up) result says it set, for the
     names the reservation expands (its delta) or the write changed (before differs from after). A quota whose

@@ -302,7 +302,7 @@ class Follower(object):
                                           self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
                                           self.config.ttl_seconds, refs=refs, lock=self.config.lock,
                                           clock=self.config.clock, sleep=self.config.sleep,
-                                          operator_namespace=self.config.operator_namespace)
+                                          operator_namespace=self.config.operator_namespace, enforce_timeout=0)
             self.record.warn(result.get("warnings"))
         group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True})
         group.namespaces = sorted(set(group.namespaces) | set([namespace]))

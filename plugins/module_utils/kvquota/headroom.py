@@ -117,11 +117,14 @@ def _refusals_in(text):
 
 def _pointed_quotas(vmim, condition, events):
     """The refusals KubeVirt's own condition message, or else the newest Event verified to be about this VMIM
-    (UID, virt-controller), shows; (refusals, evidence) where evidence identifies that Event (so a later refusal
-    differs from this one). Only their quota names and limits are used: a name says which quota to top up, a
-    limit below the written spec.hard withholds a top-up (see limited_by_refusals); no amount to add is ever read
-    from an Event."""
-    refusals, evidence = _refusals_in(condition.get("message")), ""
+    (UID, virt-controller), shows; (refusals, trusted, evidence): trusted the condition's refusals alone (the
+    VMIM's status, which only virt-controller writes), evidence identifies that Event (so a later refusal differs
+    from this one). A name says which quota to top up; a limit, read from the condition only, below the written
+    spec.hard withholds a top-up (see limited_by_refusals). An Event is never more than a name: a tenant can
+    post one with the VMIM's UID and virt-controller's name, and a forged low limit would withhold every
+    top-up (the migration refused for ever); no amount is ever read from an Event."""
+    trusted, evidence = _refusals_in(condition.get("message")), ""
+    refusals = trusted
     mine = verified_events(events, vmim)
     if mine:
         newest = mine[-1]
@@ -129,7 +132,7 @@ def _pointed_quotas(vmim, condition, events):
                                  event_stamp(newest))
         if not refusals:
             refusals = _refusals_in(newest.get("message"))
-    return refusals, evidence
+    return refusals, trusted, evidence
 
 
 def limited_by_refusals(namespace, refusals, into):
@@ -152,7 +155,8 @@ def refused_target_pods(cluster, migrations, options=None):
     ResourceList}, "pointed": [(ns, quota)], "limited": {(ns, quota): ResourceList}, "key": str, "evidence": bool}:
     exact is max(0, used + charge - hard) per name (what the quota lacks for pods of the computed size), charge
     what those pods are computed to charge each quota, pointed the quotas KubeVirt's condition or a verified Event
-    names as the refusing one, limited the limits those refusals were checked against (lowest per name). key
+    names as the refusing one, limited the limits KubeVirt's condition says those refusals were checked against
+    (lowest per name; never an Event's). key
     identifies the refusals (VMIM UIDs, condition times and the verified Events' identity, never their text);
     evidence says whether a verified Event took part (without one, a later refusal cannot be told from this one).
     """
@@ -166,9 +170,9 @@ def refused_target_pods(cluster, migrations, options=None):
     keys, pointed, vms = [], set(), set()
     for vmim, condition in refused:
         meta = vmim["metadata"]
-        refusals, evidence = _pointed_quotas(vmim, condition, events)
+        refusals, trusted, evidence = _pointed_quotas(vmim, condition, events)
         pointed |= set((meta["namespace"], r["quota"]) for r in refusals)
-        limited_by_refusals(meta["namespace"], refusals, result["limited"])
+        limited_by_refusals(meta["namespace"], trusted, result["limited"])
         keys.append("%s/%s@%s:%s%s" % (meta["namespace"], meta["name"], meta.get("uid") or "",
                                        condition.get("lastTransitionTime") or condition.get("lastProbeTime") or "",
                                        ("#" + evidence) if evidence else ""))

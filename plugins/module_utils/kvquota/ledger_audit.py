@@ -94,19 +94,33 @@ def without_reservations(quota, book):
     counts headroom reserved by any run (another job's, or an earlier batch of this one) as taken, never as
     free room. Only a value that is still what kvquota wrote (or the value before a write under way) holds the
     deltas; any other value is an administrator's new base or a revert to the base (ledger.observe keeps it as
-    the base on the next write), so it is the room without reservations as it is."""
+    the base on the next write), so it is the room without reservations as it is.
+
+    status.used likewise leaves out what the reservations' migrations already use: usage above the base (by at
+    most the delta) is their target pods, charged against the headroom reserved for them (a run interrupted
+    with migrations in flight, re-run before they finished). Counted, it would read as "usage above hard" that
+    only a permanent raise fixes; left out, the reserved headroom is still taken (used at the base at most, so
+    nothing is free), and usage above spec.hard itself stays above the base."""
     delta = ledger.active_delta(book) if book is not None else {}
     if not delta:
         return quota
     result = copy.deepcopy(quota)
-    for part in ("spec", "status"):
+    bases = {}
+    for part in ("status", "spec"):
         hard = (result.get(part) or {}).get("hard")
         if not hard:
             continue
         for name, value in delta.items():
             if name in hard and _holds_our_write(hard[name], name, book):
-                hard[name] = format_quantity(parse_resource_list({name: hard[name]})[name] - value,
-                                             quantity_format(hard[name]))
+                base = parse_resource_list({name: hard[name]})[name] - value
+                hard[name] = format_quantity(base, quantity_format(hard[name]))
+                bases[name] = base      # spec.hard's (read last) when both hold our write: the plan's hard
+    used = (result.get("status") or {}).get("used") or {}
+    for name, base in bases.items():
+        if name in used:
+            value = parse_resource_list({name: used[name]})[name]
+            if value > base:
+                used[name] = format_quantity(max(base, value - delta[name]), quantity_format(used[name]))
     return result
 
 

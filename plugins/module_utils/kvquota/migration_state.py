@@ -24,11 +24,6 @@ MANAGED_BY = "kvquota.maintenance"
 DEFAULT_PER_GIB = 150       # KubeVirt's completionTimeoutPerGiB default
 DEFAULT_PROGRESS = 150      # KubeVirt's progressTimeout default
 GIB = 1024 ** 3
-# How much longer than api_outage_budget status.hard may take to show a reservation (Executor._wait_enforced):
-# client-go's informers, kube-controller-manager's included, retry an API server they lost at intervals that
-# grow to [30, 60) s, so the quota controller's cache can lag up to a minute after the API server is back
-# (measured in the lab: 46 s, and over 60 s, after a 20 s restart).
-CONTROLLER_RELIST_SECONDS = 60
 
 PENDING, RUNNING, FINAL, RELEASED = "pending", "running", "final", "released"
 

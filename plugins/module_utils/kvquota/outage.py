@@ -25,7 +25,11 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import STARTUP_STATUSES, TRANSIENT_STATUSES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    STARTUP_STATUSES,
+    TLS_PERMANENT_MARKS,
+    TRANSIENT_STATUSES,
+)
 
 # "(503)\nReason: Service Unavailable" (kubernetes.client ApiException) or "503\nReason: ..." (kubernetes.dynamic)
 _STATUS_LINE = re.compile(r"\(?\b([1-5][0-9][0-9])\)?\s*\n?\s*Reason:")
@@ -39,8 +43,8 @@ _NETWORK_MARKS = ("Connection refused", "Connection reset", "Connection aborted"
                   "Temporary failure in name resolution", "etcdserver: leader changed",
                   "etcdserver: request timed out")
 # answers that look like a network failure but are a misconfiguration: never retried
-_PERMANENT_MARKS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "WRONG_VERSION_NUMBER",
-                    "Name or service not known", "nodename nor servname provided", "No address associated")
+_PERMANENT_MARKS = TLS_PERMANENT_MARKS + ("Name or service not known", "nodename nor servname provided",
+                                         "No address associated")
 # k8s_drain's msg for an eviction the API refused ("Failed to delete pod ns/name due to: ...")
 _EVICTION_PREFIX = "Failed to delete pod "
 

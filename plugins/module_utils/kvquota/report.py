@@ -15,6 +15,11 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 
 BASIC_NAMES = frozenset(["requests.cpu", "limits.cpu", "requests.memory", "limits.memory"])
 
+# What a namespace and each of its quotas keep in the compact report: what the roles, the preflight and an
+# operator deciding on a fix read (the rest of a quota's plan is in the full report).
+COMPACT_NAMESPACE_KEYS = ("verdict", "summary", "quotas_not_matching", "needed")
+COMPACT_QUOTA_KEYS = ("name", "owner", "hard", "used", "free", "needed", "over_after", "status_synced", "fixes")
+
 
 def vm_report(vm, batch_of, names=None, deleted=False):
     """One VM of the report; names: the resource names to show (None: all); deleted: completed source
@@ -104,10 +109,16 @@ def config_view(config):
 
 def namespace_report(vms, idle, quota_reports, not_matching, blockers, warnings, fixes, verdict, batch_of, names,
                      deleted):
-    """One namespace of the report: its verdict, VMs (vm_report), VMIs not running, quota reports and the quotas
-    that do not match a target pod, the headroom it needs, its findings and fixes."""
+    """One namespace of the report: its verdict, counts (summary), VMs (vm_report), VMIs not running, quota reports
+    and the quotas that do not match a target pod, the headroom it needs, its findings and fixes."""
     return {
         "verdict": verdict,
+        "summary": {
+            "vms": len(vms),
+            "migrating_vms": sum(1 for vm in vms if vm["migratable"]),
+            "not_running": len(idle),
+            "blockers": len(blockers),
+        },
         "vms": [vm_report(vm, batch_of, names, deleted) for vm in vms],
         "not_running": idle,
         "quotas": quota_reports,
@@ -149,3 +160,21 @@ def assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warn
         },
         "requests": snapshot.get("requests"),
     }
+
+
+def compact(report):
+    """The report without its per-VM parts, for a result whose size follows the namespaces and quotas, not the VMs:
+    each namespace keeps COMPACT_NAMESPACE_KEYS (verdict, summary counts, the quotas not matching, the headroom
+    needed) and its quotas with COMPACT_QUOTA_KEYS; its VM entries, VMIs not running, and its blockers, warnings
+    and fixes (each also in the report's own lists, with its namespace) are left out, and so are the quotas'
+    per-batch plans. The batches stay: they are the plan the roles follow, one "namespace/name" per migrating VM.
+    The report itself is not changed."""
+    out = dict((key, value) for key, value in report.items() if key != "namespaces")
+    out["namespaces"] = dict((name, _compact_namespace(ns)) for name, ns in report["namespaces"].items())
+    return out
+
+
+def _compact_namespace(ns_report):
+    out = dict((key, ns_report[key]) for key in COMPACT_NAMESPACE_KEYS)
+    out["quotas"] = [dict((key, quota[key]) for key in COMPACT_QUOTA_KEYS) for quota in ns_report["quotas"]]
+    return out

@@ -20,6 +20,7 @@ import json
 import time
 from fractions import Fraction
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
@@ -39,6 +40,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backen
     used_of,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    DEFAULT_OUTAGE_BUDGET,
     conditional_update,
     retry_on_conflict,
 )
@@ -651,7 +653,8 @@ def _diff(results):
 
 def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_seconds, margin=None, top_up=False,
             check_mode=False, replace=False, refs=None, lock=None, facts=None, clock=time.time, sleep=time.sleep,
-            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+            enforce_timeout=None):
     """Expand every quota of headroom_by_quota ({(ns, quota): ResourceList}) by its headroom (+ margin) for
     reservation_id, through the quota's backend.
 
@@ -664,8 +667,15 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     lock (optional): {"holder": ..., "duration": seconds, "wait_timeout": 120} sets who holds it and how long
     to wait for another job; the duration defaults to lock_duration(rancher_sync_timeout).
 
+    A reservation is usable only once quota admission enforces it: admission checks status.hard, which
+    kube-controller-manager copies from spec.hard, and can lag after an API server restart. So after the writes
+    (with the Leases let go) the call waits until status.hard of every quota it changed shows what it wrote,
+    re-reading only those quotas, for up to enforce_timeout seconds (None: the cluster's outage budget +
+    enforcement.CONTROLLER_RELIST_SECONDS; 0: do not wait), and raises WaitTimeoutError naming spec.hard against
+    status.hard if it does not (the reservation stays written and held: re-run or release it).
+
     Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
-    skipped, warnings, diff}.
+    skipped, warnings, diff, status_hard_wait_seconds}.
     """
     _check_id(reservation_id)
     if ttl_seconds is None or isinstance(ttl_seconds, bool) or int(ttl_seconds) <= 0:
@@ -674,7 +684,25 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     plan = dict((target, apply_margin(headroom, margin)) for target, headroom in parse_targets(headroom_by_quota).items())
     run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
     with run.locked([ns for ns, _q in plan]):
-        return _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+        result = _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+    result["status_hard_wait_seconds"] = 0.0
+    if check_mode:
+        return result
+    if enforce_timeout is None:
+        enforce_timeout = enforcement.enforce_timeout(getattr(cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET))
+    if enforce_timeout > 0:
+        gaps, waited = enforcement.wait_enforced(cluster.get_quota, enforcement.written_hard(result), enforce_timeout,
+                                                 clock, sleep)
+        result["status_hard_wait_seconds"] = round(waited, 2)
+        if gaps:
+            raise WaitTimeoutError(
+                "reservation '%s' is written but quota admission does not enforce it %ds later: %s (admission "
+                "checks status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
+                % (reservation_id, int(waited), "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
+                "check that kube-controller-manager runs and syncs ResourceQuotas (`kubectl get resourcequota -n "
+                "NAMESPACE -o yaml` shows status.hard equal to spec.hard once it does); the reservation stays held: "
+                "re-run once it does, or release '%s'" % reservation_id)
+    return result
 
 
 def lock_duration(rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):

@@ -193,6 +193,21 @@ def test_the_plan_counts_active_reservations_as_taken():
     assert audit.without_reservations(quota, None) is quota
 
 
+def test_usage_of_in_flight_migrations_within_their_reservation_is_not_usage_above_the_base():
+    """A run stopped with its migrations in flight (their target pods admitted against its reservation) and
+    re-run before they finished: usage is above the base by what those pods charge. The plan sees it at the base
+    (no "usage above hard"; nothing free either), and only usage above spec.hard itself stays above the base."""
+    book = _ledger_with_reservations(("node-1-b0", "2025-01-31T11:30:00Z", 3600, None))   # 1Gi of limits.memory
+    for used, planned_used in (("5500Mi", "5000Mi"), ("6024Mi", "5000Mi"), ("6100Mi", "5076Mi"),
+                               ("4Gi", "4Gi")):
+        quota = _quota({"limits.memory": "6024Mi", "limits.cpu": "8"})
+        quota["status"] = {"hard": dict(quota["spec"]["hard"]), "used": {"limits.memory": used, "limits.cpu": "2"}}
+        planned = audit.without_reservations(quota, book)
+        assert planned["spec"]["hard"]["limits.memory"] == "5000Mi"
+        assert planned["status"]["used"] == {"limits.memory": planned_used, "limits.cpu": "2"}, used
+        assert quota["status"]["used"]["limits.memory"] == used   # input untouched
+
+
 def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
     """An administrator set the quota during a reservation (the release's fix "raise the base to V"): the ledger
     keeps V as the new base on its next write, so the plan sees V as the room without reservations, not

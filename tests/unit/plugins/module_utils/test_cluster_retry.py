@@ -206,10 +206,13 @@ def test_answers_are_never_retried(status, reason, error):
 def test_tls_misconfiguration_and_unknown_host_are_not_retried():
     tls = urllib3.exceptions.MaxRetryError(None, "/api", urllib3.exceptions.SSLError(
         "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer certificate"))
+    mismatch = urllib3.exceptions.MaxRetryError(None, "/api", urllib3.exceptions.SSLError(
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname mismatch, certificate is not valid for "
+        "'10.0.0.9'. (_ssl.c:1006)"))
     unknown = urllib3.exceptions.MaxRetryError(None, "/api", urllib3.exceptions.NewConnectionError(
         None, "Failed to resolve 'nope.example'"))
     unknown.reason.__cause__ = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    for failure in (tls, unknown):
+    for failure in (tls, mismatch, unknown):
         script = Script([failure, OK_NAMESPACE])
         with pytest.raises(UnreachableError):
             cluster_for(script).get_namespace("a")

@@ -121,3 +121,65 @@ def test_only_names_and_quotas_both_know_are_compared():
     other = {("tenant-a", "pods-only"): {"pods": Fraction(3)}}
     assert e.lagging_refusals(other, {T: {"pods": 4}}) == {}
     assert e.lagging_refusals({}, {T: {"pods": 4}}) == {} and e.lagging_refusals(memory, None) == {}
+
+
+# -- the wait -------------------------------------------------------------------------------------------------
+
+class LaggingQuotas(object):
+    """get_quota over quotas whose status.hard shows spec.hard only from the catch_up-th read of that quota on
+    (None: never). Counts the reads per quota."""
+
+    def __init__(self, quotas, catch_up):
+        self.quotas = quotas
+        self.catch_up = catch_up
+        self.reads = {}
+
+    def get_quota(self, namespace, name):
+        target = (namespace, name)
+        self.reads[target] = self.reads.get(target, 0) + 1
+        spec, status = self.quotas[target]
+        caught_up = self.catch_up.get(target) is not None and self.reads[target] >= self.catch_up[target]
+        quota = _quota(spec, spec if caught_up else status)
+        quota["metadata"] = {"namespace": namespace, "name": name}
+        return quota
+
+
+class FakeTime(object):
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps = []
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+U = ("tenant-b", "compute")
+
+
+def test_wait_enforced_rereads_only_the_quotas_still_behind_until_they_catch_up():
+    api = LaggingQuotas({T: ({"limits.cpu": "4"}, {"limits.cpu": "3"}), U: ({"pods": "12"}, {"pods": "12"})},
+                        {T: 4, U: 1})
+    time_ = FakeTime()
+    written = {T: {"limits.cpu": Fraction(4)}, U: {"pods": Fraction(12)}}
+    gaps, waited = e.wait_enforced(api.get_quota, written, 30, time_.clock, time_.sleep, poll=0.5)
+    assert gaps == {}
+    assert api.reads == {T: 4, U: 1}       # U was enforced at the first read and not read again
+    assert waited == 1.5 and time_.sleeps == [0.5, 0.5, 0.5]
+
+
+def test_wait_enforced_gives_the_gaps_at_its_deadline():
+    api = LaggingQuotas({T: ({"limits.cpu": "4"}, {"limits.cpu": "3"})}, {T: None})
+    time_ = FakeTime()
+    gaps, waited = e.wait_enforced(api.get_quota, {T: {"limits.cpu": Fraction(4)}}, 2, time_.clock, time_.sleep,
+                                   poll=0.5)
+    assert gaps == {T: {"limits.cpu": (Fraction(4), Fraction(3))}}
+    assert waited == 2.0 and api.reads[T] == 5
+
+
+def test_the_enforce_timeout_is_the_outage_budget_plus_a_controller_relist():
+    assert e.enforce_timeout(60) == 60 + e.CONTROLLER_RELIST_SECONDS == 120
+    assert e.enforce_timeout(0) == 60

@@ -490,13 +490,6 @@ def test_a_quota_controller_that_never_syncs_stops_before_any_migration_with_the
     assert cluster.now == 90.0
 
 
-def test_the_wait_is_the_outage_budget_plus_a_minute_for_the_controllers_cache_to_re_list():
-    # client-go informers retry a lost API server at [30, 60) s intervals: a minute after it is back, also with
-    # api_outage_budget 0 (no retries of our own)
-    assert _built(_Quotas({}, {}, outage_budget=0), [["t/vm-1"]]).runner.enforce_timeout() == 60
-    assert _built(_Quotas({}, {}, outage_budget=45), [["t/vm-1"]]).runner.enforce_timeout() == 105
-
-
 def test_only_the_quotas_still_behind_are_read_again():
     spec = {("t", "compute"): {"limits.cpu": "4175m"}, ("t", "other"): {"limits.cpu": "2"}}
     cluster = _Quotas(spec, {("t", "compute"): {"limits.cpu": "3175m"}, ("t", "other"): {"limits.cpu": "2"}}, lag=4)

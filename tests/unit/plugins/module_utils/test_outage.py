@@ -79,6 +79,10 @@ ANSWERS = {
         "failed": True, "msg": "Exception 'HTTPSConnectionPool(host='api', port=6443): Max retries exceeded with url:"
                                " /version (Caused by SSLError(SSLCertVerificationError(1, '[SSL: "
                                "CERTIFICATE_VERIFY_FAILED] certificate verify failed')))' raised"},
+    "a TLS host name mismatch (urllib3's match_hostname)": {
+        "failed": True, "msg": "Exception 'HTTPSConnectionPool(host='10.0.0.9', port=6443): Max retries exceeded with "
+                               "url: /version (Caused by SSLError(CertificateError(\"hostname '10.0.0.9' doesn't "
+                               "match 'api.example'\")))' raised"},
     "an unknown host": {
         "failed": True, "msg": "Exception 'HTTPSConnectionPool(host='nope', port=6443): Max retries exceeded (Caused "
                                "by NewConnectionError('Failed to resolve 'nope' ([Errno -2] Name or service not "

@@ -29,6 +29,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     ForbiddenError,
     InputError,
     NotFoundError,
+    WaitTimeoutError,
 )
 
 OPERATOR = "kvquota-system"
@@ -119,6 +120,8 @@ class FakeApi(object):
             new["metadata"]["uid"] = current["metadata"].get("uid")
             self._bump(new)
             self.objects[path] = new
+            if new.get("kind") == "ResourceQuota":
+                self._quota_controller_syncs(new)
             if new.get("kind") == "Namespace":
                 self._rancher_follows(new)
             return new
@@ -182,7 +185,12 @@ class FakeApi(object):
                 hard.update(limit)
                 if quota["spec"]["hard"] != hard:
                     quota["spec"]["hard"] = hard
+                    self._quota_controller_syncs(quota)
                     self._bump(quota)
+
+    def _quota_controller_syncs(self, quota):
+        """kube-controller-manager's quota controller: status.hard follows spec.hard (at once here)."""
+        quota.setdefault("status", {})["hard"] = dict(quota["spec"]["hard"])
 
 
 def cluster_objects(rancher=False):
@@ -389,3 +397,60 @@ def test_a_refused_quota_write_leaves_no_ledger_behind():
     with pytest.raises(ForbiddenError):
         run_step(RefusingApi(objects), STEPS[0], Clock())
     assert observable(objects) == before
+
+
+class LaggingQuotaController(FakeApi):
+    """kube-controller-manager's quota controller copies spec.hard to status.hard only at the catch_up-th read of
+    the quota after a write (None: never), as after an API server restart while its informers re-list."""
+
+    def __init__(self, objects, catch_up, clock=None):
+        super(LaggingQuotaController, self).__init__(objects, clock=clock)
+        self.catch_up = catch_up
+        self.behind = []
+        self.reads_since_write = 0
+
+    def _quota_controller_syncs(self, quota):
+        self.behind.append(quota)
+        self.reads_since_write = 0
+
+    def get_quota(self, namespace, name):
+        self.reads_since_write += 1
+        if self.behind and self.catch_up is not None and self.reads_since_write >= self.catch_up:
+            for quota in self.behind:
+                FakeApi._quota_controller_syncs(self, quota)
+            self.behind = []
+        return super(LaggingQuotaController, self).get_quota(namespace, name)
+
+
+QUOTA_PATH = "/api/v1/namespaces/tenant-a/resourcequotas/compute"
+
+
+def test_a_reserve_returns_once_quota_admission_enforces_it():
+    objects = cluster_objects()
+    api = LaggingQuotaController(objects, catch_up=4)
+    result = R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
+                       sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0})
+    assert objects[QUOTA_PATH]["status"]["hard"]["limits.cpu"] == "5" == objects[QUOTA_PATH]["spec"]["hard"]["limits.cpu"]
+    assert result["status_hard_wait_seconds"] > 0
+
+
+def test_a_reserve_never_enforced_fails_naming_spec_and_status_and_stays_held():
+    objects = cluster_objects()
+    api = LaggingQuotaController(objects, catch_up=None)
+    with pytest.raises(WaitTimeoutError) as err:
+        R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(), sleep=lambda s: None,
+                  rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0}, enforce_timeout=30)
+    assert "tenant-a/compute: spec.hard limits.cpu=5, status.hard limits.cpu=4" in err.value.message
+    assert "release 'a'" in err.value.fix
+    ledgers = [v for k, v in observable(objects).items() if "/configmaps/" in k]
+    assert ledgers == [{"a": {"limits.cpu": "1"}}]
+
+
+def test_enforce_timeout_0_does_not_wait():
+    objects = cluster_objects()
+    api = LaggingQuotaController(objects, catch_up=None)
+    result = R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
+                       sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
+                       enforce_timeout=0)
+    assert result["status_hard_wait_seconds"] == 0.0
+    assert objects[QUOTA_PATH]["status"]["hard"]["limits.cpu"] == "4"

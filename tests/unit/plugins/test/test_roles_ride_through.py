@@ -55,6 +55,7 @@ def test_a_kubernetes_core_task_retries_an_outage_and_nothing_else(role, name, t
         assert task["retries"] in ("{{ %s_api_outage_budget | int // 5 }}" % role, 3), task["retries"]
         assert until == "%s is not kvquota.maintenance.api_outage(recovering=true)" % register
     else:
-        # a poll: its retries follow answers too, so a 401/403/404 is always an answer
+        # a poll: any retry may follow an outage, so a 401/403/404 after the first attempt is one more poll (its
+        # own timeout bounds it); the full campaign's health gate met a 403 from a restarted API server
         assert "_interval" in str(task.get("delay")), "a poll retries at its own interval: %r" % task.get("delay")
-        assert "recovering" not in until
+        assert "%s is not kvquota.maintenance.api_outage(recovering=true)" % register in until
