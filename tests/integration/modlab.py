@@ -72,9 +72,15 @@ def lab_fixture(tmp_path_factory, label):
     if run_dir:
         yield kvqlab.attach(run_dir)
         return
+    yield from private_lab(tmp_path_factory, label)
+
+
+def private_lab(tmp_path_factory, label, nodes=3):
+    """Generator body of a module-scoped fixture whose lab is its own, never $KVQ_LAB_RUN_DIR's (a test that
+    injects faults must not hit a lab other tests use): started with nodes nodes, stopped afterwards."""
     require_lab_build()
     rd = tmp_path_factory.mktemp(label)
-    started = kvqlab.up(run_dir=rd)
+    started = kvqlab.up(run_dir=rd, nodes=nodes)
     try:
         yield started
     finally:

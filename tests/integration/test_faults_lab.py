@@ -35,13 +35,7 @@ KUBECTL_TIMEOUT = "--request-timeout=3s"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A private lab: faults must never hit a lab other tests (or other people) use."""
-    M.require_lab_build()
-    rd = tmp_path_factory.mktemp("kvqlab-faults")
-    started = M.kvqlab.up(run_dir=rd, nodes=1)
-    try:
-        yield started
-    finally:
-        M.kvqlab.down(rd)
+    yield from M.private_lab(tmp_path_factory, "kvqlab-faults", nodes=1)
 
 
 @pytest.fixture(scope="module")

@@ -34,13 +34,7 @@ HELD_FROZEN = 6   # seconds the controller-manager stays frozen after the reserv
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A private lab (two nodes: a VM needs a target): the fault must never hit a lab other tests use."""
-    M.require_lab_build()
-    rd = tmp_path_factory.mktemp("kvqlab-quota-lag")
-    started = M.kvqlab.up(run_dir=rd, nodes=2)
-    try:
-        yield started
-    finally:
-        M.kvqlab.down(rd)
+    yield from M.private_lab(tmp_path_factory, "kvqlab-quota-lag", nodes=2)
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +52,10 @@ def expanded(r, ns, base):
     return hard if any(parse_quantity(hard[n]) > parse_quantity(base[n]) for n in base if n in hard) else None
 
 
-def migrate_in_background(args, user):
+def module_in_background(name, args, user):
+    """Run kvquota.maintenance.<name> in a thread; (thread, box): box["result"] once it returned."""
     box = {}
-    thread = threading.Thread(target=lambda: box.update(result=M.run_module("kvquota_migrate", args, user)),
-                              daemon=True)
+    thread = threading.Thread(target=lambda: box.update(result=M.run_module(name, args, user)), daemon=True)
     thread.start()
     return thread, box
 
@@ -76,7 +70,7 @@ def test_migrations_wait_until_the_quota_controller_copies_the_reservation_to_st
     try:
         faults.freeze("kube-controller-manager")
         try:
-            thread, box = migrate_in_background(args, user)
+            thread, box = module_in_background("kvquota_migrate", args, user)
             written = M.wait(lambda: expanded(r, ns, base), 120, "the reservation written to spec.hard")
             time.sleep(HELD_FROZEN)
             quota = M.quota(r, ns, "compute")
@@ -131,14 +125,6 @@ def test_a_quota_controller_that_never_catches_up_stops_the_run_before_any_migra
         M.delete_namespace(r, ns)
 
 
-def reserve_in_background(args, user):
-    box = {}
-    thread = threading.Thread(target=lambda: box.update(result=M.run_module("kvquota_reserve", args, user)),
-                              daemon=True)
-    thread.start()
-    return thread, box
-
-
 def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab, emu, r, user, faults):
     """kubevirt_update's drive mode and a user's playbook start migrations right after kvquota_reserve returns."""
     ns = "lag-reserve"
@@ -149,7 +135,7 @@ def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab,
     try:
         faults.freeze("kube-controller-manager")
         try:
-            thread, box = reserve_in_background(args, user)
+            thread, box = module_in_background("kvquota_reserve", args, user)
             M.wait(lambda: expanded(r, ns, base), 120, "the reservation written to spec.hard")
             time.sleep(HELD_FROZEN)
             # the fault is real, and the module has not returned while admission would refuse at the old limit
@@ -183,7 +169,7 @@ def test_a_check_during_migrations_in_flight_sees_their_usage_within_the_reserva
             "poll_interval": 0.5, "ttl": "1h", "api_outage_budget": 60}
     try:
         with faults.frozen("kube-scheduler"):
-            thread, box = migrate_in_background(args, user)
+            thread, box = module_in_background("kvquota_migrate", args, user)
             # the target pod is admitted (charged against the reservation) but not scheduled
             M.wait(lambda: len(M.launcher_pods(r, ns)) == 2, 120, "the target pod created")
             M.wait(lambda: any(parse_quantity(v) > parse_quantity(base[n])

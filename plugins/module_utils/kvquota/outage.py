@@ -43,8 +43,8 @@ _NETWORK_MARKS = ("Connection refused", "Connection reset", "Connection aborted"
                   "Temporary failure in name resolution", "etcdserver: leader changed",
                   "etcdserver: request timed out")
 # answers that look like a network failure but are a misconfiguration: never retried
-_PERMANENT_MARKS = TLS_PERMANENT_MARKS + ("Name or service not known", "nodename nor servname provided",
-                                         "No address associated")
+_PERMANENT_MARKS = TLS_PERMANENT_MARKS + (
+    "Name or service not known", "nodename nor servname provided", "No address associated")
 # k8s_drain's msg for an eviction the API refused ("Failed to delete pod ns/name due to: ...")
 _EVICTION_PREFIX = "Failed to delete pod "
 
