@@ -59,7 +59,7 @@ description:
     no reservation of its own left; a re-run resumes the groups an interrupted run left (the reservations in
     the operator namespace are the state). A failed or deleted followed migration ends its part of a group
     (its creator starts another); it does not stop the run. A migration KubeVirt admits in the room of a
-    group's reservation (the moment that group's source pods end, before the release) is adopted by the group:
+    group's reservation (the moment that group's source pods end, before the release) is adopted by the group, and
     the reservation is released once its source pod is gone too.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
