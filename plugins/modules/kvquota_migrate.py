@@ -8,7 +8,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 module: kvquota_migrate
-short_description: Live-migrate a node's VMs batch by batch, each batch with its own quota reservation
+short_description: Live-migrate a node's VMs batch by batch (drive), or reserve just in time for migrations others start (follow)
 version_added: 0.1.0
 author:
   - kvquota maintainers (@kvquota)
@@ -47,25 +47,79 @@ description:
   - On a failed migration, a timeout or a refusal past the limits it cancels the migrations of this run that
     were never admitted, releases every reservation whose migrations are final, leaves the others held (their
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
+  - With O(mode=follow) it creates no migration. It follows the VirtualMachineInstanceMigrations that others
+    create in a scope (O(nodes) and/or O(namespaces); neither is the whole cluster) - KubeVirt's evacuation
+    controller after a C(kubectl drain) or a platform upgrade's drain, its workload updater, a person -
+    recognised by UID, never by label. Each poll it takes, oldest first, the migrations not admitted yet that
+    KubeVirt will run next within its parallel limits (C(parallelMigrationsPerCluster),
+    C(parallelOutboundMigrationsPerNode) of the KubeVirt CR, minus the migrations in flight) as one group,
+    reserves for them just in time (reservation C(<prefix>-f<n>), its refs recording the migrations' UIDs),
+    tops up from admission refusals and releases each group's reservation once its source pods are gone, as in
+    drive mode. It never reserves for every queued migration at once. It ends when O(follow_until) holds with
+    no reservation of its own left; a re-run resumes the groups an interrupted run left (the reservations in
+    the operator namespace are the state). A failed or deleted followed migration ends its part of a group
+    (its creator starts another); it does not stop the run. A migration KubeVirt admits in the room of a
+    group's reservation (the moment that group's source pods end, before the release) is adopted by the group, and
+    the reservation is released once its source pod is gone too.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:
-  node:
-    description: The node whose VMs migrate.
+  mode:
+    description:
+      - V(drive) runs O(batches) of O(node) and creates their migrations.
+      - V(follow) creates no migration and reserves just in time for the migrations others create in the scope
+        O(nodes) / O(namespaces), until O(follow_until).
     type: str
-    required: true
+    choices: [drive, follow]
+    default: drive
+  node:
+    description: The node whose VMs migrate (O(mode=drive), required there).
+    type: str
+  nodes:
+    description:
+      - O(mode=follow) only. The scope is the migrations off these nodes. With O(namespaces) both apply; neither is the
+        whole cluster.
+    type: list
+    elements: str
+    default: []
+  namespaces:
+    description: O(mode=follow) only. The scope is the migrations in these namespaces.
+    type: list
+    elements: str
+    default: []
+  follow_until:
+    description:
+      - O(mode=follow) only. When the run ends (always with no reservation of its own left).
+      - V(idle) once no migration is left in the scope and no VMI in it is marked for evacuation or runs an
+        outdated launcher, for O(follow_idle_seconds).
+      - V(nodes_schedulable) once every node of O(nodes), seen cordoned during the run, is uncordoned again.
+      - V(deadline) after O(deadline_seconds).
+    type: str
+    choices: [idle, nodes_schedulable, deadline]
+    default: idle
+  follow_idle_seconds:
+    description: O(mode=follow) only. How long the scope must stay idle for O(follow_until=idle).
+    type: int
+    default: 60
+  deadline_seconds:
+    description:
+      - O(mode=follow) only. Seconds after which the run ends. With O(follow_until=deadline) that is the end;
+        with another condition reaching it first is a failure (what is still held is named, a re-run resumes).
+    type: int
   batches:
     description:
       - The batches to run, in order, as M(kvquota.maintenance.kvquota_check) returns them in RV(kvquota.maintenance.kvquota_check#module:batches)
         (each with C(vms), a list of C(namespace/name) strings or C(namespace)/C(name) dicts), or plain lists of VMs.
       - A VM that no longer runs on O(node) when its batch starts is left out.
+      - Required with O(mode=drive); not used with O(mode=follow).
     type: list
     elements: raw
-    required: true
   reservation_prefix:
-    description: Prefix of the reservation ids, C(<prefix>-b<batch index>). Defaults to O(node).
+    description:
+      - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
+      - Defaults to O(node) (drive) or C(follow-<nodes, else namespaces, else cluster>) (follow).
     type: str
   owner:
     description: Who holds the reservations, recorded in the ledger and in the Events. Defaults to the AWX job or user@host.
@@ -150,6 +204,8 @@ attributes:
       - Reports what an interrupted run left (reservations to release, migrations to cancel), and for each
         batch what it would reserve (computed against the quotas as they are now) and which migrations it would
         create or follow. Writes nothing.
+      - With O(mode=follow), the groups an interrupted run left and what it would reserve now for the migrations
+        KubeVirt runs next. Writes nothing.
   diff_mode:
     support: none
     description: The reservations' before and after are in each batch's headroom; no diff is returned.
@@ -175,6 +231,13 @@ EXAMPLES = r'''
     ttl: 2h
     top_up_cap: {limits.memory: 1Gi}
   register: migrated
+
+- name: Beside a kubectl drain of node-1 (or a platform upgrade), reserve just in time for KubeVirt's migrations
+  kvquota.maintenance.kvquota_migrate:
+    mode: follow
+    nodes: [node-1]
+    follow_until: nodes_schedulable
+    deadline_seconds: 7200
 
 - name: One line per batch
   ansible.builtin.debug:
@@ -227,7 +290,9 @@ migrations_created:
   type: list
   elements: str
 migrations_reused:
-  description: Live migrations that were already under way for a VM and were followed instead.
+  description:
+    - Live migrations that were already under way for a VM and were followed instead; in O(mode=follow) every
+      migration followed.
   returned: always
   type: list
   elements: str
@@ -267,6 +332,18 @@ timeouts:
   description: The completionTimeoutPerGiB, progressTimeout and scheduling time the batch timeouts were computed from.
   returned: always
   type: dict
+mode:
+  description: V(drive) or V(follow).
+  returned: always
+  type: str
+scope:
+  description: What the run covered, as text (C(node node-1), C(nodes node-1; namespaces a), C(the cluster)).
+  returned: always
+  type: str
+ended_by:
+  description: O(mode=follow) only. The condition that ended the run (null in drive mode).
+  returned: always
+  type: str
 seconds:
   description: How long the module ran.
   returned: always
@@ -325,31 +402,46 @@ def _controller_alive():
 
 def migrate(module):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 
     params = module.params
-    ttl = parse_duration(params['ttl'], 'ttl')
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
-    return migrate_mod.migrate(
-        cluster, params['node'], params['batches'],
-        reservation_prefix=params['reservation_prefix'] or params['node'],
+    return migrate_mod.Executor(cluster, executor_config(params, module.check_mode), params['batches'] or []).run()
+
+
+def executor_config(params, check_mode):
+    """The executor's one configuration object, from the module's params."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
+
+    return ExecutorConfig.build(
+        params['node'] if params['mode'] == 'drive' else None,
+        mode=params['mode'], nodes=params['nodes'], namespaces=params['namespaces'],
+        follow_until=params['follow_until'], follow_idle_seconds=params['follow_idle_seconds'],
+        deadline_seconds=params['deadline_seconds'],
+        reservation_prefix=params['reservation_prefix'],
         owner=reservation_owner(params),
-        reason=params['reason'], ttl_seconds=ttl, safety_margin=params['safety_margin'],
+        reason=params['reason'], ttl_seconds=parse_duration(params['ttl'], 'ttl'), safety_margin=params['safety_margin'],
         top_up_cap=params['top_up_cap'], top_up_max_rounds=params['top_up_max_rounds'],
         top_up_settle_seconds=params['top_up_settle_seconds'],
         completion_timeout_per_gib=params['completion_timeout_per_gib'], progress_timeout=params['progress_timeout'],
         scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
         stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
         overlap=params['overlap'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
-        overhead_ratio=params['overhead_ratio'], check_mode=module.check_mode, alive=_controller_alive(),
+        overhead_ratio=params['overhead_ratio'], check_mode=check_mode, alive=_controller_alive(),
         operator_namespace=params['operator_namespace'])
 
 
 def main():
     module = new_module(
         dict(
-            node=dict(type='str', required=True),
-            batches=dict(type='list', elements='raw', required=True),
+            mode=dict(type='str', choices=['drive', 'follow'], default='drive'),
+            node=dict(type='str'),
+            nodes=dict(type='list', elements='str', default=[]),
+            namespaces=dict(type='list', elements='str', default=[]),
+            follow_until=dict(type='str', choices=['idle', 'nodes_schedulable', 'deadline'], default='idle'),
+            follow_idle_seconds=dict(type='int', default=60),
+            deadline_seconds=dict(type='int'),
+            batches=dict(type='list', elements='raw'),
             reservation_prefix=dict(type='str'),
             owner=dict(type='str'),
             reason=dict(type='str'),
@@ -370,6 +462,7 @@ def main():
             overhead_ratio=dict(type='str'),
         ),
         supports_check_mode=True,
+        required_if=[('mode', 'drive', ('node', 'batches'))],
     )
     run(module, migrate)
 

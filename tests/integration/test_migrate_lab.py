@@ -339,10 +339,11 @@ def test_resume_takes_for_its_own_only_migrations_recorded_by_uid(lab, emu, r, u
                     r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"])
         node = vmis["vm-2"]["status"]["nodeName"]
         emulator.set_knobs(lab, oversize_bytes=64 * 1024 ** 2)   # the run's target pod is refused
-        interrupted = migrate_mod.Executor(cluster, node, [["%s/vm-2" % ns]], reservation_prefix=prefix, ttl_seconds=3600)
-        interrupted.per_gib_now, interrupted.progress_now = interrupted._timeouts()
-        interrupted._start(interrupted.batches[0])          # reserve, create, record; then the job is killed
-        (ours,) = interrupted.created
+        interrupted = migrate_mod.Executor(cluster, migrate_mod.ExecutorConfig.build(
+            node, reservation_prefix=prefix, ttl_seconds=3600), [["%s/vm-2" % ns]])
+        interrupted.record.per_gib_now, interrupted.record.progress_now = interrupted.runner.timeouts()
+        interrupted.runner.start(interrupted.batches[0])    # reserve, create, record; then the job is killed
+        (ours,) = interrupted.record.created
         ours_name = ours.split("/")[1]
         M.wait(lambda: M.rejected(M.vmim(r, ns, ours_name)), 30, "our migration refused by quota")
         book = M.ledger(r, M.quota(r, ns, "compute"))
@@ -358,7 +359,8 @@ def test_resume_takes_for_its_own_only_migrations_recorded_by_uid(lab, emu, r, u
         M.wait(lambda: M.rejected(M.vmim(r, ns, "tenant-made")), 30, "the tenant's migration refused by quota")
         tenant_uid = M.vmim(r, ns, "tenant-made")["metadata"]["uid"]
 
-        rerun = migrate_mod.Executor(cluster, node, [], reservation_prefix=prefix, poll_interval=0.5)
+        rerun = migrate_mod.Executor(cluster, migrate_mod.ExecutorConfig.build(
+            node, reservation_prefix=prefix, poll_interval=0.5))
         resumed = rerun.resume()
         assert resumed["cancelled"] == [ours], resumed
         assert resumed["released"] == ["%s-b0" % prefix], resumed

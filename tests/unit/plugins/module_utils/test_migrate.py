@@ -8,12 +8,16 @@ wait for status.hard against stand-ins. The executor itself runs against the lab
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import dataclasses
 import re
 from fractions import Fraction
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migration_state
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, UnreachableError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
@@ -29,6 +33,11 @@ class B(object):
         self.namespaces = namespaces
         self.state = state
         self.held = namespaces if held is None else held
+
+
+def _built(cluster, batches, **options):
+    """An Executor of node-1 for batches, configured by options (ExecutorConfig's fields)."""
+    return m.Executor(cluster, m.ExecutorConfig.build("node-1", **options), batches)
 
 
 def idx(batch):
@@ -187,13 +196,13 @@ BAD_CAPS = [({"limits.memory": "-1Gi"}, "limits.memory=-1Gi"),
 def test_a_bad_cap_is_refused_before_anything_moves(cap, named):
     # the Executor is built before any API call: a cluster of None proves nothing was read or written
     with pytest.raises(InputError) as err:
-        m.Executor(None, "node-1", [], top_up_cap=cap)
+        _built(None, [], top_up_cap=cap)
     assert named in str(err.value)
 
 
 def test_no_cap_given_is_the_default_share_of_the_charge():
-    assert m.Executor(None, "node-1", []).cap == "25%"
-    assert m.Executor(None, "node-1", [], top_up_cap={}).cap == "25%"
+    assert _built(None, []).config.top_up_cap == "25%"
+    assert _built(None, [], top_up_cap={}).config.top_up_cap == "25%"
 
 
 def test_a_zero_cap_allows_no_top_up():
@@ -224,8 +233,8 @@ def test_never_admitted_is_pending_without_a_target_pod():
 
 
 def test_namespace_extra_sums_per_namespace():
-    extra = m.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
-                               ("b", {"limits.cpu": 2})])
+    extra = migration_state.namespace_extra([("a", {"limits.memory": GI}), ("a", {"limits.memory": GI, "limits.cpu": 1}),
+                                             ("b", {"limits.cpu": 2})])
     assert extra == {"a": {"limits.memory": 2 * GI, "limits.cpu": 1}, "b": {"limits.cpu": 2}}
 
 
@@ -241,9 +250,9 @@ class _Refused(object):
         self.reserved = []
         self.captured = []   # what release's check (check mode) finds holding the headroom
         self.checks = []
-        monkeypatch.setattr(m.headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
-        monkeypatch.setattr(m.reservations, "reserve", self.reserve)
-        monkeypatch.setattr(m.reservations, "release", self.release)
+        monkeypatch.setattr(headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
+        monkeypatch.setattr(reservations, "reserve", self.reserve)
+        monkeypatch.setattr(reservations, "release", self.release)
 
     def release(self, cluster, rid, **kwargs):
         self.checks.append((rid, kwargs.get("check_mode")))
@@ -256,7 +265,7 @@ class _Refused(object):
 
 
 def _executor(**options):
-    ex = m.Executor(None, "node-1", [["t/vm-1"]], clock=lambda: 0.0, **options)
+    ex = _built(None, [["t/vm-1"]], clock=lambda: 0.0, **options)
     return ex, ex.batches[0]
 
 
@@ -264,16 +273,16 @@ def test_a_top_up_adds_the_caps_share_once_per_refusal(monkeypatch):
     fake = _Refused(monkeypatch)
     ex, batch = _executor()
     refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.memory": "256Mi"}}, "refused:k1")]
-    ex._top_up(batch, refused)               # the same refusal (no new verified Event): nothing more
+    ex.runner.top_up(batch, refused)               # the same refusal (no new verified Event): nothing more
     assert len(fake.reserved) == 1 and "nothing shows a refusal since the last top-up" in ex.log[-1]
     fake.found["key"] = "refused:k2"         # KubeVirt retried and was refused again
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert len(fake.reserved) == 2 and batch.added == {("t", "compute"): {"limits.memory": 512 * MI}}
     fake.found["key"] = "refused:k3"
     with pytest.raises(m.KvquotaError) as err:
-        ex._top_up(batch, refused)
+        ex.runner.top_up(batch, refused)
     text = str(err.value)
     assert "after 2 top-up(s)" in text and "still missing" in text and "top_up_cap 25%" in text
     assert len(fake.reserved) == 2
@@ -285,7 +294,7 @@ def test_a_pod_that_took_the_headroom_is_named_instead_of_the_cap(monkeypatch):
     fake.captured = ["grab-1 (owner none, created 2026-11-24T03:00:05Z, after the reservation of 2026-11-24T03:00:00Z)"]
     ex, batch = _executor()
     with pytest.raises(m.KvquotaError) as err:
-        ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+        ex.runner.top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
     assert "took its headroom: grab-1 (owner none" in str(err.value)
     assert "top_up_cap" not in str(err.value) and "headroom fence" in err.value.fix
     assert fake.reserved == []
@@ -294,7 +303,7 @@ def test_a_pod_that_took_the_headroom_is_named_instead_of_the_cap(monkeypatch):
 def _waiting_batch(ex, batch, captured=(), reasons=()):
     batch.state, batch.final_at, batch.reservation = m.FINAL, 0.0, "node-1-b0"
     batch.captured, batch.release_waits = list(captured), list(reasons)
-    ex.release_timeout = -1.0
+    ex.config = ex.stopper.config = ex.scheduler.config = dataclasses.replace(ex.config, release_timeout=-1.0)
     return [batch]
 
 
@@ -303,7 +312,7 @@ def test_a_release_timeout_names_the_pods_holding_the_headroom():
     waiting = _waiting_batch(ex, batch, captured=["grab-2 (owner none, created x, after the reservation of y)"],
                              reasons=["t/compute: usage does not fit"])
     with pytest.raises(m.WaitTimeoutError) as err:
-        ex._raise_release_timeout(waiting)
+        ex.stopper.raise_release_timeout(waiting)
     assert "hold its headroom: grab-2 (owner none" in str(err.value) and "source pods still count" not in str(err.value)
 
 
@@ -311,7 +320,7 @@ def test_a_release_timeout_gives_releases_reasons():
     ex, batch = _executor()
     waiting = _waiting_batch(ex, batch, reasons=["t/compute: source pod t/virt-launcher-vm-1-abc still counts"])
     with pytest.raises(m.WaitTimeoutError) as err:
-        ex._raise_release_timeout(waiting)
+        ex.stopper.raise_release_timeout(waiting)
     assert "t/compute: source pod t/virt-launcher-vm-1-abc still counts" in str(err.value)
 
 
@@ -320,7 +329,7 @@ def test_without_a_verified_event_each_settle_time_is_a_new_round(monkeypatch):
     ex, batch = _executor(top_up_max_rounds=3)
     refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
     for _round in range(3):
-        ex._top_up(batch, refused)
+        ex.runner.top_up(batch, refused)
     assert [r[2] for r in fake.reserved] == ["refused:k1#round1", "refused:k1#round2", "refused:k1#round3"]
     # three quarters of the charge added; a fourth round would have been bounded by the charge, but rounds end first
     assert batch.added == {("t", "compute"): {"limits.memory": 768 * MI}}
@@ -330,7 +339,7 @@ def test_an_exact_need_over_the_cap_stops_before_anything_is_added(monkeypatch):
     fake = _Refused(monkeypatch, exact={("t", "compute"): {"limits.memory": 300 * MI}})
     ex, batch = _executor()
     with pytest.raises(InputError) as err:
-        ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+        ex.runner.top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
     assert "exceeds top_up_cap: t/compute needs limits.memory=300Mi (top_up_cap 25% of the computed charge)" \
         in str(err.value)
     assert fake.reserved == []
@@ -352,7 +361,7 @@ class _DownCluster(object):
 
 def test_a_stop_after_an_outage_tries_each_cleanup_read_once_and_reports_unread_state_as_unknown():
     cluster = _DownCluster()
-    ex = m.Executor(cluster, "node-1", [["t/vm-1"], ["t/vm-2"]], clock=lambda: 0.0)
+    ex = _built(cluster, [["t/vm-1"], ["t/vm-2"]], clock=lambda: 0.0)
     running, pending = ex.batches
     running.state, running.reservation, running.targets = m.RUNNING, "node-1-b0", [("t", "compute")]
     running.migrations = [{"namespace": "t", "name": "kvq-vm-1", "vm": "vm-1", "uid": "u1", "reused": False}]
@@ -360,7 +369,7 @@ def test_a_stop_after_an_outage_tries_each_cleanup_read_once_and_reports_unread_
                               "re-run once the control plane answers again",
                               details={"outage_seconds": 61.0, "attempts": 9})
     with pytest.raises(UnreachableError) as err:
-        ex._stop(outage)
+        ex.stopper.stop(outage)
     text = str(err.value)
     assert cluster.budgets and set(cluster.budgets) == {0}     # one attempt each, not another budget each
     assert cluster.outage_budget == 60                         # given back afterwards
@@ -372,12 +381,12 @@ def test_a_stop_after_an_outage_tries_each_cleanup_read_once_and_reports_unread_
 
 def test_a_stop_after_an_ordinary_error_keeps_the_budget():
     cluster = _DownCluster()
-    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=lambda: 0.0)
+    ex = _built(cluster, [["t/vm-1"]], clock=lambda: 0.0)
     batch = ex.batches[0]
     batch.state, batch.reservation, batch.targets = m.RUNNING, "node-1-b0", [("t", "compute")]
     batch.migrations = [{"namespace": "t", "name": "kvq-vm-1", "vm": "vm-1", "uid": "u1", "reused": False}]
     with pytest.raises(m.KvquotaError):
-        ex._stop(m.KvquotaError("migration t/kvq-vm-1 failed"))
+        ex.stopper.stop(m.KvquotaError("migration t/kvq-vm-1 failed"))
     assert set(cluster.budgets) == {60}
 
 
@@ -445,19 +454,19 @@ def _reserve_writing(cluster):
 
 
 def _startable(monkeypatch, cluster):
-    monkeypatch.setattr(m.headroom_mod, "batch_headroom", lambda c, vms, options=None: (
+    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
-    monkeypatch.setattr(m.reservations, "reserve", _reserve_writing(cluster))
-    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
-    ex.per_gib_now, ex.progress_now = 150, 150
+    monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
+    ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
+    ex.record.per_gib_now, ex.record.progress_now = 150, 150
     return ex, ex.batches[0]
 
 
 def test_migrations_start_only_once_status_hard_shows_the_reservation(monkeypatch):
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}}, lag=3)
     ex, batch = _startable(monkeypatch, cluster)
-    ex.started = 0.0
-    ex._start(batch)
+    ex.record.started = 0.0
+    ex.runner.start(batch)
     assert cluster.order == ["reserve node-1-b0", "read t/compute", "read t/compute", "read t/compute",
                              "read t/compute", "create vm-1-kvq-tok", "reserve node-1-b0"]
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
@@ -469,9 +478,9 @@ def test_a_quota_controller_that_never_syncs_stops_before_any_migration_with_the
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}},
                       lag=None, outage_budget=30)
     ex, batch = _startable(monkeypatch, cluster)
-    ex.started = 0.0
+    ex.record.started = 0.0
     with pytest.raises(m.WaitTimeoutError) as err:
-        ex._start(batch)
+        ex.runner.start(batch)
     text = str(err.value)
     # api_outage_budget 30 s + 60 s for the controller's cache to re-list once the API server is back
     assert "batch 1/1: quota admission does not enforce reservation node-1-b0 90s after it was written" in text
@@ -484,9 +493,9 @@ def test_a_quota_controller_that_never_syncs_stops_before_any_migration_with_the
 def test_only_the_quotas_still_behind_are_read_again():
     spec = {("t", "compute"): {"limits.cpu": "4175m"}, ("t", "other"): {"limits.cpu": "2"}}
     cluster = _Quotas(spec, {("t", "compute"): {"limits.cpu": "3175m"}, ("t", "other"): {"limits.cpu": "2"}}, lag=4)
-    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
-    ex._wait_enforced(ex.batches[0], {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)},
-                                      ("t", "other"): {"limits.cpu": Fraction(2)}}, "reservation node-1-b0")
+    ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
+    ex.runner.wait_enforced(ex.batches[0], {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)},
+                                            ("t", "other"): {"limits.cpu": Fraction(2)}}, "reservation node-1-b0")
     assert cluster.reads.count(("t", "other")) == 1 and cluster.reads.count(("t", "compute")) == 5
 
 
@@ -495,7 +504,7 @@ def _lagging_refusal(monkeypatch, cluster, evidence=True, limit="3175m"):
     fake = _Refused(monkeypatch, evidence=evidence)
     fake.found["limited"] = {("t", "compute"): {"limits.cpu": parse_quantity(limit)}}
     fake.found["charge"] = {("t", "compute"): {"limits.cpu": Fraction(1)}}
-    ex = m.Executor(cluster, "node-1", [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
+    ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep)
     batch = ex.batches[0]
     batch.reservation, batch.written = "node-1-b0", {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
     return fake, ex, batch
@@ -505,16 +514,16 @@ def test_a_refusal_below_the_written_spec_hard_waits_for_status_hard_instead_of_
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}}, lag=2)
     fake, ex, batch = _lagging_refusal(monkeypatch, cluster)
     refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [] and batch.rounds == 0
     assert "at t/compute limits.cpu=3175m (written 4175m)" in ex.log[-2] and "no top-up" in ex.log[-2]
     assert cluster.reads == [("t", "compute")] * 3                   # waited until status.hard showed 4175m
-    ex._top_up(batch, refused)                                       # KubeVirt has not retried yet: the same Event
+    ex.runner.top_up(batch, refused)                                       # KubeVirt has not retried yet: the same Event
     assert fake.reserved == [] and "nothing shows a refusal since the last top-up" in ex.log[-1]
     # refused again, now at the limit written: the pods are larger than planned, top up as before
     fake.found["key"] = "refused:k2"
     fake.found["limited"] = {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]
 
 
@@ -522,18 +531,18 @@ def test_without_a_verified_event_a_refusal_is_read_as_lag_once(monkeypatch):
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "4175m"}})
     fake, ex, batch = _lagging_refusal(monkeypatch, cluster, evidence=False)
     refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [] and batch.lag_keys == ["refused:k1#round1"]
     # the condition's text does not change with a later refusal: status.hard is current now, so this one counts
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k1#round1")]
 
 
 def test_a_top_up_waits_until_status_hard_shows_it(monkeypatch):
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "4175m"}}, lag=2)
     fake, ex, batch = _lagging_refusal(monkeypatch, cluster, limit="4175m")
-    monkeypatch.setattr(m.reservations, "reserve", _reserve_writing(cluster))
-    ex._top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
+    monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
+    ex.runner.top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
     assert cluster.order == ["reserve top-up", "read t/compute", "read t/compute", "read t/compute"]
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(5175, 1000)}}
     assert batch.enforce_seconds == 1.0
@@ -545,8 +554,8 @@ def test_a_spec_hard_another_job_lowered_is_what_a_later_refusal_is_compared_wit
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "3175m"}}, {("t", "compute"): {"limits.cpu": "3175m"}})
     fake, ex, batch = _lagging_refusal(monkeypatch, cluster)
     refused = [{"metadata": {"namespace": "t", "name": "m1"}}]
-    ex._top_up(batch, refused)                       # read as lag once: the wait finds spec.hard lowered
+    ex.runner.top_up(batch, refused)                       # read as lag once: the wait finds spec.hard lowered
     assert fake.reserved == [] and batch.written == {("t", "compute"): {"limits.cpu": Fraction(3175, 1000)}}
     fake.found["key"] = "refused:k2"                 # KubeVirt retried: refused at the same limit
-    ex._top_up(batch, refused)
+    ex.runner.top_up(batch, refused)
     assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]

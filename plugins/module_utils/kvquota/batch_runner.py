@@ -1,0 +1,452 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The executor's batch runner: one batch from start to release. Reserve just before it (headroom.batch_headroom,
+reservations.reserve), wait until quota admission enforces the reservation (status.hard, enforcement.py),
+create its migrations (drive mode; in follow mode they exist already and are only followed), watch them until
+every one is final, top the reservation up from admission refusals, and release it once the batch's source
+pods are gone (reservations.release, one non-blocking check per poll). Also the small reads and writes of
+migrations the other parts share (vmims, refresh, delete_vmim).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    ConflictError,
+    InputError,
+    KvquotaError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
+    CAPTURED_FIX,
+    FINAL,
+    MANAGED_BY,
+    PENDING,
+    RELEASED,
+    RUNNING,
+    VMIMS,
+    Interrupted,
+    batch_timeout,
+    cap_text,
+    captured_pods,
+    headroom_text,
+    migration_phase,
+    never_admitted,
+    timeouts_from_kubevirt,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
+    add,
+    format_resource_list,
+    parse_resource_list,
+    remove_zeros,
+)
+
+
+class BatchRunner(object):
+    """Runs batches of a run: cluster, config (ExecutorConfig), record (RunRecord, shared with the other parts)."""
+
+    def __init__(self, cluster, config, record):
+        self.cluster = cluster
+        self.config = config
+        self.record = record
+
+    def timeouts(self):
+        if self.config.completion_timeout_per_gib and self.config.progress_timeout:
+            return int(self.config.completion_timeout_per_gib), int(self.config.progress_timeout)
+        try:
+            crs = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        except KvquotaError:
+            crs = []
+        per_gib, progress = timeouts_from_kubevirt(crs[0] if crs else None)
+        return int(self.config.completion_timeout_per_gib or per_gib), int(self.config.progress_timeout or progress)
+
+    def check_alive(self):
+        # the caller (the Ansible controller) is gone: stop at once, as a killed run would; a re-run resumes
+        if self.config.alive is not None and not self.config.alive():
+            raise Interrupted("the process that started this run has ended", "re-run the playbook: it resumes")
+
+    def vmims(self, namespace):
+        return self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace=namespace)
+
+    def refresh(self, vmims):
+        fresh = []
+        for vmim in vmims:
+            meta = vmim["metadata"]
+            try:
+                fresh.append(self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, meta["name"],
+                                                     namespace=meta["namespace"]))
+            except NotFoundError:
+                continue
+            if (fresh[-1].get("metadata") or {}).get("deletionTimestamp") and never_admitted(fresh[-1]):
+                fresh.pop()   # cancelled, only a finalizer left
+        return fresh
+
+    def delete_vmim(self, namespace, name):
+        try:
+            self.cluster.delete("/apis/%s/%s/namespaces/%s/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], namespace, VMIMS, name),
+                                "delete (cancel) migration %s/%s" % (namespace, name))
+        except NotFoundError:
+            pass
+
+    def _on_node(self, batch):
+        """Keep the VMs of the batch that still run on the node (a resumed migration may have moved one)."""
+        keep = []
+        for namespace in batch.namespaces:
+            vmis = dict((v["metadata"]["name"], v) for v in
+                        self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                                                 namespace=namespace))
+            for ns, name in batch.keys:
+                if ns != namespace:
+                    continue
+                vmi = vmis.get(name)
+                if vmi is not None and (vmi.get("status") or {}).get("nodeName") == self.config.node:
+                    keep.append((ns, name))
+                else:
+                    batch.skipped.append((ns, name))
+        batch.vms = [k for k in batch.keys if k in keep]
+
+    def start(self, batch):
+        batch.started = self.config.clock()
+        batch.order = len([b for b in self.record.batches if b.started is not None]) - 1
+        if not batch.followed:
+            self._on_node(batch)
+        if batch.skipped:
+            gone = ", ".join("%s/%s" % k for k in batch.skipped)
+            self.record.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.config.node))
+        if not batch.vms:
+            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            return
+        vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
+        needs, refs, report = headroom_mod.batch_headroom(
+            self.cluster, vms, self.config.sizing)
+        memory = []
+        for ns, name in batch.vms:
+            for vm in ((report.get("namespaces") or {}).get(ns) or {}).get("vms") or []:
+                if vm.get("name") == name:
+                    memory.append(parse_quantity((vm.get("charge") or {}).get("requests.memory") or "0"))
+        batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
+        # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are
+        # given: those the follower picked, by UID)
+        existing = {}
+        for namespace in ([] if batch.followed else batch.namespaces):
+            for vmim in self.vmims(namespace):
+                vmi = (vmim.get("spec") or {}).get("vmiName")
+                if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
+                    existing.setdefault((namespace, vmi), (vmim["metadata"]["name"], uid_of(vmim)))
+        for ns, name in ([] if batch.followed else batch.vms):
+            reused = (ns, name) in existing
+            batch.migrations.append({"namespace": ns, "vm": name, "reused": reused,
+                                     "name": existing[(ns, name)][0] if reused else "%s-kvq-%s" % (name, self.config.token),
+                                     "uid": existing[(ns, name)][1] if reused else None})
+        # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
+        # once created (see _record_created)
+        refs = dict(refs, migrations=[{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                                      for m in batch.migrations if m["reused"]])
+        if not self.config.check_mode:
+            # from here on a stop releases what this batch may hold (a reserve that failed half way included)
+            batch.state, batch.targets = RUNNING, sorted(needs)
+        # in check mode resume() released nothing: a leftover with this batch's id would be gone by now
+        leftover = self.config.check_mode and batch.reservation in self.record.resumed["reservations"]
+        result = reservations.reserve(self.cluster, batch.reservation, needs, self.config.owner,
+                                      "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
+                                      margin=self.config.safety_margin, check_mode=self.config.check_mode, refs=refs, replace=leftover,
+                                      lock=None if self.config.check_mode else self.config.lock,
+                                      clock=self.config.clock, sleep=self.config.sleep, operator_namespace=self.config.operator_namespace,
+                                      enforce_timeout=0)
+        self.record.warn(result.get("warnings"))
+        self._record_reservation(batch, result)
+        if self.config.check_mode:
+            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            return
+        self.wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
+        for migration in batch.migrations:
+            if migration["reused"]:
+                self.record.reused.append("%s/%s" % (migration["namespace"], migration["name"]))
+                continue
+            self._create(batch, migration)
+        batch.launched = self.config.clock()
+        self._record_created(batch, needs, refs)
+
+    def _record_created(self, batch, needs, refs):
+        """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
+        only the refs change), so that a re-run knows them for its own by UID."""
+        created = [{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                   for m in batch.migrations if m["uid"] and not m["reused"]]
+        if not created or not batch.targets:
+            return
+        result = reservations.reserve(self.cluster, batch.reservation, needs, self.config.owner,
+                                      "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
+                                      margin=self.config.safety_margin, refs=dict(refs, migrations=refs["migrations"] + created),
+                                      lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
+                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+        self.record.warn(result.get("warnings"))
+
+    def _note_written(self, batch, result):
+        """Record what a reserve or top-up result wrote to spec.hard in batch.written; returns that part."""
+        written = enforcement.written_hard(result)
+        for target, values in written.items():
+            batch.written.setdefault(target, {}).update(values)
+        return written
+
+    def wait_enforced(self, batch, written, what):
+        """Wait until quota admission enforces what was written ({(ns, quota): {name: Fraction}}; see
+        enforcement.wait_enforced): a migration started before kube-controller-manager copied spec.hard to
+        status.hard is refused at the old limit. (reservations.reserve would wait too; the runner passes it
+        enforce_timeout=0 and waits here, between liveness checks, with the batch's progress line.)
+        WaitTimeoutError naming the quotas, spec.hard against status.hard, past enforcement.enforce_timeout."""
+        if not any(written.values()):
+            return
+
+        def remember(target, quota):
+            # what can be enforced now is what a later refusal's limit is compared with (lagging_refusals)
+            batch.written.setdefault(target, {}).update(enforcement.required_hard(quota, written[target]))
+
+        gaps, waited = enforcement.wait_enforced(
+            self.cluster.get_quota, written,
+            enforcement.enforce_timeout(getattr(self.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET)),
+            self.config.clock, self.config.sleep, poll=min(self.config.poll_interval, enforcement.ENFORCE_POLL_SECONDS),
+            on_read=remember, alive=self.check_alive)
+        batch.enforce_seconds += waited
+        if not gaps:
+            if waited >= 1.0:
+                self.record.say("%s: quota admission enforces %s after %.1fs (status.hard caught up with spec.hard)"
+                                % (batch.label(), what, waited))
+            return
+        raise WaitTimeoutError(
+            "%s: quota admission does not enforce %s %ds after it was written: %s (admission checks "
+            "status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
+            % (batch.label(), what, int(waited),
+               "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
+            "check that kube-controller-manager runs and syncs ResourceQuotas (its resourcequota controller; "
+            "`kubectl get resourcequota -n NAMESPACE -o yaml` shows status.hard equal to spec.hard once it "
+            "does), then re-run: the re-run releases %s and continues; raise api_outage_budget if the "
+            "controller needs longer after an API server restart" % batch.reservation)
+
+    def _record_reservation(self, batch, result):
+        for item in result.get("quotas") or []:
+            target = (item["namespace"], item["quota"])
+            if target not in batch.targets:
+                batch.targets.append(target)
+            delta = parse_resource_list(item.get("delta") or {}, "delta")
+            batch.deltas[target] = remove_zeros(delta)
+        batch.held = sorted(set(t[0] for t, d in batch.deltas.items() if d))
+        self.record.note_peak()
+
+    def _create(self, batch, migration):
+        ns, name = migration["namespace"], migration["name"]
+        body = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": name, "namespace": ns, "labels": {
+                    "kubevirt.io/vmi-name": migration["vm"],
+                    "app.kubernetes.io/managed-by": MANAGED_BY,
+                    "kvquota.io/node": self.config.node,
+                    "kvquota.io/reservation": batch.reservation}},
+                "spec": {"vmiName": migration["vm"]}}
+        try:
+            made = self.cluster.create("/apis/%s/%s/namespaces/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], ns, VMIMS), body,
+                                       "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
+        except ConflictError:
+            # an earlier attempt of this very request may have created it, or anyone else may have taken the name:
+            # either way it is not known to be ours; followed (it migrates this VM) but never recorded as created
+            made = self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, name, namespace=ns)
+            if (made.get("spec") or {}).get("vmiName") != migration["vm"]:
+                raise KvquotaError("migration %s/%s exists and migrates VM %s, not %s"
+                                   % (ns, name, (made.get("spec") or {}).get("vmiName"), migration["vm"]),
+                                   "delete it (kubectl delete vmim -n %s %s) and re-run" % (ns, name))
+            migration["reused"], migration["uid"] = True, uid_of(made)
+            self.record.reused.append("%s/%s" % (ns, name))
+            return
+        migration["uid"] = uid_of(made if isinstance(made, dict) else {})
+        self.record.created.append("%s/%s" % (ns, name))
+
+    def follow(self, batch):
+        """One look at the batch's migrations: marks it final, tops its reservation up, or raises."""
+        now = self.config.clock()
+        mine = dict(((m["namespace"], m["name"]), m) for m in batch.migrations)
+        seen = {}
+        for namespace in batch.namespaces:
+            for vmim in self.vmims(namespace):
+                key = (namespace, vmim["metadata"]["name"])
+                if key in mine and (not batch.followed or uid_of(vmim) == mine[key]["uid"]):
+                    seen[key] = vmim
+        batch.phases = dict(("%s/%s" % k, migration_phase(v) or "Pending") for k, v in seen.items())
+        missing = [k for k in mine if k not in seen]
+        if batch.followed:
+            self._follow_only(batch, seen, missing, now)
+            return
+        if missing:
+            raise KvquotaError("%s: migration(s) %s disappeared (deleted by someone else?)"
+                               % (batch.label(), ", ".join("%s/%s" % k for k in missing)),
+                               "find out who cancelled them")
+        failed = [v for v in seen.values() if migration_phase(v) == "Failed"]
+        batch.failed = ["%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in failed]
+        if failed:
+            reasons = ["%s/%s of VM %s (%s)" % (
+                v["metadata"]["namespace"], v["metadata"]["name"], v["spec"].get("vmiName"),
+                ((v.get("status") or {}).get("migrationState") or {}).get("failureReason") or "no reason given")
+                for v in failed]
+            raise KvquotaError("%s: migration(s) failed: %s" % (batch.label(), "; ".join(reasons)),
+                               "see the migration's events (kubectl describe vmim)")
+        if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
+            batch.state, batch.final_at, batch.moved = FINAL, now, True
+            return
+        self._watch(batch, seen, now)
+
+    def _follow_only(self, batch, seen, missing, now):
+        """follow()'s rules for a followed group: a migration its creator deleted or that failed ends its part of the
+        group (KubeVirt's evacuation or updater creates a new one, which a later group follows); no stop for those."""
+        failed = ["%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in seen.values()
+                  if migration_phase(v) == "Failed"]
+        gone = ["%s/%s" % k for k in missing]
+        for name in failed + gone:
+            if name not in batch.failed:
+                batch.failed.append(name)
+                self.record.say("%s: migration %s %s (its creator starts another; a later group follows that)"
+                                % (batch.label(), name, "failed" if name in failed else "was deleted"))
+        if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
+            batch.state, batch.final_at = FINAL, now
+            batch.moved = any(migration_phase(v) == "Succeeded" for v in seen.values())
+            return
+        self._watch(batch, seen, now)
+
+    def _watch(self, batch, seen, now):
+        """The timeout and the top-up of a batch whose migrations are not all final yet."""
+        if now - batch.started > batch.timeout:
+            raise WaitTimeoutError(
+                "%s: migrations not finished after %ss (completionTimeoutPerGiB %s x GiB + progressTimeout %s + "
+                "scheduling %s): %s" % (batch.label(), batch.timeout, self.record.per_gib_now, self.record.progress_now,
+                                        self.config.scheduling_timeout,
+                                        ", ".join("%s %s" % kv for kv in sorted(batch.phases.items()))),
+                "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
+        refused = [v for v in seen.values() if migration_phase(v) not in FINAL_MIGRATION_PHASES
+                   and admission.rejected_condition(v) is not None]
+        if not refused:
+            batch.refused_since = None
+            return
+        if batch.refused_since is None:
+            batch.refused_since = now
+        if now - batch.refused_since < self.config.top_up_settle_seconds:
+            return
+        self.top_up(batch, refused)
+
+    def top_up(self, batch, refused):
+        """Add to the batch's reservation what the refused target pods lack, from trusted state only (see
+        headroom.refused_target_pods and top_up_amounts): the quotas' status, the computed charge, KubeVirt's
+        condition; Events at most name the quota."""
+        keys = [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"]} for v in refused]
+        found = headroom_mod.refused_target_pods(self.cluster, keys,
+                                                 self.config.sizing)
+        batch.refused_since = None   # wait a settle time again before looking at the refusal anew
+        names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
+        # without a verified Event a later refusal looks like this one: each settle time then counts as new
+        key = found["key"] if found["evidence"] else "%s#round%d" % (found["key"], batch.rounds + 1)
+        # with a verified Event a refusal already read as lag is the same refusal: KubeVirt has not retried yet
+        seen = batch.top_up_keys + (batch.lag_keys if found["evidence"] else [])
+        if not found["refused"] or key in seen:
+            self.record.say("%s: admission refused %s, and nothing shows a refusal since the last top-up (a stale "
+                            "condition): nothing to add, waiting for KubeVirt to retry" % (batch.label(), names))
+            return
+        # a refusal at a limit below what this batch wrote was checked against a status.hard the quota controller
+        # had not updated: it says nothing about the pods' size. Read so once per key: without a verified Event a
+        # later refusal cannot be told from this one, and status.hard is known to be current after the wait.
+        lagging = {} if key in batch.lag_keys else enforcement.lagging_refusals(found.get("limited"), batch.written)
+        if lagging:
+            batch.lag_keys.append(key)
+            self.record.say("%s: admission refused %s at %s: kube-controller-manager had not copied the reservation to "
+                            "status.hard (what admission checks), so no top-up; waiting until status.hard shows it, then "
+                            "for KubeVirt to retry" % (batch.label(), names, enforcement.lagging_text(lagging)))
+            self.wait_enforced(batch, dict((t, batch.written[t]) for t in lagging),
+                               "reservation %s" % batch.reservation)
+            return
+        amounts, problems, how = headroom_mod.top_up_amounts(found["exact"], found["charge"], self.config.top_up_cap,
+                                                             found["pointed"], batch.added)
+        if problems or batch.rounds >= self.config.top_up_max_rounds:
+            self._raise_if_captured(batch, "quota admission refuses %s" % names)
+        if problems:
+            raise InputError("%s: quota admission refuses %s and the shortfall exceeds top_up_cap: %s"
+                             % (batch.label(), names, "; ".join(problems)),
+                             "raise top_up_cap (node_maintenance_top_up_cap) if that much is expected, or find out "
+                             "why the target pods are larger than planned (overhead ratio, sidecars, a mutating "
+                             "webhook)")
+        shown = headroom_text(amounts)
+        if batch.rounds >= self.config.top_up_max_rounds:
+            missing = (shown if how == "exact" else
+                       "an amount the sizing does not show: the target pods are larger than computed, and only the "
+                       "apiserver's refusal says by how much, which reaches this run only through Events tenants "
+                       "can write; each top-up added top_up_cap's share (top_up_cap %s), now %s" % (cap_text(self.config.top_up_cap), shown))
+            raise KvquotaError("%s: quota admission still refuses %s after %d top-up(s) of reservation %s; still "
+                               "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, missing),
+                               "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "
+                               "than planned (overhead ratio, sidecars, a mutating webhook)")
+        result = reservations.reserve(self.cluster, batch.reservation,
+                                      dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.config.owner,
+                                      "top-up: admission refused migration target pods off node %s" % self.config.node,
+                                      self.config.ttl_seconds, top_up=key, lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
+                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+        self.record.warn(result.get("warnings"))
+        written = self._note_written(batch, result)
+        batch.rounds += 1
+        batch.top_up_keys.append(key)
+        for target, amount in amounts.items():
+            batch.added[target] = add(batch.added.get(target, {}), amount)
+        self._record_reservation(batch, result)
+        batch.top_ups.append({"round": batch.rounds, "refused": names.split(", "), "how": how,
+                              "added": dict(("%s/%s" % t, format_resource_list(rl)) for t, rl in amounts.items())})
+        self.record.say("%s: admission refused %d target pod(s); reservation %s topped up by %s (%s)"
+                        % (batch.label(), len(keys), batch.reservation, shown,
+                           "what the quota lacks for pods of the computed size" if how == "exact"
+                           else "the pods are larger than computed: top_up_cap's share of their computed charge"))
+        self.wait_enforced(batch, written, "the top-up of reservation %s" % batch.reservation)
+
+    def try_release(self, batch, timeout=0.0):
+        """Release the batch's reservation if its source pods are gone (one check, or wait up to timeout)."""
+        try:
+            outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=timeout > 0,
+                                           timeout=timeout, quotas=[list(t) for t in batch.targets],
+                                           poll_interval=self.config.poll_interval, clock=self.config.clock, sleep=self.config.sleep,
+                                           lock=self.config.lock, operator_namespace=self.config.operator_namespace)
+        except WaitTimeoutError as err:
+            waited = err.details.get("result") or {}
+            batch.release_waits = ["%s/%s: %s" % (p["namespace"], p["quota"], "; ".join(p["reasons"]))
+                                   for p in waited.get("pending") or ()]
+            batch.captured = captured_pods(waited)
+            return False
+        self.record.warn(outcome.get("warnings"))
+        batch.state, batch.released_at = RELEASED, self.config.clock()
+        self.record.note_peak()
+        return True
+
+    def progress_line(self, batch):
+        done = [b for b in self.record.batches if b.state in (FINAL, RELEASED) and b.final_at is not None]
+        elapsed = self.config.clock() - self.record.started
+        left = len([b for b in self.record.batches if b.state in (PENDING, RUNNING)])
+        remaining = int(round(elapsed / len(done) * left)) if done else 0
+        headroom = headroom_text(batch.deltas)
+        tops = " (topped up %d time(s))" % len(batch.top_ups) if batch.top_ups else ""
+        vms = ", ".join("%s/%s" % k for k in batch.vms)
+        namespaces = ", ".join(sorted(set(ns for ns, _n in batch.vms)))
+        return ("%s done: %d VM(s) %s | namespaces %s | headroom %s%s | batch %.1fs, elapsed %ds, remaining ~%ds "
+                "(%d batch(es) left)" % (batch.label(), len(batch.vms), vms, namespaces, headroom, tops,
+                                         batch.final_at - batch.started, int(elapsed), remaining, left))
+
+    def _raise_if_captured(self, batch, what):
+        """Without the headroom fence a tenant's pod may take the room reserved for the migrations: name it
+        (release's check, in check mode: owner, creation time) rather than blame the sizing or top_up_cap."""
+        outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=False, check_mode=True,
+                                       quotas=[list(t) for t in batch.targets], clock=self.config.clock, sleep=self.config.sleep,
+                                       lock=self.config.lock, operator_namespace=self.config.operator_namespace)
+        captured = captured_pods(outcome)
+        if captured:
+            raise KvquotaError("%s: %s because pods started during reservation %s took its headroom: %s"
+                               % (batch.label(), what, batch.reservation, ", ".join(captured)), CAPTURED_FIX)
+
+
+__all__ = ["BatchRunner"]

@@ -1,0 +1,375 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The executor's follow mode: reserve just in time for the migrations others create in a scope.
+
+It creates no migration. Each poll it lists the scope's VirtualMachineInstanceMigrations that are not final,
+whoever created them (KubeVirt's evacuation controller after an eviction, its workload updater, a person);
+identity is the UID, never a label. Of those not admitted yet (no target pod) and not followed already, it takes,
+oldest first, as many as KubeVirt will run next within its parallel limits (parallelMigrationsPerCluster and
+parallelOutboundMigrationsPerNode of the KubeVirt CR, minus the migrations in flight: admitted ones and those of
+its own groups not admitted yet), never a reservation for every queued migration at once. Those form a group:
+its reservation "<prefix>-f<n>" is made by the batch runner exactly as in drive mode (headroom.batch_headroom,
+reservations.reserve, refs recording the followed migrations' UIDs), waited for in status.hard, topped up from
+admission refusals, and released once the group's source pods are gone. A namespace that still has a followed
+migration not admitted gets no new group until it is admitted: the next group's need is computed against a
+quota whose earlier reservation is already in use, never against room reserved for another migration. A
+migration KubeVirt admits in a group's room without being followed (it retries refused migrations at once, so the
+next queued one takes the room the moment the group's source pods end, before the release) is adopted by that
+group (_adopt).
+
+It ends when follow_until holds, with no reservation of its own left: idle (no migration left in scope and no VMI
+in scope marked for evacuation or with an outdated launcher, for follow_idle_seconds), nodes_schedulable (every
+named node seen cordoned during the run, then uncordoned) or deadline (deadline_seconds after the start; a deadline given with another condition
+ends the run as a timeout). A re-run resumes: the reservations "<prefix>-f<n>" in the operator namespace are the
+state, and their refs name the migrations (by UID) they were made for.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import migration_limits
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+    KvquotaError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
+    FINAL,
+    RUNNING,
+    VMIMS,
+    Batch,
+    batch_timeout,
+    headroom_text,
+    migration_phase,
+    natural,
+    never_admitted,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import (
+    FINAL_MIGRATION_PHASES,
+    KUBEVIRT,
+    ref_uids,
+    uid_of,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import parse_resource_list, remove_zeros
+
+OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
+
+
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
+def source_node(vmim, vmis):
+    """The node a migration moves its VM off: its migrationState's sourceNode, else the VMI's node (None when the
+    VMI is gone). vmis: {(namespace, name): VMI}."""
+    state = (vmim.get("status") or {}).get("migrationState") or {}
+    if state.get("sourceNode"):
+        return state["sourceNode"]
+    vmi = vmis.get((_meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")))
+    return ((vmi or {}).get("status") or {}).get("nodeName")
+
+
+def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=()):
+    """The migrations KubeVirt will run next that need a reservation now, oldest first: of vmims (every migration
+    of the cluster), those in scope (scope(vmim, node) -> bool), not final, not admitted (no target pod), not
+    followed (UIDs in followed), whose VMI exists, not of a namespace in blocked_namespaces, within the free
+    slots: per_cluster and per_node (per source node) minus the migrations in flight, that is admitted and not
+    final, or followed and not final. One migration per VMI. Pure."""
+    flying = {}
+    for vmim in vmims:
+        if migration_phase(vmim) in FINAL_MIGRATION_PHASES:
+            continue
+        if not never_admitted(vmim) or uid_of(vmim) in followed:
+            node = source_node(vmim, vmis)
+            flying[node] = flying.get(node, 0) + 1
+    free = per_cluster - sum(flying.values())
+    candidates = sorted((v for v in vmims if migration_phase(v) not in FINAL_MIGRATION_PHASES and never_admitted(v)
+                         and uid_of(v) not in followed),
+                        key=lambda v: (_meta(v).get("creationTimestamp") or "", _meta(v).get("namespace"),
+                                       natural(_meta(v).get("name") or "")))
+    chosen, vms = [], set()
+    for vmim in candidates:
+        if free <= 0:
+            break
+        namespace, vmi = _meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")
+        node = source_node(vmim, vmis)
+        if (namespace, vmi) not in vmis or (namespace, vmi) in vms or not scope(vmim, node):
+            continue
+        if namespace in blocked_namespaces or flying.get(node, 0) >= per_node:
+            continue
+        chosen.append(vmim)
+        vms.add((namespace, vmi))
+        flying[node] = flying.get(node, 0) + 1
+        free -= 1
+    return chosen
+
+
+def idle_in_scope(vmims, vmis, scope):
+    """True when no migration in scope is unfinished and no VMI in scope is marked for evacuation
+    (status.evacuationNodeName) or runs an outdated launcher (label kubevirt.io/outdatedLauncherImage). Pure."""
+    for vmim in vmims:
+        if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and scope(vmim, source_node(vmim, vmis)):
+            return False
+    for vmi in vmis.values():
+        status = vmi.get("status") or {}
+        marked = status.get("evacuationNodeName") or OUTDATED_LABEL in (_meta(vmi).get("labels") or {})
+        if marked and scope(vmi, status.get("nodeName")):
+            return False
+    return True
+
+
+class Follower(object):
+    """Follow mode of a run: cluster, config (ExecutorConfig, mode follow), record (RunRecord), runner
+    (BatchRunner), stopper (Stopper). run() returns the result dict."""
+
+    def __init__(self, cluster, config, record, runner, stopper):
+        self.cluster = cluster
+        self.config = config
+        self.record = record
+        self.runner = runner
+        self.stopper = stopper
+        self.pattern = re.compile("^%s-f([0-9]+)$" % re.escape(config.reservation_prefix))
+        self.idle_since = None
+        self.next_index = 0
+        self.cordoned = set()   # the nodes of the scope seen unschedulable during the run
+
+    # -- scope -------------------------------------------------------------
+
+    def in_scope(self, obj, node):
+        if self.config.namespaces and _meta(obj).get("namespace") not in self.config.namespaces:
+            return False
+        return not self.config.nodes or node in self.config.nodes
+
+    def _look(self):
+        """(every migration of the cluster, {(ns, name): VMI} of the scope's namespaces or the cluster)."""
+        vmims = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS)
+        if self.config.namespaces:
+            found = []
+            for namespace in self.config.namespaces:
+                found.extend(self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                                                      namespace=namespace))
+        else:
+            found = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances")
+        return vmims, dict(((_meta(v).get("namespace"), _meta(v).get("name")), v) for v in found)
+
+    def _limits(self):
+        try:
+            crs = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        except KvquotaError:
+            crs = []
+        return migration_limits(crs[0] if crs else None, {})
+
+    # -- resume ------------------------------------------------------------
+
+    def resume(self):
+        """Take back the groups an interrupted run left: each reservation "<prefix>-f<n>" becomes a running group
+        of the migrations its refs recorded (by UID); the loop follows them and releases each once its source
+        pods are gone."""
+        ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
+        groups = {}
+        for target, ledger in sorted(ledgers.items()):
+            for rid, entry in ledger.reservations.items():
+                found = self.pattern.match(rid)
+                if not found:
+                    continue
+                group = groups.get(rid)
+                if group is None:
+                    index = int(found.group(1))
+                    vms = [(v["namespace"], v["name"]) for v in (entry.refs or {}).get("vms") or ()
+                           if v.get("namespace") and v.get("name")]
+                    group = Batch(index, None, vms, rid, followed=True)
+                    group.migrations = [{"namespace": k[0], "name": k[1], "uid": uid, "vm": None, "reused": True}
+                                        for k, uid in sorted(ref_uids(entry.refs, "migrations").items())]
+                    group.namespaces = sorted(set([m["namespace"] for m in group.migrations] + group.namespaces))
+                    group.state = RUNNING
+                    group.started = group.launched = self.config.clock()
+                    group.timeout = batch_timeout([], self.record.per_gib_now, self.record.progress_now,
+                                                  self.config.scheduling_timeout)
+                    groups[rid] = group
+                group.targets.append(tuple(target))
+                group.deltas[tuple(target)] = remove_zeros(parse_resource_list(entry.delta, "delta"))
+        self.record.resumed["reservations"] = sorted(groups, key=natural)
+        for rid in self.record.resumed["reservations"]:
+            group = groups[rid]
+            group.held = sorted(set(t[0] for t, d in group.deltas.items() if d))
+            self.record.batches.append(group)
+            self.next_index = max(self.next_index, group.index + 1)
+        if groups:
+            self.record.say("resuming: groups %s of an earlier run are followed again and released once their source "
+                            "pods are gone" % ", ".join(self.record.resumed["reservations"]))
+        return self.record.resumed
+
+    # -- the loop ----------------------------------------------------------
+
+    def run(self, resume=True):
+        self.record.started = self.config.clock()
+        for node in self.config.nodes:
+            if self.cluster.exists("/api/v1/nodes/%s" % node, "read node %s" % node) is None:
+                raise NotFoundError("node '%s' not found" % node, "check the name with `kubectl get nodes`; nothing was changed")
+        self.record.per_gib_now, self.record.progress_now = self.runner.timeouts()
+        if resume:
+            self.resume()
+        return self.stopper.guarded(self._plan, self._loop)
+
+    def _plan(self):
+        """Check mode: what it would reserve now for the migrations KubeVirt runs next."""
+        self._start_groups(*self._look())
+        self.record.ended_by = "check_mode"
+
+    def _loop(self):
+        last_full = None
+        while True:
+            now = self.config.clock()
+            for group in self.record.batches:
+                if group.state == RUNNING:
+                    self.runner.follow(group)
+                    if group.state == FINAL:
+                        self.record.say(self._progress_line(group))
+            full = last_full is None or now - last_full >= self.config.poll_interval * 0.95
+            if full:
+                last_full = now
+                vmims, vmis = self._look()
+                self._adopt(vmims, vmis)
+                for group in self.record.batches:
+                    if group.state == FINAL:
+                        self.runner.try_release(group)
+                self._start_groups(vmims, vmis)
+                ended = self._ended(vmims, vmis, self.config.clock())
+                if ended:
+                    self.record.ended_by = ended
+                    self.record.say("follow ends: %s" % ended)
+                    return
+                self._check_overdue()
+            self.runner.check_alive()
+            self.config.sleep(self.config.poll_interval)
+
+    def _start_groups(self, vmims, vmis):
+        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
+        waiting = set(m["namespace"] for g in self.record.batches if g.state == RUNNING for m in g.migrations
+                      if m["namespace"] and self._not_admitted(vmims, m["uid"]))
+        per_cluster, per_node = self._limits()
+        chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting)
+        if not chosen:
+            return
+        index = self.next_index
+        self.next_index += 1
+        keys = [(_meta(v)["namespace"], v["spec"]["vmiName"]) for v in chosen]
+        group = Batch(index, None, keys, "%s-f%d" % (self.config.reservation_prefix, index), followed=True)
+        group.migrations = [{"namespace": _meta(v)["namespace"], "name": _meta(v)["name"], "uid": uid_of(v),
+                             "vm": v["spec"]["vmiName"], "reused": True} for v in chosen]
+        self.record.batches.append(group)
+        self.runner.start(group)
+        if not self.config.check_mode:
+            self.record.say("%s: following %s (parallel limits %d per cluster, %d per node); reserved %s"
+                            % (group.label(), ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
+                               per_cluster, per_node, headroom_text(group.deltas)))
+
+    def _adopt(self, vmims, vmis):
+        """A migration KubeVirt admitted in scope that no group follows, in a namespace where a group holds a
+        reservation: KubeVirt retries a refused migration at once, so the moment a group's source pods end it admits
+        the next queued one in the room not released yet. That group adopts it (its UID and source pod join the
+        reservation's refs), so the reservation is released only once that migration's source pod is gone too,
+        instead of leaving the quota over-used."""
+        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
+        for vmim in vmims:
+            if migration_phase(vmim) in FINAL_MIGRATION_PHASES or never_admitted(vmim) or uid_of(vmim) in followed:
+                continue
+            namespace = _meta(vmim).get("namespace")
+            if not self.in_scope(vmim, source_node(vmim, vmis)) or (namespace, vmim["spec"]["vmiName"]) not in vmis:
+                continue
+            holders = [g for g in self.record.batches if g.state in (RUNNING, FINAL)
+                       and [t for t, d in g.deltas.items() if t[0] == namespace and d]]
+            if holders:
+                self._adopt_into(holders[-1], vmim)
+
+    def _adopt_into(self, group, vmim):
+        namespace, name, vm = _meta(vmim)["namespace"], _meta(vmim)["name"], vmim["spec"]["vmiName"]
+        _needs, refs, _report = headroom_mod.batch_headroom(self.cluster, [{"namespace": namespace, "name": vm}],
+                                                            self.config.sizing)
+        refs = dict(refs, migrations=[{"namespace": namespace, "name": name, "uid": uid_of(vmim)}])
+        ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
+        for target in sorted(t for t, d in group.deltas.items() if t[0] == namespace and d):
+            entry = getattr(ledgers.get(tuple(target)), "reservations", {}).get(group.reservation)
+            if entry is None:
+                continue
+            # the same amount again: only the refs change (the ledger merges them)
+            result = reservations.reserve(self.cluster, group.reservation, {tuple(target): dict(entry.delta)},
+                                          self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
+                                          self.config.ttl_seconds, refs=refs, lock=self.config.lock,
+                                          clock=self.config.clock, sleep=self.config.sleep,
+                                          operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+            self.record.warn(result.get("warnings"))
+        group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True})
+        group.namespaces = sorted(set(group.namespaces) | set([namespace]))
+        self.record.reused.append("%s/%s" % (namespace, name))
+        if group.state == FINAL:
+            group.state, group.final_at = RUNNING, None
+        self.record.say("%s: KubeVirt admitted %s/%s in the room of reservation %s; adopted (released once its source "
+                        "pod is gone too)" % (group.label(), namespace, name, group.reservation))
+
+    @staticmethod
+    def _not_admitted(vmims, uid):
+        for vmim in vmims:
+            if uid_of(vmim) == uid:
+                return migration_phase(vmim) not in FINAL_MIGRATION_PHASES and never_admitted(vmim)
+        return False
+
+    def _ended(self, vmims, vmis, now):
+        """Why the run ends now (a text), or None."""
+        config = self.config
+        deadline = config.deadline_seconds is not None and now - self.record.started >= config.deadline_seconds
+        held = [g for g in self.record.batches if g.state in (RUNNING, FINAL)]
+        if deadline and config.follow_until == "deadline" and not held:
+            return "deadline (%ss)" % int(config.deadline_seconds)
+        if deadline:
+            raise WaitTimeoutError(
+                "deadline_seconds %s passed before %s" % (int(config.deadline_seconds), "every group was released"
+                                                          if config.follow_until == "deadline" else config.follow_until),
+                "raise deadline_seconds if the window needs longer")
+        if config.follow_until == "nodes_schedulable":
+            return "nodes %s schedulable" % ", ".join(config.nodes) if self._nodes_back(held) else None
+        if held:
+            self.idle_since = None
+            return None
+        if config.follow_until != "idle":
+            return None
+        if not idle_in_scope(vmims, vmis, self.in_scope):
+            self.idle_since = None
+            return None
+        if self.idle_since is None:
+            self.idle_since = now
+        if now - self.idle_since >= config.follow_idle_seconds:
+            return "idle (no migration left in %s for %ss)" % (config.scope_text(), int(config.follow_idle_seconds))
+        return None
+
+    def _nodes_back(self, held):
+        """Whether every named node, seen cordoned during the run (a drain not started yet is no end), is
+        uncordoned now and nothing of this run is held. Read each poll, so that a cordon is seen while groups run."""
+        cordoned_now = set(n for n in self.config.nodes if (self.cluster.get(
+            "/api/v1/nodes/%s" % n, "read node %s" % n).get("spec") or {}).get("unschedulable"))
+        self.cordoned |= cordoned_now
+        return not held and self.cordoned.issuperset(self.config.nodes) and not cordoned_now
+
+    def _check_overdue(self):
+        now = self.config.clock()
+        overdue = [g for g in self.record.batches if g.state == FINAL and g.final_at is not None
+                   and now - g.final_at > self.config.release_timeout]
+        if overdue:
+            self.stopper.raise_release_timeout(overdue)
+
+    def _progress_line(self, group):
+        elapsed = self.config.clock() - self.record.started
+        tops = " (topped up %d time(s))" % len(group.top_ups) if group.top_ups else ""
+        return ("%s done: %d migration(s) %s | namespaces %s | headroom %s%s | group %.1fs, elapsed %ds"
+                % (group.label(), len(group.migrations),
+                   ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
+                   ", ".join(group.namespaces), headroom_text(group.deltas), tops,
+                   group.final_at - group.started, int(elapsed)))
+
+
+__all__ = ["Follower", "pick_next", "idle_in_scope", "source_node"]

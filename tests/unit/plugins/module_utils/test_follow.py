@@ -1,0 +1,342 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""follow.py and executor_config.py: which migrations KubeVirt runs next (parallel limits, oldest first, identity by
+UID), when a scope is idle, the configuration's checks, and a follow run against a fake cluster whose KubeVirt
+admits a migration only once a reservation recorded its UID: no migration created, never more reserved at once
+than the parallel limits allow, every reservation released, resumed from the ledgers after an interruption."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import follow as f
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, WaitTimeoutError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation
+
+
+def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None):
+    status = {"phase": phase}
+    if source or target_pod:
+        status["migrationState"] = dict(sourceNode=source, targetPod=target_pod)
+    return {"metadata": {"namespace": ns, "name": name, "uid": uid, "creationTimestamp": created},
+            "spec": {"vmiName": vmi}, "status": status}
+
+
+def vmi(ns, name, node, **status):
+    return {"metadata": {"namespace": ns, "name": name, "labels": status.pop("labels", {})},
+            "status": dict(status, nodeName=node)}
+
+
+def everything(_obj, _node):
+    return True
+
+
+# -- which migrations run next -------------------------------------------------------------------------------------
+
+def test_the_oldest_pending_migrations_within_the_per_node_limit_are_next():
+    vmis = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in
+                [vmi("a", "vm-%d" % i, "n1") for i in range(1, 6)])
+    queue = [vmim("a", "m%d" % i, "vm-%d" % i, "u%d" % i, "2026-11-24T10:00:0%dZ" % (9 - i)) for i in range(1, 6)]
+    chosen = f.pick_next(queue, vmis, set(), 5, 2, everything)
+    assert [c["metadata"]["uid"] for c in chosen] == ["u5", "u4"]     # the two oldest, parallelOutbound 2
+
+
+def test_migrations_in_flight_and_followed_ones_take_their_slots():
+    vmis = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in
+                [vmi("a", "vm-%d" % i, "n1") for i in range(1, 5)] + [vmi("b", "vm-9", "n2")])
+    queue = [vmim("a", "m1", "vm-1", "u1", "t1", phase="Running", source="n1", target_pod="p"),   # admitted
+             vmim("a", "m2", "vm-2", "u2", "t2"),                                                  # followed
+             vmim("a", "m3", "vm-3", "u3", "t3"), vmim("a", "m4", "vm-4", "u4", "t4"),
+             vmim("b", "m9", "vm-9", "u9", "t5"),
+             vmim("a", "old", "vm-4", "u0", "t0", phase="Succeeded")]
+    # n1 has 2 in flight (u1 admitted, u2 followed): nothing more from n1; n2 has a slot
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, {"u2"}, 5, 2, everything)] == ["u9"]
+    # the cluster-wide limit counts both nodes
+    assert f.pick_next(queue, vmis, {"u2"}, 2, 2, everything) == []
+
+
+def test_a_namespace_waiting_for_admission_scope_and_missing_vmis_are_skipped():
+    vmis = dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in
+                [vmi("a", "vm-1", "n1"), vmi("b", "vm-2", "n1"), vmi("c", "vm-3", "n3")])
+    queue = [vmim("a", "m1", "vm-1", "u1", "t1"), vmim("b", "m2", "vm-2", "u2", "t2"),
+             vmim("c", "m3", "vm-3", "u3", "t3"), vmim("d", "m4", "gone", "u4", "t0")]
+
+    def on_n1(_obj, node):
+        return node == "n1"
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 5, 2, on_n1, ["a"])] == ["u2"]
+
+
+def test_idle_means_no_migration_and_no_vmi_marked_in_scope():
+    done = [vmim("a", "m1", "vm-1", "u1", "t1", phase="Succeeded", source="n1")]
+    calm = {("a", "vm-1"): vmi("a", "vm-1", "n2")}
+    assert f.idle_in_scope(done, calm, everything)
+    assert not f.idle_in_scope(done + [vmim("a", "m2", "vm-1", "u2", "t2")], calm, everything)
+    assert not f.idle_in_scope(done, {("a", "vm-1"): vmi("a", "vm-1", "n1", evacuationNodeName="n1")}, everything)
+    outdated = {("a", "vm-1"): vmi("a", "vm-1", "n1", labels={f.OUTDATED_LABEL: ""})}
+    assert not f.idle_in_scope(done, outdated, everything)
+    assert f.idle_in_scope(done, outdated, lambda obj, node: obj["metadata"]["namespace"] == "other")
+
+
+# -- configuration ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options,named", [
+    ({"mode": "sideways"}, "mode 'sideways'"),
+    ({"mode": "follow", "follow_until": "soon"}, "follow_until 'soon'"),
+    ({"mode": "follow", "follow_until": "nodes_schedulable"}, "names no node"),
+    ({"mode": "follow", "follow_until": "deadline"}, "without deadline_seconds"),
+    ({"mode": "follow", "deadline_seconds": -1}, "deadline_seconds -1"),
+    ({"colour": "blue"}, "unknown executor option(s) colour"),
+])
+def test_bad_configurations_are_refused_with_the_option_named(options, named):
+    with pytest.raises(InputError) as err:
+        ExecutorConfig.build("node-1" if options.get("mode") != "follow" else None, **options)
+    assert named in str(err.value)
+
+
+def test_drive_needs_a_node_and_the_defaults_are_filled_in():
+    with pytest.raises(InputError):
+        ExecutorConfig.build(None)
+    config = ExecutorConfig.build("node-1", clock=lambda: 0.0)
+    assert (config.reservation_prefix, config.top_up_cap, config.token) == ("node-1", "25%", "700101000000")
+    follow = ExecutorConfig.build(None, mode="follow", nodes=["n2", "n1"], clock=lambda: 0.0)
+    assert (follow.reservation_prefix, follow.nodes, follow.scope_text()) == ("follow-n1,n2", ("n1", "n2"), "nodes n1, n2")
+    with pytest.raises(Exception):
+        follow.poll_interval = 3        # frozen
+
+
+# -- a follow run against a fake cluster --------------------------------------------------------------------------
+
+class _Cluster(object):
+    """KubeVirt and its quota, faked: a Pending migration is admitted only once a reservation recorded its UID
+    (tight quota), runs for 2 s, then its source pod ends after 1 s. Nodes n1 (the VMs), n2."""
+
+    def __init__(self, vms, per_cluster=3, per_node=2):
+        self.now = 0.0
+        self.vmis = dict((("t%d" % (i % 2), "vm-%d" % i), vmi("t%d" % (i % 2), "vm-%d" % i, "n1")) for i in range(vms))
+        self.vmims = []
+        self.limits = {"parallelMigrationsPerCluster": per_cluster, "parallelOutboundMigrationsPerNode": per_node}
+        self.reserved = {}      # rid -> set of followed UIDs
+        self.held = {}          # rid -> {(ns, quota): delta}
+        self.peak_held = 0
+        self.released = []
+        self.admitted_at = {}
+        self.created = []
+        self.outage_budget = 0
+        self.cordoned = False
+        self.node_reads = 0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+        self.tick()
+
+    def evacuate(self, count):
+        """The evacuation controller: migrations for the next count VMIs still on n1, created at this time."""
+        busy = set(v["spec"]["vmiName"] for v in self.vmims if v["status"]["phase"] not in ("Succeeded", "Failed"))
+        for key in sorted(self.vmis)[:]:
+            if count and self.vmis[key]["status"]["nodeName"] == "n1" and key[1] not in busy:
+                count -= 1
+                uid = "u-%s" % key[1]
+                self.vmims.append(vmim(key[0], "kubevirt-evacuation-%s" % key[1], key[1], uid, "%09.3f" % self.now))
+
+    def tick(self):
+        followed = set(u for uids in self.reserved.values() for u in uids)
+        for mig in self.vmims:
+            status, uid = mig["status"], mig["metadata"]["uid"]
+            if status["phase"] == "Pending" and uid in followed:
+                status.update(phase="Running", migrationState={"sourceNode": "n1", "targetPod": "t-" + uid})
+                self.admitted_at[uid] = self.now
+            elif status["phase"] == "Running" and self.now - self.admitted_at[uid] >= 2:
+                status["phase"] = "Succeeded"
+                self.vmis[(mig["metadata"]["namespace"], mig["spec"]["vmiName"])]["status"]["nodeName"] = "n2"
+        flying = len([v for v in self.vmims if v["status"]["phase"] == "Running"])
+        self.evacuate(max(0, self.limits["parallelOutboundMigrationsPerNode"] - flying))
+
+    # the API the executor uses
+    def exists(self, path, what):
+        return {"metadata": {"name": path.rsplit("/", 1)[1]}}
+
+    def get(self, path, what):
+        self.node_reads += 1
+        return {"spec": {"unschedulable": self.cordoned}}
+
+    def list_custom(self, group, version, plural, namespace=None, label_selector=None):
+        if plural == "kubevirts":
+            return [{"spec": {"configuration": {"migrations": dict(self.limits)}}}]
+        if plural == "virtualmachineinstances":
+            return [v for k, v in sorted(self.vmis.items()) if namespace in (None, k[0])]
+        return [v for v in self.vmims if namespace in (None, v["metadata"]["namespace"])]
+
+    def get_custom(self, group, version, plural, name, namespace=None):
+        (found,) = [v for v in self.vmims if (v["metadata"]["namespace"], v["metadata"]["name"]) == (namespace, name)]
+        return found
+
+    def create(self, path, body, what):
+        self.created.append(body)
+        raise AssertionError("follow mode created %s" % what)
+
+
+def _faked(monkeypatch, cluster, ledgers=None):
+    def batch_headroom(_c, vms, options=None):
+        needs = {}
+        for vm in vms:
+            target = (vm["namespace"], "q")
+            needs[target] = {"limits.memory": "%dGi" % (int(needs.get(target, {}).get("limits.memory", "0Gi")[:-2]) + 1)}
+        return needs, {"vms": [dict(vm, uid="vmi-" + vm["name"]) for vm in vms], "sourcePods": []}, {"namespaces": {}}
+
+    def reserve(_c, rid, headroom, *args, **kwargs):
+        cluster.reserved[rid] = set(ref["uid"] for ref in (kwargs.get("refs") or {}).get("migrations") or ())
+        cluster.held[rid] = headroom
+        # what the held reservations cover that is not over yet: migrations KubeVirt runs (or will run next)
+        unfinished = set(v["metadata"]["uid"] for v in cluster.vmims if v["status"]["phase"] != "Succeeded")
+        cluster.peak_held = max(cluster.peak_held, sum(len(u & unfinished) for r, u in cluster.reserved.items()
+                                                       if r in cluster.held))
+        return {"quotas": [{"namespace": t[0], "quota": t[1], "delta": d} for t, d in headroom.items()]}
+
+    def release(_c, rid, **kwargs):
+        uids = cluster.reserved[rid]
+        pods_gone = all(v["status"]["phase"] == "Succeeded" and cluster.now - cluster.admitted_at[v["metadata"]["uid"]] >= 3
+                        for v in cluster.vmims if v["metadata"]["uid"] in uids)
+        if not pods_gone:
+            raise WaitTimeoutError("source pods still count", "wait", {"result": {"pending": []}})
+        del cluster.held[rid]
+        cluster.released.append(rid)
+        return {}
+
+    monkeypatch.setattr(headroom_mod, "batch_headroom", batch_headroom)
+    monkeypatch.setattr(reservations, "reserve", reserve)
+    monkeypatch.setattr(reservations, "release", release)
+    monkeypatch.setattr(reservations, "find_ledgers", lambda c, warnings=None, operator_namespace=None: ledgers or {})
+
+
+def _follower(cluster, **options):
+    config = ExecutorConfig.build(None, mode="follow", nodes=["n1"], follow_idle_seconds=3, poll_interval=0.5,
+                                  clock=cluster.clock, sleep=cluster.sleep, token="tok", **options)
+    return m.Executor(cluster, config)
+
+
+def test_follow_reserves_just_in_time_within_the_limits_and_releases_everything(monkeypatch):
+    cluster = _Cluster(vms=6, per_cluster=3, per_node=2)
+    _faked(monkeypatch, cluster)
+    cluster.evacuate(6)                       # v1.7 with the priority queue: every migration at once
+    result = _follower(cluster).run()
+    assert cluster.created == [] and result["migrations_created"] == []
+    assert result["outcome"] == "succeeded" and result["ended_by"].startswith("idle")
+    assert sorted(result["migrations_reused"]) == sorted("t%d/kubevirt-evacuation-vm-%d" % (i % 2, i) for i in range(6))
+    # never reserved for more unfinished migrations at once than parallelOutboundMigrationsPerNode lets KubeVirt run
+    # (a finished group's reservation stays until its source pods end: they still count in the quota)
+    assert cluster.peak_held == 2
+    assert cluster.held == {} and sorted(result["reservations_released"]) == sorted(cluster.reserved)
+    assert all(len(uids) <= 2 for uids in cluster.reserved.values())
+    assert all(v["status"]["nodeName"] == "n2" for v in cluster.vmis.values())
+    assert "group 1 done" in " ".join(result["progress"]) and result["mode"] == "follow"
+
+
+def test_follow_in_check_mode_reports_what_it_would_reserve_and_writes_nothing(monkeypatch):
+    cluster = _Cluster(vms=4)
+    _faked(monkeypatch, cluster)
+    cluster.evacuate(4)
+    calls = []
+    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, headroom, *a, **kw: calls.append((rid, kw)) or {
+        "quotas": [{"namespace": t[0], "quota": t[1], "delta": d} for t, d in headroom.items()]})
+    result = _follower(cluster, check_mode=True).run()
+    assert result["outcome"] == "planned" and len(result["batches"]) == 1
+    assert [(rid, kw["check_mode"]) for rid, kw in calls] == [("follow-n1-f0", True)]
+    # created at once: oldest first, then namespace and name - both of t0, two at once (parallelOutbound 2)
+    assert result["batches"][0]["headroom"] == {"t0/q": {"limits.memory": "2Gi"}}
+    assert result["changed"] is True and cluster.reserved == {}
+
+
+def test_a_rerun_takes_the_groups_an_interrupted_run_left_from_the_ledgers(monkeypatch):
+    cluster = _Cluster(vms=2)
+    cluster.evacuate(2)
+    for mig in cluster.vmims:                 # admitted under the interrupted run's reservation
+        mig["status"].update(phase="Running", migrationState={"sourceNode": "n1", "targetPod": "p"})
+        cluster.admitted_at[mig["metadata"]["uid"]] = 0.0
+    refs = {"vms": [{"namespace": "t0", "name": "vm-0", "uid": "x"}, {"namespace": "t1", "name": "vm-1", "uid": "y"}],
+            "migrations": [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"],
+                            "uid": v["metadata"]["uid"]} for v in cluster.vmims]}
+
+    class _Ledger(object):
+        def __init__(self, ns):
+            self.reservations = {"follow-n1-f4": Reservation("follow-n1-f4", {"limits.memory": "1Gi"}, "o", "r", None,
+                                                             None, refs)}
+    cluster.reserved["follow-n1-f4"] = set(r["uid"] for r in refs["migrations"])
+    cluster.held["follow-n1-f4"] = {}
+    _faked(monkeypatch, cluster, ledgers={("t0", "q"): _Ledger("t0"), ("t1", "q"): _Ledger("t1")})
+    result = _follower(cluster).run()
+    assert result["resumed"]["reservations"] == ["follow-n1-f4"]
+    assert result["reservations_released"] == ["follow-n1-f4"] and cluster.held == {}
+    assert result["batches"][0]["reservation"] == "follow-n1-f4" and result["outcome"] == "succeeded"
+    assert "resuming: groups follow-n1-f4" in result["progress"][0]
+
+
+def test_a_deadline_before_the_condition_stops_and_says_what_is_held(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    cluster.evacuate(2)
+    monkeypatch.setattr(cluster, "tick", lambda: None)     # KubeVirt never admits anything
+    with pytest.raises(WaitTimeoutError) as err:
+        _follower(cluster, deadline_seconds=5).run()
+    assert "deadline_seconds 5 passed before idle" in str(err.value)
+    assert err.value.details["result"]["reservations_held"] == ["follow-n1-f0"]
+    assert "follows the groups still held" in err.value.fix
+
+
+def test_nodes_schedulable_means_seen_cordoned_then_uncordoned(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    ticks = []
+
+    def drain():                                # cordoned at 3 s, migrations then, uncordoned once the VMs moved
+        ticks.append(cluster.now)
+        if cluster.now >= 3 and not cluster.vmims:
+            cluster.cordoned = True
+            cluster.evacuate(2)
+        elif cluster.cordoned and all(v["status"]["nodeName"] == "n2" for v in cluster.vmis.values()):
+            cluster.cordoned = False
+        if cluster.vmims:
+            _Cluster.tick(cluster)
+    monkeypatch.setattr(cluster, "tick", drain)
+    result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
+    assert result["ended_by"] == "nodes n1 schedulable" and cluster.held == {}
+    assert len(result["migrations_reused"]) == 2      # not ended before the drain: the node was schedulable then
+
+
+def test_a_migration_kubevirt_admits_in_a_groups_room_is_adopted_before_the_release(monkeypatch):
+    cluster = _Cluster(vms=4)
+    _faked(monkeypatch, cluster)
+    ex = _follower(cluster)
+    group = m.Batch(0, None, [("t0", "vm-0")], "follow-n1-f0", followed=True)
+    group.state, group.final_at, group.deltas = m.FINAL, 1.0, {("t0", "q"): {"limits.memory": 1}}
+    group.targets = [("t0", "q")]
+    group.migrations = [{"namespace": "t0", "name": "kubevirt-evacuation-vm-0", "uid": "u-vm-0", "vm": "vm-0",
+                         "reused": True}]
+    ex.record.batches.append(group)
+    sneaked = vmim("t0", "kubevirt-evacuation-vm-2", "vm-2", "u-vm-2", "t1", phase="Running", source="n1",
+                   target_pod="p")
+    elsewhere = vmim("t1", "kubevirt-evacuation-vm-1", "vm-1", "u-vm-1", "t1", phase="Running", source="n1",
+                     target_pod="p")
+    ledger = type("L", (), {"reservations": {"follow-n1-f0": Reservation("follow-n1-f0", {"limits.memory": "1"}, "o",
+                                                                         "r", None, None, {})}})()
+    monkeypatch.setattr(reservations, "find_ledgers", lambda c, warnings=None, operator_namespace=None: {
+        ("t0", "q"): ledger})
+    written = []
+    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, headroom, *a, **kw: written.append(
+        (rid, headroom, kw["refs"]["migrations"])) or {})
+    vmis = dict((k, v) for k, v in cluster.vmis.items())
+    ex.follower._adopt([sneaked, elsewhere], vmis)
+    # the same amount again, the adopted migration's UID in the refs; t1 holds no reservation: nothing adopted there
+    assert written == [("follow-n1-f0", {("t0", "q"): {"limits.memory": "1"}},
+                        [{"namespace": "t0", "name": "kubevirt-evacuation-vm-2", "uid": "u-vm-2"}])]
+    assert group.state == m.RUNNING and group.final_at is None
+    assert [mig["uid"] for mig in group.migrations] == ["u-vm-0", "u-vm-2"]
+    assert "adopted" in ex.log[-1]
