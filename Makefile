@@ -13,7 +13,7 @@ STAMP := $(CACHE)/deps.stamp
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
         changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
-        collection-copy bench bench-check bench-maintenance clean venv-core-newest venv-core-2.19 roles-empty-paths
+        collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths
 
 $(STAMP): tests/requirements.txt
 	@mkdir -p $(CACHE)
@@ -212,10 +212,16 @@ ee-check: build
 	$(PY) tests/check_ee.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # Benchmarks (not tests): figures side by side with their baselines.
-bench: bench-check bench-maintenance
+bench: bench-check bench-maintenance bench-window
 
 bench-check: deps lab-build
 	$(PY) tests/bench/bench_check.py --scales 0.1,1 --repeat 3 --json $(CACHE)/bench-check.json
+
+# A kubectl drain of scenario d's node-1 with nothing running, Harvester's way and the maintenance_window role
+# (issue 12 item 5); both KubeVirt behaviours (per node before v1.7, every migration at once from v1.7).
+bench-window: deps lab-build
+	$(PY) tests/bench/bench_window.py --json $(CACHE)/bench-window-1.5.json
+	$(PY) tests/bench/bench_window.py --kubevirt 1.7.4 --approaches harvester,window --json $(CACHE)/bench-window-1.7.json
 
 bench-maintenance: deps lab-build
 	$(PY) tests/bench/bench_maintenance.py --repeat 2 --approaches role,naive,serial,role-tuned --json $(CACHE)/bench-maintenance.json

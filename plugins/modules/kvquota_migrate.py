@@ -355,6 +355,11 @@ progress:
   elements: str
 '''
 
+import os
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,
@@ -380,7 +385,6 @@ def _controller_alive():
             return None
         return fields[0], int(fields[1]), cmdline
 
-    import os
     chain, pid = [], os.getppid()
     while pid > 1:
         found = stat(pid)
@@ -401,8 +405,6 @@ def _controller_alive():
 
 
 def migrate(module):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
-
     params = module.params
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return migrate_mod.Executor(cluster, executor_config(params, module.check_mode), params['batches'] or []).run()
@@ -410,9 +412,6 @@ def migrate(module):
 
 def executor_config(params, check_mode):
     """The executor's one configuration object, from the module's params."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
-
     return ExecutorConfig.build(
         params['node'] if params['mode'] == 'drive' else None,
         mode=params['mode'], nodes=params['nodes'], namespaces=params['namespaces'],

@@ -65,6 +65,13 @@ CASES = [
      ["pray"]),
     ("kubevirt-update-mode", "kubevirt_update", {"kubevirt_update_mode": "sideways"}, ["sideways"]),
     ("kubevirt-update-ratio", "kubevirt_update", {"kubevirt_update_overhead_ratio": "abc"}, ["abc"]),
+    ("window-until", "maintenance_window", {"maintenance_window_until": "tomorrow"}, ["tomorrow"]),
+    ("window-unknown-node", "maintenance_window",
+     {"maintenance_window_nodes": ["node-99"], "maintenance_window_until": "nodes_schedulable"}, ["node-99"]),
+    ("window-schedulable-without-nodes", "maintenance_window", {"maintenance_window_until": "nodes_schedulable"},
+     ["nodes_schedulable names no node"]),
+    ("window-ttl", "maintenance_window", {"maintenance_window_nodes": ["{node}"], "maintenance_window_reservation_ttl": "soon"},
+     ["soon"]),
     ("reaper-timeout", "reaper", {"reaper_wait": True, "reaper_wait_timeout": "forever"}, ["forever"]),
 ]
 

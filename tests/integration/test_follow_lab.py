@@ -37,13 +37,16 @@ PER_NODE = 2
 RESOURCES = ("pods", "limits.memory")
 
 
-def scenario(tag, counts):
+def scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",)):
+    """counts[i] VMs of 1Gi in namespace fl-<tag>-<i>, all on node fl-<tag>-src; KubeVirt `version` with the
+    feature `gates` (v1.7+ with MigrationPriorityQueue: evacuation creates every migration at once; before v1.7:
+    per node up to the parallel limits)."""
     namespaces = ["fl-%s-%d" % (tag, i) for i in range(len(counts))]
     return scenarios.from_dict({
         "name": "follow-" + tag,
-        "kubevirt": {"version": "1.7.4", "configuration": {
+        "kubevirt": {"version": version, "configuration": {
             "evictionStrategy": "LiveMigrate",
-            "developerConfiguration": {"featureGates": ["MigrationPriorityQueue"]},
+            "developerConfiguration": {"featureGates": list(gates)},
             "migrations": {"parallelMigrationsPerCluster": 5, "parallelOutboundMigrationsPerNode": PER_NODE}}},
         "emulator": {"source_pod_delay_seconds": 1, "migration_seconds": 1.0},
         "nodes": [{"name": "fl-%s-src" % tag, "cpu": "64", "memory": "256Gi", "pods": "110"},
@@ -60,6 +63,22 @@ def quota_numbers(r, ns):
     hard = dict((k, parse_quantity(v)) for k, v in (q["spec"].get("hard") or {}).items() if k in RESOURCES)
     used = dict((k, parse_quantity(v)) for k, v in ((q.get("status") or {}).get("used") or {}).items() if k in RESOURCES)
     return hard, used
+
+
+def tighten(r, namespaces, counts):
+    """Once the tenants settled, tighten each quota q to what its VMs use, so that no migration target fits without
+    a reservation: ({ns: spec.hard now, the base}, {ns: {resource: one VM's launcher charge}})."""
+    base, units = {}, {}
+    for ns, count in zip(namespaces, counts):
+        M.wait(lambda ns=ns, count=count: M.settled(r, ns, count), 60, "tenant %s settled" % ns)
+        _hard, used = quota_numbers(r, ns)
+        tight = dict((name, M.quota(r, ns, "q")["status"]["used"][name]) for name in RESOURCES)
+        r.patch("/api/v1/namespaces/%s/resourcequotas/q" % ns, {"spec": {"hard": tight}})
+        base[ns] = tight
+        units[ns] = dict((name, Fraction(used[name]) / count) for name in RESOURCES)
+        M.wait(lambda ns=ns, tight=tight: M.quota(r, ns, "q").get("status", {}).get("hard") == tight, 30,
+               "quota %s enforced" % ns)
+    return base, units
 
 
 class UnusedRoomSampler(threading.Thread):
@@ -100,18 +119,7 @@ def test_follow_beside_kubectl_drain_reserves_just_in_time_and_restores_every_qu
     source = "fl-%s-src" % tag
     outcome = {}
     try:
-        for ns, count in zip(namespaces, counts):
-            M.wait(lambda ns=ns, count=count: M.settled(r, ns, count), 60, "tenant %s settled" % ns)
-        # tighten each quota to what its VMs use: no migration target fits without a reservation
-        base, units = {}, {}
-        for ns, count in zip(namespaces, counts):
-            _hard, used = quota_numbers(r, ns)
-            tight = dict((name, M.quota(r, ns, "q")["status"]["used"][name]) for name in RESOURCES)
-            r.patch("/api/v1/namespaces/%s/resourcequotas/q" % ns, {"spec": {"hard": tight}})
-            base[ns] = tight
-            units[ns] = dict((name, Fraction(used[name]) / count) for name in RESOURCES)
-            M.wait(lambda ns=ns, tight=tight: M.quota(r, ns, "q").get("status", {}).get("hard") == tight, 30,
-                   "quota %s enforced" % ns)
+        base, units = tighten(r, namespaces, counts)
 
         def follow():
             outcome["result"] = M.run_module("kvquota_migrate", {

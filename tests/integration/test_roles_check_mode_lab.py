@@ -49,7 +49,10 @@ def _expired_reservation(lab):
 CASES = [
     ("node_maintenance", {"node_maintenance_node": "{node}"}, ["check mode: the batches would migrate"]),
     ("upgrade", {"rolling_upgrade_nodes": ["{node}"]}, ["{node}"]),
-    ("kubevirt_update", {"kubevirt_update_mode": "drive", "kubevirt_update_namespaces": [NS]}, ["batch 1/"]),
+    ("kubevirt_update", {"kubevirt_update_mode": "drive", "kubevirt_update_namespaces": [NS]},
+     ["check mode, would move", "KubeVirt update window: planned"]),
+    ("maintenance_window", {"maintenance_window_nodes": ["{node}"], "maintenance_window_until": "nodes_schedulable"},
+     ["maintenance window: planned"]),
     ("preflight", {"preflight_nodes": ["{node}"]}, ["preflight_verdict"]),
     ("reaper", {}, ["check-reap"]),
 ]

@@ -277,11 +277,12 @@ def test_kubevirt_update_with_nothing_outdated(ansible, lab, base):
                                                    "kubevirt_update_outdated_wait": 0})
     assert result.rc == 0, result
     summary = result.msg_starting("KubeVirt update window: ")
-    assert summary[0].startswith("KubeVirt update window: succeeded, 0 of 0 batch(es) in "), summary
-    assert summary[1].split("|")[0].strip() == "batch" and len(summary) == 2, summary
-    assert result.artifacts() == {"kubevirt_update_result": {"outcome": "succeeded", "batches": [],
-                                                             "reservations_made": [],
-                                                             "reservations_released": []}}, result.stats
+    assert summary[0].startswith("KubeVirt update window: succeeded, 0 VM(s) to update, 0 batch(es) or group(s) in "), summary
+    assert summary[1].split("|")[0].strip() == "reservation" and len(summary) == 2, summary
+    assert result.artifacts() == {"kubevirt_update_result": {"outcome": "succeeded", "mode": "follow", "vms": [],
+                                                             "batches": [], "reservations_made": [],
+                                                             "reservations_released": [],
+                                                             "reservations_held": []}}, result.stats
     lab.assert_restored(base, [NS])
 
 

@@ -6,9 +6,9 @@ above their use, so every migration needs a reservation).
 
 - upgrade.yml upgrades every node in turn (the per-node tasks run while the node is empty) and leaves every
   quota at its base;
-- kubevirt_update.yml in drive mode migrates the outdated VMIs batch by batch; in follow mode it carries a
-  workload updater (emulated here by a thread creating the migrations as KubeVirt's would) that would
-  otherwise loop on "exceeded quota";
+- kubevirt_update.yml in drive mode migrates the outdated VMIs node by node, batch by batch; in follow mode it
+  carries the lab's workload updater (its rounds after a launcher image change), whose migrations would
+  otherwise stay Pending on "exceeded quota";
 - reaper.yml releases an expired reservation exactly.
 """
 
@@ -17,7 +17,6 @@ __metaclass__ = type
 
 import json
 import subprocess
-import threading
 import time
 
 import pytest
@@ -118,33 +117,27 @@ def test_kubevirt_update_drive(lab, base):
 
 
 def test_kubevirt_update_follows_the_workload_updater(lab, base):
-    """The updater migrates all outdated VMIs at once; without reservations each one would be refused."""
-    label_outdated(lab)
+    """A KubeVirt update (the lab's: a new launcher image tag, workloadUpdateMethods [LiveMigrate]): the lab's
+    workload updater labels every VMI outdated and migrates them in rounds; without reservations each one would
+    be refused by quota and stay Pending. The role follows them until no VMI is outdated."""
     start = now_rfc3339()
-    created = []
-
-    def workload_updater():
-        time.sleep(8)     # KubeVirt notices the outdated launchers a little after the update
-        for vmi in lab.vmis(NS):
-            name = "kubevirt-workload-update-%s" % vmi["metadata"]["name"]
-            lab.rest.create(KV + "/namespaces/%s/virtualmachineinstancemigrations" % NS, {
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                "metadata": {"name": name, "labels": {"kubevirt.io/vmi-name": vmi["metadata"]["name"]}},
-                "spec": {"vmiName": vmi["metadata"]["name"]}})
-            created.append(name)
-
-    updater = threading.Thread(target=workload_updater, daemon=True)
-    updater.start()
+    lab.set_knobs(workload_update_period_seconds=4)
+    lab.emulator_mod.roll_out_kubevirt(lab.lab, "v-kvq-update-" + start.replace(":", "").lower())
     try:
-        run = playbook(lab, "kubevirt_update", {"kubevirt_update_namespaces": [NS], "kubevirt_update_batch_timeout": 300})
+        run = playbook(lab, "kubevirt_update", {"kubevirt_update_namespaces": [NS], "kubevirt_update_idle_seconds": 15,
+                                                "kubevirt_update_deadline_seconds": 400})
     finally:
-        updater.join(60)
-        clear_outdated(lab)
+        lab.set_knobs(workload_update_period_seconds=None)
+        lab.rest.patch(KV + "/namespaces/kubevirt/kubevirts/kubevirt", {"spec": {"imageTag": None, "workloadUpdateStrategy": None}})
     print(run.stdout[-3000:])
     assert run.rc == 0, run
-    assert len(created) == 3
-    vms = set("%s/%s" % (NS, v["metadata"]["name"]) for v in lab.vmis(NS))
+    vmis = lab.vmis(NS)
+    vms = set("%s/%s" % (NS, v["metadata"]["name"]) for v in vmis)
     assert succeeded_since(lab, start) >= vms
+    assert not [v for v in vmis if OUTDATED in (v["metadata"].get("labels") or {})]
+    updater = [m for m in lab.vmims(NS) if m["metadata"]["name"].startswith("kubevirt-workload-update-")]
+    assert len(updater) >= len(vms)
+    assert "KubeVirt update window: succeeded, %d VM(s) to update" % len(vms) in run.stdout
     lab.wait(lambda: all((m.get("status") or {}).get("phase") in FINAL for m in lab.vmims(NS)), 60, "migrations final")
     lab.assert_restored(base, [NS])
 
