@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Chaos campaigns against the lab: prove that nothing is left behind.
 
-    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,reverts,admin,races,short,failed,lingering,badinput,tenant,control-plane]
+    python3 tests/chaos/chaos.py [--quick] [--campaigns interrupt,interrupt-follow,reverts,admin,races,short,failed,lingering,badinput,tenant,control-plane]
                                  [--json F] [--no-doc] [--keep] [--report-from F1,F2]
 
 Each campaign starts a fresh lab (tests/lab: a real kube-apiserver with ResourceQuota admission, the quota
@@ -13,6 +13,8 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
 
 - interrupt: SIGKILL of the ansible-playbook process group at 30+ points (API events seen by a sampler, a few
   role tasks, fractions of a reference run), then a re-run;
+- interrupt-follow: the maintenance_window role (kvquota_migrate in follow mode) beside a real kubectl drain,
+  SIGKILLed at 11 points (2 with --quick) seen by the sampler, then run again while the drain goes on (issue 12);
 - reverts: Rancher agent restarts at random moments during 10 drains;
 - admin: an administrator's edit of spec.hard during a reservation;
 - races: two runs (two AWX job owners) on two nodes sharing namespaces, one frozen while it holds a Lease, on
@@ -86,7 +88,7 @@ def _no_progress(result):
 
 PROGRESS = _no_progress
 
-ALL_CAMPAIGNS = ("interrupt", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant",
+ALL_CAMPAIGNS = ("interrupt", "interrupt-follow", "reverts", "admin", "races", "short", "failed", "lingering", "badinput", "tenant",
                  "control-plane")
 
 
@@ -547,6 +549,127 @@ def _interrupt_result(rows, evidence, reference, vms_total, planned):
             "ok": len(ok) == len(killed) and len(killed) >= enough and len(rows) >= planned,
             "scenario": "tests/chaos/scenarios/interrupt.yaml", "rows": rows, "evidence": evidence,
             "reference_s": reference, "vms_total": vms_total}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# campaign 1b: interrupt, follow mode (issue 12): the maintenance_window role beside a real kubectl drain
+
+INTERRUPT_FOLLOW_SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "interrupt-follow.yaml")
+WINDOW_VARS = {"maintenance_window_until": "nodes_schedulable", "maintenance_window_deadline_seconds": 400,
+               "maintenance_window_poll_interval": 1, "maintenance_window_release_timeout": 90,
+               "maintenance_window_rescue_release_timeout": 30, "maintenance_window_reservation_ttl": "30m"}
+
+
+def interrupt_follow_points(quick):
+    """(label, (sampler key, count)): the window role is killed (SIGKILL of its process group) once the sampler
+    has seen the event."""
+    events = [
+        ("first ledger written", ("ledger", 1)),
+        ("kvquota lease held (reserving)", ("lease_now", 1)),
+        ("first target pod created", ("target_pods", 1)),
+        ("first migration Running", ("vmim_running", 1)),
+        ("first migration Succeeded", ("vmim_succeeded", 1)),
+        ("release: a source pod lingering", ("lingering", 1)),
+        ("release: first source pod completed", ("source_completed", 1)),
+        ("between groups (ledger just removed)", ("ledger_gone", 1)),
+        ("2nd reservation appeared", ("reservations", 2)),
+        ("2nd target pod created", ("target_pods", 2)),
+        ("2nd migration Succeeded", ("vmim_succeeded", 2)),
+    ]
+    if quick:
+        return [e for e in events if e[0] in ("first ledger written", "release: a source pod lingering")]
+    return events
+
+
+def _drain(lab, node, timeout=420):
+    """A plain `kubectl drain` of node as the lab's admin, in the background (its own process group)."""
+    argv = ["/usr/bin/kubectl", "--kubeconfig", str(lab.r.lab.admin_kubeconfig), "drain", node,
+            "--timeout=%ds" % timeout]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                            start_new_session=True)
+    _LIVE.append(proc)
+    return proc
+
+
+def campaign_interrupt_follow(args):
+    """Per point: the window role (nodes [node], until nodes_schedulable) starts, then a kubectl drain of the node;
+    the role is killed at the point; a second run of the role follows what is left; the drain ends, the node is
+    uncordoned, the second run ends. Then the cluster must be as after an uninterrupted window."""
+    lab = Lab("interrupt-follow", INTERRUPT_FOLLOW_SCENARIO, keep=args.keep)
+    points = interrupt_follow_points(args.quick)
+    rows, evidence = [], []
+    vms_total = len(lab.vmi_nodes())
+    try:
+        for label, arg in points:
+            node = lab.busiest_node()
+            moved = len(lab.vms_on(node))
+            sampler = Sampler(lab, node)
+            sampler.start()
+            window_vars = dict(WINDOW_VARS, maintenance_window_nodes=[node])
+            proc = lab.start(window_vars, name="maintenance_window")
+            time.sleep(6)            # the role is up and watching before the drain evicts anything
+            drain = _drain(lab, node)
+            killed_at = None
+            deadline = time.monotonic() + 300
+            while proc.poll() is None and time.monotonic() < deadline:
+                if _point_reached("event", arg, sampler, "", 0, None):
+                    lab.kill(proc)
+                    killed_at = time.monotonic() - proc.started
+                    break
+                time.sleep(0.02 if arg[0] == "lease_now" else 0.05)
+            if proc.poll() is None:
+                lab.kill(proc)
+            first_out, first_rc = lab.output(proc), proc.returncode
+            rerun = lab.start(window_vars, name="maintenance_window")
+            try:
+                drain_out, _ = drain.communicate(timeout=480)
+            except subprocess.TimeoutExpired:
+                signal_tree(drain.pid, signal.SIGKILL)
+                drain_out, _ = drain.communicate()
+            lab.r.rest.patch("/api/v1/nodes/%s" % node, {"spec": {"unschedulable": False}})
+            try:
+                rerun.wait(300)
+            except subprocess.TimeoutExpired:
+                lab.kill(rerun)
+            out, rc = lab.output(rerun), rerun.returncode
+            sampler.stop()
+            probs = lab.problems(node)
+            if sampler.below_base:
+                probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
+            if drain.returncode != 0:
+                probs.insert(0, "kubectl drain failed rc=%s: %s" % (drain.returncode, drain_out[-300:]))
+            if rc != 0:
+                probs.insert(0, "re-run failed rc=%s" % rc)
+            row = {"point": label, "node": node, "vms_on_node": moved, "killed": killed_at is not None,
+                   "killed_at_s": round(killed_at, 1) if killed_at is not None else None, "first_rc": first_rc,
+                   "rerun_rc": rc, "rerun_s": round(time.monotonic() - rerun.started, 1),
+                   "resumed": "resuming:" in out, "problems": probs, "samples": sampler.samples}
+            rows.append(row)
+            log("interrupt-follow: %-40s node=%s killed=%s at %s rerun rc=%s resumed=%s problems=%d"
+                % (label, node, row["killed"], row["killed_at_s"], rc, row["resumed"], len(probs)))
+            if probs:
+                evidence.append({"point": label, "problems": probs, "first_tail": first_out[-2500:],
+                                 "rerun_tail": out[-4000:], "drain_tail": drain_out[-1500:]})
+            PROGRESS(_interrupt_follow_result(rows, evidence, vms_total, len(points)))
+            if probs:   # the next point starts from a clean cluster, not from this one's leftovers
+                lab.stop()
+                lab = Lab("interrupt-follow", INTERRUPT_FOLLOW_SCENARIO, keep=args.keep)
+    finally:
+        lab.stop()
+    return _interrupt_follow_result(rows, evidence, vms_total, len(points))
+
+
+def _interrupt_follow_result(rows, evidence, vms_total, planned):
+    result = _interrupt_result(rows, evidence, None, vms_total, planned)
+    killed = [r for r in rows if r["killed"]]
+    result.update({
+        "name": "interrupt-follow", "scenario": "tests/chaos/scenarios/interrupt-follow.yaml",
+        "line": result["line"].replace("interrupt: ", "interrupt-follow: ", 1).replace(
+            "SIGKILL of the play", "SIGKILL of the maintenance_window play beside a kubectl drain", 1),
+        "ok": len([r for r in killed if not r["problems"]]) == len(killed) and len(killed) >= min(planned, 2)
+        and len(rows) >= planned,
+    })
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1550,7 +1673,8 @@ def campaign_control_plane(args):
     return {"name": "control-plane", "line": line, "ok": ok, "scenario": "b", "rows": rows, "evidence": evidence}
 
 
-CAMPAIGNS = {"interrupt": campaign_interrupt, "reverts": campaign_reverts, "admin": campaign_admin,
+CAMPAIGNS = {"interrupt": campaign_interrupt, "interrupt-follow": campaign_interrupt_follow,
+             "reverts": campaign_reverts, "admin": campaign_admin,
              "races": campaign_races, "short": campaign_short, "failed": campaign_failed,
              "lingering": campaign_lingering, "badinput": campaign_badinput, "tenant": campaign_tenant,
              "control-plane": campaign_control_plane}
