@@ -59,10 +59,13 @@ class Stopper(object):
         why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
         unknown = ("; migrations of %s could not be read (state unknown: they may have moved more VMs)"
                    % ", ".join(b.label() for b in unread)) if unread else ""
-        message = ("%s. The run stopped with %d of %d batch(es) migrated%s; migrations cancelled: %s; reservations "
-                   "released: %s; still held: %s%s"
-                   % (err.message, len(migrated), len(self.record.batches), unknown, ", ".join(self.record.cancelled) or "none",
-                      ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
+        # follow mode's units are groups of migrations others created: none is "migrated" by this run
+        done = ("%d of %d batch(es) migrated" % (len(migrated), len(self.record.batches)) if self.config.mode == "drive"
+                else "%d group(s) of migrations followed, %d of them over" % (
+                    len(self.record.batches), len([b for b in self.record.batches if b.state in (FINAL, RELEASED)])))
+        message = ("%s. The run stopped with %s%s; migrations cancelled: %s; reservations released: %s; still held: "
+                   "%s%s" % (err.message, done, unknown, ", ".join(self.record.cancelled) or "none",
+                             ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
         fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
                "cancels migrations never admitted, and continues with the VMs still on %s"
                % (err.fix or "fix the cause", self.config.node)) if self.config.mode == "drive" else (

@@ -287,6 +287,9 @@ def test_a_deadline_before_the_condition_stops_and_says_what_is_held(monkeypatch
     with pytest.raises(WaitTimeoutError) as err:
         _follower(cluster, deadline_seconds=5).run()
     assert "deadline_seconds 5 passed before idle" in str(err.value)
+    # a follower migrates nothing itself: its units are the groups it followed, not batches migrated
+    assert "stopped with 1 group(s) of migrations followed, 0 of them over;" in str(err.value)
+    assert "batch(es)" not in str(err.value)
     assert err.value.details["result"]["reservations_held"] == ["follow-n1-f0"]
     assert "follows the groups still held" in err.value.fix
 
