@@ -11,7 +11,7 @@ LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
-        sanity ansible-units ansible-test-bootstrap roles-tests chaos chaos-quick chaos-tenant lint docs-lint build \
+        sanity ansible-units ansible-test-bootstrap roles-tests lab-scale chaos chaos-quick chaos-tenant lint docs-lint build \
         changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
         collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths
 
@@ -90,6 +90,10 @@ lab-tests: deps lab-build
 
 lab-tests-faults: deps lab-build
 	$(PYTEST_LAB) -m lab_faults $(LAB_TEST_DIRS)
+
+# The lab at scale (scenario e: 5,000 VMIs), about 10 minutes; not part of make test.
+lab-scale: deps lab-build
+	$(PYTEST_LAB) -m lab_scale $(LAB_TEST_DIRS)
 
 # The roles against the lab (scenarios a-d, rolling upgrade, kubevirt update, reaper, preflight HTML in
 # headless Chromium, the playbooks through ansible-runner as AWX runs them, the Molecule scenario for a user's own

@@ -71,6 +71,7 @@ LAB_MARKERS = {
                   "(make lab-tests-faults, in make chaos)",
     "roles": "the roles and playbooks against the lab, on the newest ansible-core (make roles-tests, in make test)",
     "empty_paths": "the roles' empty and failure paths on both ends of the range (make roles-empty-paths, in make test)",
+    "lab_scale": "the lab at scale, scenario e with 5,000 VMIs (make lab-scale, about 10 minutes; not in make test)",
 }
 _MARKED_DIRS = ("tests/lab/", "tests/integration/")
 

@@ -2,10 +2,9 @@
 
 Pure tests (knobs, scenario expansion, Rancher arithmetic, work queue) run anywhere;
 the rest run against the real lab (fixture `lab`) with the emulator as a subprocess.
-The scale scenario (e) runs only with KVQ_LAB_SCALE=1.
+The scale scenario (e) is in test_emulator_scale.py (marker lab_scale, make lab-scale).
 """
 import json
-import os
 import secrets
 import time
 from fractions import Fraction
@@ -635,24 +634,6 @@ def test_scenario_a_loads_near_full(lab, rest, emu):
              15, "rejected")
     finally:
         scenarios.delete(lab, sc)
-
-
-@pytest.mark.skipif(os.environ.get("KVQ_LAB_SCALE") != "1", reason="scale scenario: set KVQ_LAB_SCALE=1")
-def test_scenario_e_scale_apply_time(lab, rest, emu):
-    sc = scenarios.load("e")
-    result = scenarios.apply(lab, sc, timeout=900, log=print)
-    print("scenario e timings:", result.timings)
-    t0 = time.monotonic()
-    emu.restart()
-    print("emulator restart with 5000 VMIs: %.1fs" % (time.monotonic() - t0))
-    vmis = rest.get(KV + "/virtualmachineinstances", labelSelector="kubevirt.io/domain")["items"]
-    assert sum(1 for v in vmis if v["metadata"]["namespace"].startswith("e-t")
-               and v["status"]["phase"] == "Running") == 5000
-    # a migration still works at that scale
-    m = migrate(rest, "e-t001", "e-vm-0001")
-    wait(lambda: phase_of(rest, "e-t001", m) == "Succeeded", 60, "migration at scale")
-    if os.environ.get("KVQ_LAB_SCALE_KEEP") != "1":
-        scenarios.delete(lab, sc, timeout=900)
 
 
 def test_eviction_of_live_migratable_vm_pod_is_refused(lab, rest, emu, ns):
