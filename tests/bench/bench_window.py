@@ -184,7 +184,7 @@ def run_window(lab, args, out_dir):
                                  "-e", "@" + vars_file], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=out_dir)
         time.sleep(args.window_lead)      # the role is up and watching before the drain evicts anything
         drain = start_drain(lab, 1200)
-        drain_out, _ = drain.communicate()
+        drain_out = drain.communicate()[0]
         lab.lab.kubectl("uncordon", NODE, check=False)
         role.wait(timeout=600)
     with open(out_file) as fh:

@@ -622,10 +622,10 @@ def campaign_interrupt_follow(args):
             first_out, first_rc = lab.output(proc), proc.returncode
             rerun = lab.start(window_vars, name="maintenance_window")
             try:
-                drain_out, _ = drain.communicate(timeout=480)
+                drain_out = drain.communicate(timeout=480)[0]
             except subprocess.TimeoutExpired:
                 signal_tree(drain.pid, signal.SIGKILL)
-                drain_out, _ = drain.communicate()
+                drain_out = drain.communicate()[0]
             lab.r.rest.patch("/api/v1/nodes/%s" % node, {"spec": {"unschedulable": False}})
             try:
                 rerun.wait(300)
