@@ -119,7 +119,8 @@ options:
   reservation_prefix:
     description:
       - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
-      - Defaults to O(node) (drive) or C(follow-<nodes, else namespaces, else cluster>) (follow).
+      - Defaults to O(node) (drive), or (follow) C(follow-<nodes, else namespaces, else cluster>) with the names
+        joined by C(+), or a digest of them when that is long.
     type: str
   owner:
     description: Who holds the reservations, recorded in the ledger and in the Events. Defaults to the AWX job or user@host.

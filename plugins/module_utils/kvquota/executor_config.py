@@ -14,6 +14,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import dataclasses
+import hashlib
 import time
 from typing import Any, Callable, Optional, Tuple
 
@@ -27,6 +28,19 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store 
 MODES = ("drive", "follow")
 FOLLOW_UNTIL = ("idle", "nodes_schedulable", "deadline")
 DEFAULT_FOLLOW_IDLE_SECONDS = 60
+
+
+# the default follow prefix names the scope while that stays readable; a re-run of the same scope finds the same one
+FOLLOW_PREFIX_SCOPE_CHARS = 48
+
+
+def follow_prefix(scope):
+    """The default reservation prefix of follow mode for scope ("n1,n2", "ns-a", "cluster"): "follow-<scope>" with
+    "+" between names, or, for a long scope (many namespaces), "follow-" and a digest of it, so that the ids stay
+    short (a reservation id is at most 253 characters) and the same for the same scope."""
+    if len(scope) <= FOLLOW_PREFIX_SCOPE_CHARS:
+        return "follow-%s" % scope.replace(",", "+")
+    return "follow-%s-%s" % (scope.split(",")[0][:24], hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +106,7 @@ class ExecutorConfig(object):
             raise InputError("deadline_seconds %r is not positive" % options["deadline_seconds"],
                              "give a number of seconds above 0, or none")
         scope = node or ",".join(nodes) or ",".join(namespaces) or "cluster"
-        prefix = options.get("reservation_prefix") or (node if mode == "drive" else "follow-%s" % scope)
+        prefix = options.get("reservation_prefix") or (node if mode == "drive" else follow_prefix(scope))
         cap = options.get("top_up_cap") or DEFAULT_TOP_UP_CAP
         parse_top_up_cap(cap)
         clock = options.get("clock") or time.time
