@@ -106,6 +106,8 @@ def test_drive_needs_a_node_and_the_defaults_are_filled_in():
     assert (config.reservation_prefix, config.top_up_cap, config.token) == ("node-1", "25%", "700101000000")
     follow = ExecutorConfig.build(None, mode="follow", nodes=["n2", "n1"], clock=lambda: 0.0)
     assert (follow.reservation_prefix, follow.nodes, follow.scope_text()) == ("follow-n1+n2", ("n1", "n2"), "nodes n1, n2")
+    with pytest.raises(Exception):
+        follow.poll_interval = 3        # frozen
 
 
 def test_the_default_follow_prefix_stays_short_and_the_same_for_the_same_scope():
@@ -116,8 +118,6 @@ def test_the_default_follow_prefix_stays_short_and_the_same_for_the_same_scope()
     assert first == again != other
     assert first.startswith("follow-tenant-000-") and len(first) <= 60
     assert ExecutorConfig.build(mode="follow").reservation_prefix == "follow-cluster"
-    with pytest.raises(Exception):
-        follow.poll_interval = 3        # frozen
 
 
 # -- a follow run against a fake cluster --------------------------------------------------------------------------
