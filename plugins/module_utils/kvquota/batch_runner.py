@@ -77,6 +77,21 @@ class BatchRunner(object):
     def vmims(self, namespace):
         return self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace=namespace)
 
+    def settle_interrupted(self, ledgers, namespaces=None):
+        """On a resume: finish the quota writes an interrupted run left half-done in namespaces (None: all), such as
+        a release killed between its ledger write and its quota write (nothing else would touch that quota again:
+        its reservation is gone from the ledger, so no leftover names it). Nothing in check mode."""
+        if self.config.check_mode:
+            return []
+        settled = reservations.settle_interrupted(self.cluster, ledgers, namespaces, clock=self.config.clock,
+                                                  sleep=self.config.sleep, lock=self.config.lock,
+                                                  operator_namespace=self.config.operator_namespace)
+        done = ["%s/%s" % (item["namespace"], item["quota"]) for item in settled if item.get("changed")]
+        if done:
+            self.record.say("resuming: finished the quota writes an interrupted run left half-done on %s"
+                            % ", ".join(done))
+        return done
+
     def refresh(self, vmims):
         fresh = []
         for vmim in vmims:

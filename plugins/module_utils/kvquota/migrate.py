@@ -96,6 +96,7 @@ class Executor(object):
         "<prefix>-b<n>" once their source pods are gone. Returns {reservations, cancelled, released}."""
         pattern = re.compile("^%s-b[0-9]+$" % re.escape(self.config.reservation_prefix))
         ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
+        self.runner.settle_interrupted(ledgers, set(ns for batch in self.record.batches for ns, _name in batch.vms))
         leftovers = {}
         for target, entry in sorted(ledgers.items()):
             for rid in entry.reservations:

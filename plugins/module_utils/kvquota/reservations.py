@@ -1395,6 +1395,21 @@ def _delete_expired_locks(run, now):
     return removed
 
 
+def settle_interrupted(cluster, ledgers, namespaces=None, check_mode=False, clock=time.time, sleep=time.sleep,
+                       lock=None, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """Finish the writes interrupted runs left half-done on the quotas of ledgers ({(ns, quota): Ledger}, as
+    find_ledgers returns them) in namespaces (None: all): a ledger with no reservation left whose quota is not back
+    at its base yet (a release killed between its ledger write and its quota write), or one recording a write under
+    way. Each is brought in line with its ledger under its namespace's Lease (a dead run's Lease is waited out);
+    reservations are neither added nor released. Returns the per-quota results of those that were half-done."""
+    targets = sorted(target for target, entry in ledgers.items()
+                     if _unfinished(entry) and (namespaces is None or target[0] in namespaces))
+    if not targets:
+        return []      # the common case: nothing half-done, nothing more read
+    run = _Run(cluster, None, clock, sleep, check_mode, DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace, lock)
+    return [_settle_ledger(run, target) for target in targets]
+
+
 def _settle_ledger(run, target):
     """Bring one quota in line with its ledger (adopting a 0.1.0 one, finishing an interrupted write), holding
     its namespace's Lease; reservations are neither added nor released."""
@@ -1458,4 +1473,4 @@ def list_reservations(cluster, now=None, clock=time.time, operator_namespace=sto
 
 
 __all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
-           "parse_targets", "apply_margin"]
+           "parse_targets", "apply_margin", "settle_interrupted"]

@@ -265,7 +265,12 @@ def test_follow_in_check_mode_reports_what_it_would_reserve_and_writes_nothing(m
     assert result["changed"] is True and cluster.reserved == {}
 
 
-def test_a_rerun_takes_the_groups_an_interrupted_run_left_from_the_ledgers(monkeypatch):
+@pytest.mark.parametrize("until", ["idle", "nodes_schedulable"])
+def test_a_rerun_takes_the_groups_an_interrupted_run_left_from_the_ledgers(monkeypatch, until):
+    """With nodes_schedulable the node is never seen cordoned by the re-run (the drain ended and the node was
+    uncordoned before it looked): the resumed group's migrations off it show it was under maintenance, so the
+    re-run ends once they are released instead of waiting for its deadline (found by the interrupt-follow
+    campaign)."""
     cluster = _Cluster(vms=2)
     cluster.evacuate(2)
     for mig in cluster.vmims:                 # admitted under the interrupted run's reservation
@@ -276,17 +281,41 @@ def test_a_rerun_takes_the_groups_an_interrupted_run_left_from_the_ledgers(monke
                             "uid": v["metadata"]["uid"]} for v in cluster.vmims]}
 
     class _Ledger(object):
+        previous = None      # no write under way
+
         def __init__(self, ns):
             self.reservations = {"follow-n1-f4": Reservation("follow-n1-f4", {"limits.memory": "1Gi"}, "o", "r", None,
                                                              None, refs)}
     cluster.reserved["follow-n1-f4"] = set(r["uid"] for r in refs["migrations"])
     cluster.held["follow-n1-f4"] = {}
     _faked(monkeypatch, cluster, ledgers={("t0", "q"): _Ledger("t0"), ("t1", "q"): _Ledger("t1")})
-    result = _follower(cluster).run()
+    result = _follower(cluster, follow_until=until, deadline_seconds=60).run()
+    assert result["ended_by"] == ("nodes n1 schedulable" if until == "nodes_schedulable" else
+                                  "idle (no migration left in nodes n1 for 3s)")
     assert result["resumed"]["reservations"] == ["follow-n1-f4"]
     assert result["reservations_released"] == ["follow-n1-f4"] and cluster.held == {}
     assert result["batches"][0]["reservation"] == "follow-n1-f4" and result["outcome"] == "succeeded"
     assert "resuming: groups follow-n1-f4" in result["progress"][0]
+
+
+def test_a_rerun_finishes_a_release_an_interrupted_run_left_half_done(monkeypatch):
+    """Found by the interrupt-follow campaign: a run killed between a release's ledger write (no reservation left)
+    and its quota write left the quota expanded, and no leftover named it. The re-run settles such ledgers in its
+    scope (under their Leases) before it follows anything; a ledger outside the scope is not its to touch."""
+    cluster = _Cluster(vms=2)
+
+    class _Idle(object):
+        reservations = {}
+        previous = None
+
+    settled = []
+    monkeypatch.setattr(reservations, "_Run", lambda *a, **kw: "run")
+    monkeypatch.setattr(reservations, "_settle_ledger", lambda run, target: settled.append(target) or {
+        "namespace": target[0], "quota": target[1], "changed": True})
+    _faked(monkeypatch, cluster, ledgers={("t0", "q"): _Idle(), ("other", "q"): _Idle()})
+    result = _follower(cluster, namespaces=["t0", "t1"]).run()
+    assert settled == [("t0", "q")]
+    assert "resuming: finished the quota writes an interrupted run left half-done on t0/q" in result["progress"]
 
 
 def test_a_deadline_before_the_condition_stops_and_says_what_is_held(monkeypatch):
