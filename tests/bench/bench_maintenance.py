@@ -64,7 +64,7 @@ from kvqlab import state  # noqa: E402
 from kvqlab.emulator import _rest_for  # noqa: E402
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as res_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity  # noqa: E402
@@ -111,7 +111,8 @@ class Lab(object):
             kvqlab.down(self.run_dir)
 
     def cluster(self):
-        return cluster_mod.connect({"kubeconfig": str(self.lab.user_kubeconfig)}, environ={})
+        # as the modules configure theirs (kubernetes.core's client configuration); the bench sets no K8S_AUTH_*
+        return kvquota_module.connect({"kubeconfig": str(self.lab.user_kubeconfig)})
 
     def quotas(self):
         return [x for x in self.rest.get("/api/v1/resourcequotas")["items"]

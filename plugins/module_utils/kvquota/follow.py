@@ -305,7 +305,8 @@ class Follower(object):
                                           clock=self.config.clock, sleep=self.config.sleep,
                                           operator_namespace=self.config.operator_namespace, enforce_timeout=0)
             self.record.warn(result.get("warnings"))
-        group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True})
+        group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True,
+                                 "adopted": True})
         group.namespaces = sorted(set(group.namespaces) | set([namespace]))
         self.record.reused.append("%s/%s" % (namespace, name))
         if group.state == FINAL:
