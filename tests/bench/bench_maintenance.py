@@ -91,12 +91,12 @@ def q(value):
 class Lab(object):
     """A fresh lab with scenario d applied, the emulator running, the timing knobs set."""
 
-    def __init__(self, run_dir, migration_seconds, source_pod_delay):
+    def __init__(self, run_dir, migration_seconds, source_pod_delay, scenario=None):
         self.run_dir = run_dir
         started = time.monotonic()
         self.lab = kvqlab.up(run_dir=run_dir)
         self.emu = emulator_mod.start(self.lab)
-        self.scenario = scenarios.load(SCENARIO)
+        self.scenario = scenario or scenarios.load(SCENARIO)
         scenarios.apply(self.lab, self.scenario, timeout=180)
         # the scenario writes its own knobs (source_pod_delay_seconds: 2): ours come after it
         emulator_mod.set_knobs(self.lab, migration_seconds=migration_seconds,

@@ -23,7 +23,8 @@ Measured:
   or a source not gone yet);
 - the same for the total over the namespaces.
 Targets (window): makespan <= 1.15 x bound; peak extra per namespace <= its peak in-flight need.
---kubevirt 1.7.4 turns on v1.7's evacuation (MigrationPriorityQueue: every migration of the node at once).
+--kubevirt 1.7.4 builds scenario d at that version with MigrationPriorityQueue (evacuation creates every migration
+of the node at once).
 Not a test: it prints a table (--json writes everything).
 
     python3 tests/bench/bench_window.py [--approaches nothing,harvester,window] [--T 6] [--D 1] [--stuck-after 300]
@@ -197,12 +198,14 @@ def run_window(lab, args, out_dir):
 def one_run(approach, args):
     run_dir = tempfile.mkdtemp(prefix="kvq-benchw-%s-" % approach)
     log("%s: fresh lab in %s" % (approach, run_dir))
-    lab = bm.Lab(run_dir, args.T, args.D)
+    scenario = bm.scenarios.load(bm.SCENARIO)
+    if args.kubevirt != scenario.data["kubevirt"]["version"]:
+        # the whole scenario at that version from the start (its launcher pods sized by it), so that no pod grows
+        # when it moves; from v1.7 with MigrationPriorityQueue, evacuation creates every migration at once
+        scenario.data["kubevirt"]["version"] = args.kubevirt
+        scenario.data["kubevirt"]["configuration"]["developerConfiguration"] = {"featureGates": ["MigrationPriorityQueue"]}
+    lab = bm.Lab(run_dir, args.T, args.D, scenario)
     try:
-        if args.kubevirt != "1.5.0":
-            lab.rest.patch(KV + "/namespaces/kubevirt/kubevirts/kubevirt", {"spec": {"configuration": {
-                "developerConfiguration": {"featureGates": ["MigrationPriorityQueue"]}}}})
-            bm.emulator_mod.roll_out_kubevirt(lab.lab, None, version=args.kubevirt, methods=None)
         base = base_of(lab.quotas())
         units = units_of(lab)
         n = len(lab.vmis_on(NODE))
