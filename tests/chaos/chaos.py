@@ -1751,11 +1751,14 @@ NOTES = [
     "the re-run releases them first (\"resuming:\") and finishes. Quotas never go below their base while a "
     "play runs (sampled).",
     "- The same holds for the maintenance_window role beside a kubectl drain (campaign interrupt-follow, issue 12). "
-    "Its first full run found two defects, both fixed: a play killed between a release's ledger write and its "
+    "Its first full runs found three defects, all fixed: a play killed between a release's ledger write and its "
     "quota write left that quota expanded with no reservation left to name it (a resume now finishes half-done "
-    "writes in its scope, reservations.settle_interrupted, in drive mode too); and a re-run started as the drain "
+    "writes in its scope, reservations.settle_interrupted, in drive mode too); a re-run started as the drain "
     "ended never saw the node cordoned and waited for its deadline (the source nodes of its groups' migrations, "
-    "resumed ones included, now count as under maintenance).",
+    "resumed ones included, now count as under maintenance); and a play killed while it wrote a group's "
+    "reservation in one of two namespaces left a group whose re-run followed the other namespace's migration "
+    "too, read its refusal as a full VM's shortfall and stopped (a resumed group now follows only where it holds "
+    "something).",
     "- A play killed while it writes a reservation leaves its lock behind (a Lease kvq-lock-<namespace> in the "
     "operator namespace, held by a dead process). The Lease lasts the Rancher sync timeout + 30 s (90 s), shorter "
     "than the default lock_timeout (120 s), so the "

@@ -171,7 +171,8 @@ class Follower(object):
         of the migrations its refs recorded (by UID); the loop follows them and releases each once its source
         pods are gone."""
         ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
-        self.runner.settle_interrupted(ledgers, set(self.config.namespaces) or None)
+        if self.runner.settle_interrupted(ledgers, set(self.config.namespaces) or None):
+            ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
         groups = {}
         for target, ledger in sorted(ledgers.items()):
             for rid, entry in ledger.reservations.items():
@@ -198,6 +199,19 @@ class Follower(object):
         for rid in self.record.resumed["reservations"]:
             group = groups[rid]
             group.held = sorted(set(t[0] for t, d in group.deltas.items() if d))
+            # A run killed while it wrote a group's reservation may have written it in some of the group's
+            # namespaces only (the refs name every migration of the group). A migration in a namespace where the
+            # group holds nothing is not the group's to follow: it goes back to the queue, and a new group reserves
+            # for it (else it would read as a refusal for a full VM's worth, past any top-up cap).
+            dropped = [m for m in group.migrations if m["namespace"] not in group.held]
+            if dropped and group.held:
+                group.migrations = [m for m in group.migrations if m["namespace"] in group.held]
+                group.namespaces = sorted(set(m["namespace"] for m in group.migrations))
+                group.vms = [k for k in group.vms if k[0] in group.held]
+                self.record.say("resuming: %s holds nothing in %s (its reservation was written only in part); "
+                                "their migrations %s go back to the queue" % (
+                                    rid, ", ".join(sorted(set(m["namespace"] for m in dropped))),
+                                    ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in dropped)))
             self.record.batches.append(group)
             self.next_index = max(self.next_index, group.index + 1)
         if groups:

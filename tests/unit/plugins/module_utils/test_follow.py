@@ -298,6 +298,34 @@ def test_a_rerun_takes_the_groups_an_interrupted_run_left_from_the_ledgers(monke
     assert "resuming: groups follow-n1-f4" in result["progress"][0]
 
 
+def test_a_group_whose_reservation_was_written_in_part_follows_only_where_it_holds(monkeypatch):
+    """Found by the interrupt-follow campaign: a run killed while it wrote a group's reservation wrote it for t1
+    only; the refs name the migrations of t0 and t1. The re-run's group follows t1's; t0's goes back to the queue
+    and a new group reserves for it (it used to read as a refusal of a full VM's worth, past the top-up cap)."""
+    cluster = _Cluster(vms=2)
+    cluster.evacuate(2)
+    refs = {"vms": [{"namespace": "t0", "name": "vm-0", "uid": "x"}, {"namespace": "t1", "name": "vm-1", "uid": "y"}],
+            "migrations": [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"],
+                            "uid": v["metadata"]["uid"]} for v in cluster.vmims]}
+
+    class _Ledger(object):
+        previous = None
+        reservations = {"follow-n1-f4": Reservation("follow-n1-f4", {"limits.memory": "1Gi"}, "o", "r", None, None,
+                                                    refs)}
+    t1_uid = [v["metadata"]["uid"] for v in cluster.vmims if v["metadata"]["namespace"] == "t1"]
+    cluster.reserved["follow-n1-f4"] = set(t1_uid)
+    cluster.held["follow-n1-f4"] = {}
+    _faked(monkeypatch, cluster, ledgers={("t1", "q"): _Ledger()})
+    result = _follower(cluster).run()
+    assert result["outcome"] == "succeeded" and cluster.held == {}
+    said = [line for line in result["progress"] if "holds nothing in t0" in line]
+    assert said and "go back to the queue" in said[0]
+    resumed = [b for b in result["batches"] if b["reservation"] == "follow-n1-f4"][0]
+    assert [m.split("/")[0] for m in resumed["migrations"]] == ["t1"]
+    assert any(b["reservation"] != "follow-n1-f4" and [m.split("/")[0] for m in b["migrations"]] == ["t0"]
+               for b in result["batches"])
+
+
 def test_a_rerun_finishes_a_release_an_interrupted_run_left_half_done(monkeypatch):
     """Found by the interrupt-follow campaign: a run killed between a release's ledger write (no reservation left)
     and its quota write left the quota expanded, and no leftover named it. The re-run settles such ledgers in its
