@@ -348,7 +348,6 @@ class Follower(object):
                                                           if config.follow_until == "deadline" else config.follow_until),
                 "raise deadline_seconds if the window needs longer")
         if config.follow_until == "nodes_schedulable":
-            self._seen_draining(vmims, vmis)
             return "nodes %s schedulable" % ", ".join(config.nodes) if self._nodes_back(held) else None
         if held:
             self.idle_since = None
@@ -364,22 +363,11 @@ class Follower(object):
             return "idle (no migration left in %s for %ss)" % (config.scope_text(), int(config.follow_idle_seconds))
         return None
 
-    def _seen_draining(self, vmims, vmis):
-        """A named node that a migration of one of this run's groups moved a VM off (groups resumed from an
-        interrupted run's ledgers included) was under maintenance during the window, cordoned or not when this run
-        looked: a re-run started as a drain ends, after the node was uncordoned, must not wait for a cordon it
-        cannot see any more. The migrations are the groups' (by UID, from the operator namespace's ledgers), their
-        source node KubeVirt's (status.migrationState, else the VMI's node)."""
-        uids = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
-        for vmim in vmims:
-            if uid_of(vmim) in uids:
-                node = source_node(vmim, vmis)
-                if node in self.config.nodes:
-                    self.cordoned.add(node)
-
     def _nodes_back(self, held):
-        """Whether every named node, seen cordoned (or draining: _seen_draining) during the run (a drain not started
-        yet is no end), is uncordoned now and nothing of this run is held. Read each poll, so that a cordon is seen while groups run."""
+        """Whether every named node, seen cordoned during the run (a drain not started yet is no end), is uncordoned
+        now and nothing of this run is held. Only the Node's own spec counts (a migration off the node could be a
+        tenant's, and must not end the window early): a re-run started after the drain ended and the node was
+        uncordoned cannot see that it was maintained, and ends at its deadline. Read each poll, so that a cordon is seen while groups run."""
         cordoned_now = set(n for n in self.config.nodes if (self.cluster.get(
             "/api/v1/nodes/%s" % n, "read node %s" % n).get("spec") or {}).get("unschedulable"))
         self.cordoned |= cordoned_now
