@@ -343,16 +343,6 @@ class BatchRunner(object):
                 "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
         refused = [v for v in seen.values() if migration_phase(v) not in FINAL_MIGRATION_PHASES
                    and admission.rejected_condition(v) is not None]
-        # A migration KubeVirt admitted in this group's room instead of the group's own (adopted, follow mode) uses
-        # that room until it ends; the group's migration it displaced is refused meanwhile for want of that room,
-        # not for a sizing shortfall, and is admitted in the same room once the adopted one's source pod is gone.
-        # Its refusal counts (the settle time starting anew) only once no adopted migration of its namespace runs.
-        busy = set(m["namespace"] for m in batch.migrations if m.get("adopted") and (m["namespace"], m["name"]) in seen
-                   and migration_phase(seen[(m["namespace"], m["name"])]) not in FINAL_MIGRATION_PHASES)
-        displaced = [v for v in refused if v["metadata"]["namespace"] in busy]
-        if displaced:
-            refused = [v for v in refused if v["metadata"]["namespace"] not in busy]
-            batch.refused_since = None
         if not refused:
             batch.refused_since = None
             return
