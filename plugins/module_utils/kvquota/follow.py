@@ -16,13 +16,15 @@ migration not admitted gets no new group until it is admitted: the next group's 
 quota whose earlier reservation is already in use, never against room reserved for another migration. A
 migration KubeVirt admits in a group's room without being followed (it retries refused migrations at once, so the
 next queued one takes the room the moment the group's source pods end, before the release) is adopted by that
-group (_adopt).
+group (_adopt). The group's own migrations that no longer fit in its room then are displaced, not undersized: they
+go back to the queue (_give_back_displaced), with no top-up.
 
 It ends when follow_until holds, with no reservation of its own left: idle (no migration left in scope and no VMI
 in scope marked for evacuation or with an outdated launcher, for follow_idle_seconds), nodes_schedulable (every
-named node seen cordoned during the run, then uncordoned) or deadline (deadline_seconds after the start; a deadline given with another condition
-ends the run as a timeout). A re-run resumes: the reservations "<prefix>-f<n>" in the operator namespace are the
-state, and their refs name the migrations (by UID) they were made for.
+named node seen cordoned during the window, then uncordoned) or deadline (deadline_seconds after the start; a
+deadline given with another condition ends the run as a timeout). A re-run resumes: the reservations
+"<prefix>-f<n>" in the operator namespace are the state, and their refs name the migrations (by UID) they were
+made for, adopted or gave back; the window record "kvq-window-<prefix>" there names the nodes seen cordoned.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -32,6 +34,7 @@ import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import window_record
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import migration_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     KvquotaError,
@@ -109,6 +112,22 @@ def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_names
     return chosen
 
 
+def _uid_map(refs, key):
+    """The UIDs of refs[key], a {migration UID: "namespace/name"} map (see ledger._REF_MAPS)."""
+    found = (refs or {}).get(key)
+    return set(found) if isinstance(found, dict) else set()
+
+
+def _admitted_live(vmim):
+    """A migration that has its target pod and is not final (it holds room in its namespace's quota)."""
+    return vmim is not None and migration_phase(vmim) not in FINAL_MIGRATION_PHASES and not never_admitted(vmim)
+
+
+def _waiting(vmim):
+    """A migration that is not final and has no target pod yet."""
+    return vmim is not None and migration_phase(vmim) not in FINAL_MIGRATION_PHASES and never_admitted(vmim)
+
+
 def idle_in_scope(vmims, vmis, scope):
     """True when no migration in scope is unfinished and no VMI in scope is marked for evacuation
     (status.evacuationNodeName) or runs an outdated launcher (label kubevirt.io/outdatedLauncherImage). Pure."""
@@ -136,7 +155,8 @@ class Follower(object):
         self.pattern = re.compile("^%s-f([0-9]+)$" % re.escape(config.reservation_prefix))
         self.idle_since = None
         self.next_index = 0
-        self.cordoned = set()   # the nodes of the scope seen unschedulable during the run
+        self.cordoned = set()   # the nodes of the scope seen unschedulable, by this run or one it resumes
+        self.recorded = set()   # those of them in the window record (window_record.py)
 
     # -- scope -------------------------------------------------------------
 
@@ -173,7 +193,7 @@ class Follower(object):
         ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
         if self.runner.settle_interrupted(ledgers, set(self.config.namespaces) or None):
             ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
-        groups = {}
+        groups, uids, adopted, displaced = {}, {}, {}, {}
         for target, ledger in sorted(ledgers.items()):
             for rid, entry in ledger.reservations.items():
                 found = self.pattern.match(rid)
@@ -181,20 +201,26 @@ class Follower(object):
                     continue
                 group = groups.get(rid)
                 if group is None:
-                    index = int(found.group(1))
                     vms = [(v["namespace"], v["name"]) for v in (entry.refs or {}).get("vms") or ()
                            if v.get("namespace") and v.get("name")]
-                    group = Batch(index, None, vms, rid, followed=True)
-                    group.migrations = [{"namespace": k[0], "name": k[1], "uid": uid, "vm": None, "reused": True}
-                                        for k, uid in sorted(ref_uids(entry.refs, "migrations").items())]
-                    group.namespaces = sorted(set([m["namespace"] for m in group.migrations] + group.namespaces))
+                    group = groups[rid] = Batch(int(found.group(1)), None, vms, rid, followed=True)
                     group.state = RUNNING
                     group.started = group.launched = self.config.clock()
                     group.timeout = batch_timeout([], self.record.per_gib_now, self.record.progress_now,
                                                   self.config.scheduling_timeout)
-                    groups[rid] = group
+                # each namespace's entry names what was recorded there (an adoption is written where it happened)
+                uids.setdefault(rid, {}).update(ref_uids(entry.refs, "migrations"))
+                adopted.setdefault(rid, set()).update(_uid_map(entry.refs, "adopted"))
+                displaced.setdefault(rid, set()).update(_uid_map(entry.refs, "displaced"))
                 group.targets.append(tuple(target))
                 group.deltas[tuple(target)] = remove_zeros(parse_resource_list(entry.delta, "delta"))
+        for rid, group in groups.items():
+            mine = [{"namespace": k[0], "name": k[1], "uid": uid, "vm": None, "reused": True,
+                     "adopted": uid in adopted[rid]} for k, uid in sorted(uids[rid].items())]
+            group.migrations = [m for m in mine if m["uid"] not in displaced[rid] or m["adopted"]]
+            group.displaced = [m for m in mine if m not in group.migrations]
+            group.namespaces = sorted(set([m["namespace"] for m in group.migrations] + group.namespaces))
+        self._resume_cordons()
         self.record.resumed["reservations"] = sorted(groups, key=natural)
         for rid in self.record.resumed["reservations"]:
             group = groups[rid]
@@ -218,6 +244,34 @@ class Follower(object):
             self.record.say("resuming: groups %s of an earlier run are followed again and released once their source "
                             "pods are gone" % ", ".join(self.record.resumed["reservations"]))
         return self.record.resumed
+
+    def _resume_cordons(self):
+        """nodes_schedulable: the named nodes an interrupted run of this window saw cordoned (its record in the
+        operator namespace) count as seen, while they are the same Nodes and the record is younger than the
+        reservations' TTL. A corrupt record is named and ignored."""
+        if self.config.follow_until != "nodes_schedulable":
+            return
+        try:
+            _configmap, nodes = window_record.read(self.cluster, self.config.operator_namespace,
+                                                   self.config.reservation_prefix)
+        except KvquotaError as err:
+            self.record.warn(["%s; %s" % (err, err.fix)])
+            return
+        nodes = dict((n, e) for n, e in nodes.items() if n in self.config.nodes)
+        if not nodes:
+            return
+        uids = dict((n, uid_of(self.cluster.get("/api/v1/nodes/%s" % n, "read node %s" % n))) for n in nodes)
+        valid, stale = window_record.still_valid(nodes, uids, self.config.clock(), self.config.ttl_seconds)
+        self.cordoned |= set(valid)
+        self.recorded |= set(valid)
+        if valid:
+            self.record.say("resuming: an earlier run of this window saw %s cordoned (%s); the window ends once %s "
+                            "schedulable again" % (", ".join(sorted(valid)), ", ".join(
+                                "%s at %s" % item for item in sorted(valid.items())),
+                                "it is" if len(valid) == 1 else "they are"))
+        if stale:
+            self.record.say("resuming: the window record's entries for %s are older than the reservation TTL or "
+                            "name another Node: not counted" % ", ".join(stale))
 
     # -- the loop ----------------------------------------------------------
 
@@ -250,6 +304,7 @@ class Follower(object):
                 last_full = now
                 vmims, vmis = self._look()
                 self._adopt(vmims, vmis)
+                self._give_back_displaced(vmims)
                 for group in self.record.batches:
                     if group.state == FINAL:
                         self.runner.try_release(group)
@@ -306,27 +361,70 @@ class Follower(object):
         namespace, name, vm = _meta(vmim)["namespace"], _meta(vmim)["name"], vmim["spec"]["vmiName"]
         _needs, refs, _report = headroom_mod.batch_headroom(self.cluster, [{"namespace": namespace, "name": vm}],
                                                             self.config.sizing)
-        refs = dict(refs, migrations=[{"namespace": namespace, "name": name, "uid": uid_of(vmim)}])
-        ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
-        for target in sorted(t for t, d in group.deltas.items() if t[0] == namespace and d):
-            entry = getattr(ledgers.get(tuple(target)), "reservations", {}).get(group.reservation)
-            if entry is None:
-                continue
-            # the same amount again: only the refs change (the ledger merges them)
-            result = reservations.reserve(self.cluster, group.reservation, {tuple(target): dict(entry.delta)},
-                                          self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
-                                          self.config.ttl_seconds, refs=refs, lock=self.config.lock,
-                                          clock=self.config.clock, sleep=self.config.sleep,
-                                          operator_namespace=self.config.operator_namespace, enforce_timeout=0)
-            self.record.warn(result.get("warnings"))
+        # a migration this group gave back that KubeVirt then ran in its room is one of its own again (the rooms
+        # the group was sized for stay as many as its own migrations)
+        own = [m for m in group.displaced if m["uid"] == uid_of(vmim)]
+        group.displaced = [m for m in group.displaced if m["uid"] != uid_of(vmim)]
         group.migrations.append({"namespace": namespace, "name": name, "uid": uid_of(vmim), "vm": vm, "reused": True,
-                                 "adopted": True})
+                                 "adopted": not own})
+        self._record_refs(group, namespace, dict(refs, migrations=[{"namespace": namespace, "name": name,
+                                                                    "uid": uid_of(vmim)}]))
         group.namespaces = sorted(set(group.namespaces) | set([namespace]))
         self.record.reused.append("%s/%s" % (namespace, name))
         if group.state == FINAL:
             group.state, group.final_at = RUNNING, None
         self.record.say("%s: KubeVirt admitted %s/%s in the room of reservation %s; adopted (released once its source "
                         "pod is gone too)" % (group.label(), namespace, name, group.reservation))
+
+    def _give_back_displaced(self, vmims):
+        """A group's room in a namespace is sized for the migrations it was started for there. When KubeVirt runs
+        an adopted migration in that room (it admits whichever queued migration fits first), as many of the
+        group's own migrations there as no longer fit are displaced: they are not refused for their size, so no
+        top-up is due (it would read a full VM's worth as a shortfall). They go back to the queue, where a later
+        group reserves for them once KubeVirt has a slot, and the reservation's refs say so (a re-run and the
+        release no longer wait for them)."""
+        by_uid = dict((uid_of(v), v) for v in vmims)
+        for group in self.record.batches:
+            if group.state != RUNNING:
+                continue
+            for namespace in sorted(set(m["namespace"] for m in group.migrations)):
+                mine = [m for m in group.migrations if m["namespace"] == namespace]
+                rooms = len([m for m in mine + group.displaced if m["namespace"] == namespace and not m.get("adopted")])
+                running = [m for m in mine if _admitted_live(by_uid.get(m["uid"]))]
+                waiting = [m for m in mine if not m.get("adopted") and _waiting(by_uid.get(m["uid"]))]
+                excess = len(running) + len(waiting) - rooms
+                given = waiting[-excess:] if excess > 0 and [m for m in running if m.get("adopted")] else []
+                if not given:
+                    continue
+                group.migrations = [m for m in group.migrations if m not in given]
+                group.displaced.extend(given)
+                group.refused_since = None
+                self._record_refs(group, namespace, {})
+                self.record.say("%s: KubeVirt runs %s in the room of reservation %s, so %s no longer fit%s there; back "
+                                "to the queue (a later group reserves for %s)" % (
+                                    group.label(), ", ".join("%s/%s" % (namespace, m["name"]) for m in running
+                                                             if m.get("adopted")),
+                                    group.reservation, ", ".join("%s/%s" % (namespace, m["name"]) for m in given),
+                                    "s" if len(given) == 1 else "", "it" if len(given) == 1 else "them"))
+
+    def _record_refs(self, group, namespace, refs):
+        """Write refs (merged into the ledger's) plus the group's adopted and displaced migrations (each map
+        written whole) to its reservation in namespace: the same amount again, only the refs change."""
+        refs = dict(refs, adopted=dict((m["uid"], "%s/%s" % (m["namespace"], m["name"])) for m in group.migrations
+                                       if m.get("adopted") and m.get("uid")),
+                    displaced=dict((m["uid"], "%s/%s" % (m["namespace"], m["name"])) for m in group.displaced
+                                   if m.get("uid")))
+        ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
+        for target in sorted(t for t, d in group.deltas.items() if t[0] == namespace and d):
+            entry = getattr(ledgers.get(tuple(target)), "reservations", {}).get(group.reservation)
+            if entry is None:
+                continue
+            result = reservations.reserve(self.cluster, group.reservation, {tuple(target): dict(entry.delta)},
+                                          self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
+                                          self.config.ttl_seconds, refs=refs, lock=self.config.lock,
+                                          clock=self.config.clock, sleep=self.config.sleep,
+                                          operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+            self.record.warn(result.get("warnings"))
 
     @staticmethod
     def _not_admitted(vmims, uid):
@@ -366,12 +464,23 @@ class Follower(object):
     def _nodes_back(self, held):
         """Whether every named node, seen cordoned during the run (a drain not started yet is no end), is uncordoned
         now and nothing of this run is held. Only the Node's own spec counts (a migration off the node could be a
-        tenant's, and must not end the window early): a re-run started after the drain ended and the node was
-        uncordoned cannot see that it was maintained, and ends at its deadline. Read each poll, so that a cordon is seen while groups run."""
-        cordoned_now = set(n for n in self.config.nodes if (self.cluster.get(
-            "/api/v1/nodes/%s" % n, "read node %s" % n).get("spec") or {}).get("unschedulable"))
+        tenant's, and must not end the window early). A cordon seen is recorded in the operator namespace at once
+        (window_record.py), so that a re-run after an interruption knows it even when the node was uncordoned
+        meanwhile; the record is deleted when the window ends. Read each poll, so that a cordon is seen while
+        groups run."""
+        nodes = dict((n, self.cluster.get("/api/v1/nodes/%s" % n, "read node %s" % n)) for n in self.config.nodes)
+        cordoned_now = set(n for n, node in nodes.items() if (node.get("spec") or {}).get("unschedulable"))
         self.cordoned |= cordoned_now
-        return not held and self.cordoned.issuperset(self.config.nodes) and not cordoned_now
+        unrecorded = cordoned_now - self.recorded
+        if unrecorded and not self.config.check_mode:
+            # before anything else: a re-run after an interruption must know the maintenance began
+            window_record.add(self.cluster, self.config.operator_namespace, self.config.reservation_prefix,
+                              dict((n, uid_of(nodes[n])) for n in unrecorded), self.config.clock())
+            self.recorded |= unrecorded
+        back = not held and self.cordoned.issuperset(self.config.nodes) and not cordoned_now
+        if back and self.recorded and not self.config.check_mode:
+            window_record.remove(self.cluster, self.config.operator_namespace, self.config.reservation_prefix)
+        return back
 
     def _check_overdue(self):
         now = self.config.clock()

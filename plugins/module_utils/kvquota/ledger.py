@@ -80,6 +80,9 @@ ALREADY_RELEASED = "already-released"
 UNKNOWN = "unknown"
 
 _REF_LISTS = ("migrations", "sourcePods", "vms")
+# follow mode: {migration UID: "namespace/name"}, each written whole (the migrations a group adopted, and those it
+# gave back to the queue)
+_REF_MAPS = ("adopted", "displaced")
 
 
 # ---------------------------------------------------------------------------
@@ -319,6 +322,10 @@ def _check_reservation(rid, entry, where):
         for key in _REF_LISTS:
             if key in refs and not isinstance(refs[key], list):
                 raise _corrupt(where, "refs.%s of %s is not a list" % (key, what))
+        for key in _REF_MAPS:
+            if key in refs and not (isinstance(refs[key], dict) and all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in refs[key].items())):
+                raise _corrupt(where, "refs.%s of %s is not a mapping of migration UIDs to names" % (key, what))
     top_ups = entry.get("topUps")
     if top_ups is not None and (not isinstance(top_ups, list) or not all(isinstance(k, str) for k in top_ups)):
         raise _corrupt(where, "the top-up keys of %s are %r, not a list of strings" % (what, top_ups))

@@ -161,6 +161,7 @@ class Batch(object):
         self.written = {}        # {(ns, quota): {name: Fraction}} the spec.hard its reservation and top-ups wrote
         self.lag_keys = []       # the refusals read as the quota controller lagging (no top-up for them)
         self.enforce_seconds = 0.0  # time spent waiting for status.hard to show what was written
+        self.displaced = []      # follow mode: migrations given back to the queue (KubeVirt ran others in their room)
 
     def label(self):
         if self.followed:
@@ -183,6 +184,7 @@ class Batch(object):
             "state": self.state,
             "migrated": self.moved,
             "failed_migrations": list(self.failed),
+            "displaced_migrations": ["%s/%s" % (m["namespace"], m["name"]) for m in self.displaced],
             "started": None if self.started is None else round(self.started - started, 2),
             "seconds": None if self.final_at is None or self.started is None else round(self.final_at - self.started, 2),
             "released_seconds": None if self.released_at is None or self.started is None

@@ -997,7 +997,12 @@ def _release_blockers(run, state, reservation_id, now):
     reasons = []
     namespace = state.target[0]
     lingering = []
+    # a migration the follower gave back to the queue (KubeVirt ran another in its room) is no longer this
+    # reservation's to wait for; the usage check below still keeps a release from over-using the quota
+    given_back = (entry.refs or {}).get("displaced") or {}
     for migration in _ref_items(entry.refs, "migrations", namespace, True):
+        if migration.get("uid") and isinstance(given_back, dict) and migration["uid"] in given_back:
+            continue
         try:
             vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
                                           migration["name"], namespace=migration["namespace"])

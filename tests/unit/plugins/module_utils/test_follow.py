@@ -9,6 +9,8 @@ than the parallel limits allow, every reservation released, resumed from the led
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import json
+
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import follow as f
@@ -17,7 +19,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, WaitTimeoutError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation, format_time
 
 
 def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None):
@@ -140,6 +142,7 @@ class _Cluster(object):
         self.outage_budget = 0
         self.cordoned = False
         self.node_reads = 0
+        self.configmaps = {}
 
     def clock(self):
         return self.now
@@ -172,11 +175,21 @@ class _Cluster(object):
 
     # the API the executor uses
     def exists(self, path, what):
+        if "/configmaps/" in path:
+            return self.configmaps.get(path.rsplit("/", 1)[1])
         return {"metadata": {"name": path.rsplit("/", 1)[1]}}
 
     def get(self, path, what):
         self.node_reads += 1
-        return {"spec": {"unschedulable": self.cordoned}}
+        return {"metadata": {"uid": "node-uid"}, "spec": {"unschedulable": self.cordoned}}
+
+    # the window record (a ConfigMap of the operator namespace)
+    def replace(self, body, what):
+        self.configmaps[body["metadata"]["name"]] = body
+        return body
+
+    def delete(self, path, what, resource_version=None):
+        self.configmaps.pop(path.rsplit("/", 1)[1])
 
     def list_custom(self, group, version, plural, namespace=None, label_selector=None):
         if plural == "kubevirts":
@@ -190,6 +203,9 @@ class _Cluster(object):
         return found
 
     def create(self, path, body, what):
+        if path.endswith("/configmaps"):
+            self.configmaps[body["metadata"]["name"]] = dict(body, metadata=dict(body["metadata"], resourceVersion="1"))
+            return body
         self.created.append(body)
         raise AssertionError("follow mode created %s" % what)
 
@@ -416,3 +432,141 @@ def test_a_migration_kubevirt_admits_in_a_groups_room_is_adopted_before_the_rele
     assert group.state == m.RUNNING and group.final_at is None
     assert [mig["uid"] for mig in group.migrations] == ["u-vm-0", "u-vm-2"]
     assert "adopted" in ex.log[-1]
+
+
+class _FirstComeCluster(_Cluster):
+    """Quota admission as it is: a namespace's room is what its reservations add (1 Gi per VM); KubeVirt admits
+    whichever queued migration of the namespace fits, the newest first here (it does not know whom a reservation
+    was made for), within parallelOutboundMigrationsPerNode; the others carry KubeVirt's
+    migrationRejectedByResourceQuota condition. A migration holds its room until its source pod ends (1 s after
+    it succeeded)."""
+
+    def _uses_room(self, mig):
+        uid = mig["metadata"]["uid"]
+        return uid in self.admitted_at and (mig["status"]["phase"] == "Running" or self.now - self.admitted_at[uid] < 3)
+
+    def tick(self):
+        for mig in self.vmims:
+            uid = mig["metadata"]["uid"]
+            if mig["status"]["phase"] == "Running" and self.now - self.admitted_at[uid] >= 2:
+                mig["status"]["phase"] = "Succeeded"
+                self.vmis[(mig["metadata"]["namespace"], mig["spec"]["vmiName"])]["status"]["nodeName"] = "n2"
+        for mig in sorted(self.vmims, key=lambda v: v["metadata"]["creationTimestamp"], reverse=True):
+            if mig["status"]["phase"] != "Pending":
+                continue
+            namespace = mig["metadata"]["namespace"]
+            room = sum(int(d["limits.memory"][:-2]) for held in self.held.values() for t, d in held.items()
+                       if t[0] == namespace)
+            used = len([v for v in self.vmims if v["metadata"]["namespace"] == namespace and self._uses_room(v)])
+            running = len([v for v in self.vmims if v["status"]["phase"] == "Running"])
+            if used < room and running < self.limits["parallelOutboundMigrationsPerNode"]:
+                mig["status"] = {"phase": "Running", "migrationState": {"sourceNode": "n1", "targetPod": "t"}}
+                self.admitted_at[mig["metadata"]["uid"]] = self.now
+            else:
+                mig["status"]["conditions"] = [{"type": "migrationRejectedByResourceQuota", "status": "True"}]
+
+
+def test_a_migration_displaced_by_one_kubevirt_ran_in_its_room_goes_back_to_the_queue(monkeypatch):
+    """Found by bench_window (scenario d): a group reserved for m1; KubeVirt ran m2 of the same namespace in that
+    room (adopted), so m1 stayed refused, and the top-up read its refusal as a full VM's shortfall, past top_up_cap.
+    m1 was displaced, not undersized: it goes back to the queue and a later group reserves for it; no top-up."""
+    cluster = _FirstComeCluster(vms=6, per_cluster=3, per_node=2)
+    _faked(monkeypatch, cluster)
+    cluster.evacuate(6)                       # every migration at once, the newest admitted first
+    for i, mig in enumerate(cluster.vmims):
+        mig["metadata"]["creationTimestamp"] = "%03d" % i
+    topped = []
+    monkeypatch.setattr(m.BatchRunner, "top_up", lambda self, batch, refused: topped.append(batch.reservation))
+    result = _follower(cluster, top_up_settle_seconds=1, deadline_seconds=120).run()
+    assert topped == []
+    assert result["outcome"] == "succeeded" and cluster.held == {}
+    assert all(v["status"]["nodeName"] == "n2" for v in cluster.vmis.values())
+    given_back = [line for line in result["progress"] if "back to the queue" in line]
+    assert given_back and "no longer fits there" in given_back[0]
+    displaced = [mig for b in result["batches"] for mig in b["displaced_migrations"]]
+    # each displaced migration was followed again by a later group, or adopted where KubeVirt ran it
+    assert displaced and all(any(d in b["migrations"] for b in result["batches"]) for d in displaced)
+
+
+def test_a_rerun_knows_adopted_and_displaced_migrations_from_the_refs(monkeypatch):
+    cluster = _Cluster(vms=2)
+    refs = {"migrations": [{"namespace": "t0", "name": "a", "uid": "ua"}, {"namespace": "t0", "name": "b", "uid": "ub"}],
+            "adopted": {"ub": "t0/b"}, "displaced": {"ua": "t0/a"}}
+
+    class _Ledger(object):
+        previous = None
+        reservations = {"follow-n1-f2": Reservation("follow-n1-f2", {"limits.memory": "1Gi"}, "o", "r", None, None,
+                                                    refs)}
+    _faked(monkeypatch, cluster, ledgers={("t0", "q"): _Ledger()})
+    ex = _follower(cluster)
+    ex.record.per_gib_now, ex.record.progress_now = 150, 150
+    ex.follower.resume()
+    (group,) = ex.record.batches
+    assert [(mig["uid"], mig["adopted"]) for mig in group.migrations] == [("ub", True)]
+    assert [mig["uid"] for mig in group.displaced] == ["ua"]
+
+
+def test_a_cordon_seen_is_recorded_at_once_and_the_record_deleted_when_the_window_ends(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    records = []
+
+    def drain():
+        if cluster.now >= 3 and not cluster.vmims:
+            cluster.cordoned = True
+            cluster.evacuate(2)
+        elif cluster.cordoned and all(v["status"]["nodeName"] == "n2" for v in cluster.vmis.values()):
+            records.append(dict(cluster.configmaps))      # just before the uncordon
+            cluster.cordoned = False
+        if cluster.vmims:
+            _Cluster.tick(cluster)
+    monkeypatch.setattr(cluster, "tick", drain)
+    result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
+    assert result["ended_by"] == "nodes n1 schedulable"
+    (record,) = records[0].values()
+    assert record["metadata"]["name"] == "kvq-window-follow-n1" and '"n1": {"seen": ' in record["data"]["cordoned"]
+    assert cluster.configmaps == {}
+
+
+def _recorded(cluster, seen_at, uid="node-uid"):
+    cluster.configmaps["kvq-window-follow-n1"] = {"metadata": {"name": "kvq-window-follow-n1", "resourceVersion": "7"},
+                                                  "data": {"cordoned": json.dumps({"n1": {"seen": format_time(seen_at),
+                                                                                          "uid": uid}})}}
+
+
+def test_a_rerun_after_the_node_was_uncordoned_ends_by_the_record_of_the_cordon(monkeypatch):
+    """Found by the interrupt-follow campaign ('between groups'): the run was killed, the drain ended and the node
+    was uncordoned before the re-run; the re-run never saw the cordon and waited for its deadline. The window
+    record in the operator namespace says that the run it resumes saw it."""
+    cluster = _Cluster(vms=2)
+    cluster.now = 1000.0
+    _faked(monkeypatch, cluster)
+    _recorded(cluster, 900)
+    result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
+    assert result["ended_by"] == "nodes n1 schedulable" and cluster.now < 1010
+    assert any("an earlier run of this window saw n1 cordoned" in line for line in result["progress"])
+    assert cluster.configmaps == {}
+
+
+@pytest.mark.parametrize("seen_at, uid", [(1000.0 - 7201, "node-uid"), (900, "another-node")],
+                         ids=["older-than-the-ttl", "another-node-of-that-name"])
+def test_an_old_record_or_one_of_another_node_does_not_end_a_new_window(monkeypatch, seen_at, uid):
+    cluster = _Cluster(vms=2)
+    cluster.now = 1000.0
+    _faked(monkeypatch, cluster)
+    _recorded(cluster, seen_at, uid)
+    with pytest.raises(WaitTimeoutError) as err:
+        _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=10).run()
+    assert "deadline_seconds 10 passed before nodes_schedulable" in str(err.value)
+    assert any("not counted" in line for line in err.value.details["result"]["progress"])
+
+
+def test_a_corrupt_window_record_is_named_and_ignored(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    cluster.configmaps["kvq-window-follow-n1"] = {"metadata": {"name": "kvq-window-follow-n1"},
+                                                  "data": {"cordoned": "[1, 2]"}}
+    with pytest.raises(WaitTimeoutError) as err:
+        _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=5).run()
+    warnings = err.value.details["result"]["warnings"]
+    assert any("the window record kvq-window-follow-n1 is not a mapping of nodes" in w for w in warnings)

@@ -282,6 +282,20 @@ def test_load_refuses_garbage(text):
         L.load(text, "t", "q")
 
 
+def test_the_adopted_and_displaced_maps_are_written_whole_and_checked():
+    ledger, _ignored = reserved(refs={"displaced": {"u1": "tenant-a/m1", "u2": "tenant-a/m2"}})
+    # a map is no list: the newer one replaces it (a migration taken back is no longer displaced)
+    more, outcome = L.reserve(ledger, "node-1", FIELD_REPORT, HARD, T0, refs={"displaced": {"u2": "tenant-a/m2"},
+                                                                           "adopted": {"u1": "tenant-a/m1"}})
+    assert outcome["outcome"] == L.REFS_UPDATED
+    assert more.reservations["node-1"].refs["displaced"] == {"u2": "tenant-a/m2"}
+    assert L.load(L.dump(more), "tenant-a", "compute") == more
+    data = json.loads(L.dump(more))
+    data["reservations"]["node-1"]["refs"]["displaced"] = ["u2"]
+    with pytest.raises(InputError, match="refs.displaced of reservation 'node-1' is not a mapping of migration UIDs"):
+        L.load(json.dumps(data), "tenant-a", "compute")
+
+
 def test_remember_keeps_the_first_value():
     ledger = L.remember(L.new_ledger("t", "q"), "k", {"present": False})
     assert L.remember(ledger, "k", {"present": True}).state["k"] == {"present": False}
