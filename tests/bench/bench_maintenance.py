@@ -387,6 +387,23 @@ def restored(lab, base):
     return now == base and not lab.ledgers()
 
 
+def measured(sampler, run, settle):
+    """run() with sampler sampling from its start to settle seconds after its end: (run's detail, or the error it
+    raised as {rc: 1, error}; its seconds; the makespan, first migration seen to last Succeeded, or None)."""
+    sampler.start()
+    started = time.monotonic()
+    try:
+        detail = run()
+    except Exception as exc:  # report, do not lose the other runs
+        detail = {"rc": 1, "error": "%s: %s" % (type(exc).__name__, exc)}
+    total = time.monotonic() - started
+    time.sleep(settle)
+    sampler.finish()
+    last = max(sampler.succeeded_at.values()) if sampler.succeeded_at else None
+    makespan = (last - sampler.first_seen) if last is not None and sampler.first_seen is not None else None
+    return detail, total, makespan
+
+
 def one_run(approach, rep, args, role_vars):
     run_dir = tempfile.mkdtemp(prefix="kvq-benchm-%s-%d-" % (approach, rep))
     log("%s #%d: fresh lab in %s" % (approach, rep, run_dir))
@@ -398,23 +415,10 @@ def one_run(approach, rep, args, role_vars):
         plan, batch_peak = largest_batch_need(lab)
         rejected_before = lab.rejections()
         sampler = Sampler(lab, base, args.interval)
-        sampler.start()
         started_wall = time.time()
-        started = time.monotonic()
-        try:
-            if approach == "naive":
-                detail = run_naive(lab)
-            elif approach == "serial":
-                detail = run_serial(lab)
-            else:
-                detail = run_role(lab, role_vars, run_dir)
-        except Exception as exc:  # report, do not lose the other runs
-            detail = {"rc": 1, "error": "%s: %s" % (type(exc).__name__, exc)}
-        total = time.monotonic() - started
-        time.sleep(args.settle)
-        sampler.finish()
-        last = max(sampler.succeeded_at.values()) if sampler.succeeded_at else None
-        makespan = (last - sampler.first_seen) if last is not None and sampler.first_seen is not None else None
+        runs = {"naive": lambda: run_naive(lab), "serial": lambda: run_serial(lab)}
+        detail, total, makespan = measured(sampler, runs.get(approach, lambda: run_role(lab, role_vars, run_dir)),
+                                           args.settle)
         bound = math.ceil(n / float(plan["parallel_outbound_per_node"])) * args.T
         result = {
             "approach": approach, "rep": rep, "role_vars": role_vars if approach.startswith("role") else None,

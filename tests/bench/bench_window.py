@@ -212,23 +212,11 @@ def one_run(approach, args):
         kv = lab.rest.get(KV + "/namespaces/kubevirt/kubevirts/kubevirt")["spec"]["configuration"]["migrations"]
         per_node = int(kv.get("parallelOutboundMigrationsPerNode", 2))
         sampler = WindowSampler(lab, base, args.interval, units)
-        sampler.start()
-        started = time.monotonic()
-        try:
-            if approach == "nothing":
-                detail = run_nothing(lab, args)
-            elif approach == "harvester":
-                detail = run_harvester(lab, args)
-            else:
-                detail = run_window(lab, args, run_dir)
-        except Exception as exc:  # report, do not lose the other runs
-            detail = {"rc": 1, "error": "%s: %s" % (type(exc).__name__, exc)}
-        total = time.monotonic() - started
-        time.sleep(args.settle)
-        sampler.finish()
-        last = max(sampler.succeeded_at.values()) if sampler.succeeded_at else None
-        done = len(sampler.succeeded_at) == n
-        makespan = (last - sampler.first_seen) if done and sampler.first_seen is not None else None
+        runs = {"nothing": lambda: run_nothing(lab, args), "harvester": lambda: run_harvester(lab, args)}
+        detail, total, makespan = bm.measured(sampler, runs.get(approach, lambda: run_window(lab, args, run_dir)),
+                                              args.settle)
+        if len(sampler.succeeded_at) < n:
+            makespan = None      # not every migration done: no makespan
         bound = math.ceil(n / float(per_node)) * args.T
         result = {
             "approach": approach, "kubevirt": args.kubevirt, "vms": n, "T": args.T, "D": args.D,

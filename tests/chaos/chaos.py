@@ -1756,11 +1756,12 @@ NOTES = [
     "half-done writes in its scope, reservations.settle_interrupted, in drive mode too); and a play killed while "
     "it wrote a group's reservation in one of two namespaces left a group whose re-run followed the other "
     "namespace's migration too, read its refusal as a full VM's shortfall and stopped (a resumed group now "
-    "follows only where it holds something). The third is open: killed between two groups, the re-run (until "
-    "nodes_schedulable) starts as the drain ends and the node is uncordoned before it looks, so it never sees "
-    "the cordon and ends only at its deadline - with nothing held and every quota at its base. Counting the "
+    "follows only where it holds something). The third: killed between two groups, the re-run (until "
+    "nodes_schedulable) started as the drain ended and the node was uncordoned before it looked, so it never saw "
+    "the cordon and ended only at its deadline - with nothing held and every quota at its base. Counting the "
     "source nodes of followed migrations as maintained would end it, but a migration may be a tenant's, who "
-    "could then end the window early; the fix is to keep the cordons the window saw in the operator namespace.",
+    "could then end the window early; the window now records the cordons it sees in the operator namespace "
+    "(ConfigMap kvq-window-<prefix>), and a re-run counts them.",
     "- A play killed while it writes a reservation leaves its lock behind (a Lease kvq-lock-<namespace> in the "
     "operator namespace, held by a dead process). The Lease lasts the Rancher sync timeout + 30 s (90 s), shorter "
     "than the default lock_timeout (120 s), so the "

@@ -17,7 +17,9 @@ quota whose earlier reservation is already in use, never against room reserved f
 migration KubeVirt admits in a group's room without being followed (it retries refused migrations at once, so the
 next queued one takes the room the moment the group's source pods end, before the release) is adopted by that
 group (_adopt). The group's own migrations that no longer fit in its room then are displaced, not undersized: they
-go back to the queue (_give_back_displaced), with no top-up.
+go back to the queue (_give_back_displaced), with no top-up. A room a group holds that none of its migrations uses
+now, in a namespace where a migration waits, is counted as a migration in flight for that one (_free_rooms): no
+second reservation is made for it.
 
 It ends when follow_until holds, with no reservation of its own left: idle (no migration left in scope and no VMI
 in scope marked for evacuation or with an outdated launcher, for follow_idle_seconds), nodes_schedulable (every
@@ -77,13 +79,18 @@ def source_node(vmim, vmis):
     return ((vmi or {}).get("status") or {}).get("nodeName")
 
 
-def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=()):
+def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=(), rooms=None):
     """The migrations KubeVirt will run next that need a reservation now, oldest first: of vmims (every migration
     of the cluster), those in scope (scope(vmim, node) -> bool), not final, not admitted (no target pod), not
     followed (UIDs in followed), whose VMI exists, not of a namespace in blocked_namespaces, within the free
     slots: per_cluster and per_node (per source node) minus the migrations in flight, that is admitted and not
-    final, or followed and not final. One migration per VMI. Pure."""
-    flying = {}
+    final, or followed and not final, and minus rooms ({namespace: (source node, count)}: reserved rooms that as
+    many of the namespace's queued migrations will take, see Follower._free_rooms; those migrations need no
+    reservation of their own). One migration per VMI. Pure."""
+    flying, covered = {}, {}
+    for namespace, (node, count) in (rooms or {}).items():
+        flying[node] = flying.get(node, 0) + count
+        covered[namespace] = count
     for vmim in vmims:
         if migration_phase(vmim) in FINAL_MIGRATION_PHASES:
             continue
@@ -102,6 +109,9 @@ def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_names
         namespace, vmi = _meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")
         node = source_node(vmim, vmis)
         if (namespace, vmi) not in vmis or (namespace, vmi) in vms or not scope(vmim, node):
+            continue
+        if covered.get(namespace):
+            covered[namespace] -= 1      # it takes a room reserved already
             continue
         if namespace in blocked_namespaces or flying.get(node, 0) >= per_node:
             continue
@@ -323,7 +333,8 @@ class Follower(object):
         waiting = set(m["namespace"] for g in self.record.batches if g.state == RUNNING for m in g.migrations
                       if m["namespace"] and self._not_admitted(vmims, m["uid"]))
         per_cluster, per_node = self._limits()
-        chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting)
+        chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting,
+                           self._free_rooms(vmims, vmis, followed))
         if not chosen:
             return
         index = self.next_index
@@ -338,6 +349,29 @@ class Follower(object):
             self.record.say("%s: following %s (parallel limits %d per cluster, %d per node); reserved %s"
                             % (group.label(), ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
                                per_cluster, per_node, headroom_text(group.deltas)))
+
+    def _free_rooms(self, vmims, vmis, followed):
+        """{namespace: (source node, count)} of the rooms the groups hold that none of their migrations uses now (a
+        migration over, or given back), in namespaces where a migration no group follows waits: KubeVirt admits
+        that one in such a room as soon as the room's source pod ends (the group adopts it), so the room takes a
+        slot of the parallel limits like a migration in flight, and no new group reserves for it a second time."""
+        by_uid = dict((uid_of(v), v) for v in vmims)
+        queued = set(_meta(v).get("namespace") for v in vmims if _waiting(v) and uid_of(v) not in followed
+                     and self.in_scope(v, source_node(v, vmis)))
+        rooms = {}
+        for group in self.record.batches:
+            if group.state not in (RUNNING, FINAL):
+                continue
+            for namespace in sorted(queued & set(group.held)):
+                own = [m for m in group.migrations + group.displaced
+                       if m["namespace"] == namespace and not m.get("adopted")]
+                using = [m for m in group.migrations if m["namespace"] == namespace and (
+                    _admitted_live(by_uid.get(m["uid"])) or _waiting(by_uid.get(m["uid"])))]
+                nodes = [source_node(by_uid[m["uid"]], vmis) for m in own if m["uid"] in by_uid]
+                if len(own) > len(using):
+                    node, count = rooms.get(namespace, (nodes[0] if nodes else None, 0))
+                    rooms[namespace] = (node, count + len(own) - len(using))
+        return rooms
 
     def _adopt(self, vmims, vmis):
         """A migration KubeVirt admitted in scope that no group follows, in a namespace where a group holds a

@@ -570,3 +570,27 @@ def test_a_corrupt_window_record_is_named_and_ignored(monkeypatch):
         _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=5).run()
     warnings = err.value.details["result"]["warnings"]
     assert any("the window record kvq-window-follow-n1 is not a mapping of nodes" in w for w in warnings)
+
+
+def test_a_room_a_queued_migration_will_take_counts_as_a_slot_in_flight(monkeypatch):
+    """Found by bench_window with KubeVirt 1.7.4 (every migration queued at once): a group's migration ended, its
+    room waits for the namespace's next queued migration (KubeVirt admits it there once the source pod ends), yet
+    the slot looked free and a new group reserved for that namespace again: two VMs' worth for one in flight."""
+    cluster = _Cluster(vms=6)
+    _faked(monkeypatch, cluster)
+    ex = _follower(cluster)
+    group = m.Batch(0, None, [("t0", "vm-0")], "follow-n1-f0", followed=True)
+    group.state, group.final_at, group.deltas, group.held = m.FINAL, 1.0, {("t0", "q"): {"limits.memory": 1}}, ["t0"]
+    group.migrations = [{"namespace": "t0", "name": "done", "uid": "u0", "vm": "vm-0", "reused": True}]
+    ex.record.batches.append(group)
+    vmims = [vmim("t0", "done", "vm-0", "u0", "t0", phase="Succeeded", source="n1", target_pod="p"),
+             vmim("t0", "next", "vm-2", "u2", "t1"), vmim("t1", "other", "vm-1", "u1", "t2"),
+             vmim("t1", "last", "vm-3", "u3", "t3")]
+    rooms = ex.follower._free_rooms(vmims, cluster.vmis, set(["u0"]))
+    assert rooms == {"t0": ("n1", 1)}
+    assert [c["metadata"]["uid"] for c in f.pick_next(vmims, cluster.vmis, set(["u0"]), 5, 2, everything)] == ["u2", "u1"]
+    # with the room counted: t0's queued migration takes it and one slot is left, for the oldest of another namespace
+    assert [c["metadata"]["uid"] for c in f.pick_next(vmims, cluster.vmis, set(["u0"]), 5, 2, everything,
+                                                      rooms=rooms)] == ["u1"]
+    # no migration queued in t0: the room is only released, it takes no slot
+    assert ex.follower._free_rooms([v for v in vmims if v["metadata"]["uid"] != "u2"], cluster.vmis, set(["u0"])) == {}
