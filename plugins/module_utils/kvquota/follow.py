@@ -407,8 +407,9 @@ class Follower(object):
         self.record.reused.append("%s/%s" % (namespace, name))
         if group.state == FINAL:
             group.state, group.final_at = RUNNING, None
-        self.record.say("%s: KubeVirt admitted %s/%s in the room of reservation %s; adopted (released once its source "
-                        "pod is gone too)" % (group.label(), namespace, name, group.reservation))
+        self.record.say("%s: KubeVirt admitted %s/%s in the room of reservation %s; %s (released once its source "
+                        "pod is gone too)" % (group.label(), namespace, name, group.reservation,
+                                              "given back before, followed again" if own else "adopted"))
 
     def _give_back_displaced(self, vmims):
         """A group's room in a namespace is sized for the migrations it was started for there. When KubeVirt runs
