@@ -34,8 +34,8 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
   an expired reservation (--cases TEXT: only the cases whose label contains TEXT).
 
 After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
-annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no lock
-in force (no unexpired kvq-lock-* Lease there), no 0.1.0 ledger annotation on a quota or namespace and no
+annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no
+maintenance window's record left (no kvq-window-* ConfigMap there), no lock in force (no unexpired kvq-lock-* Lease there), no 0.1.0 ledger annotation on a quota or namespace and no
 kvquota Lease in a tenant namespace, every VM Running, off the maintained node, no migration unfinished, the
 node's cordon state as expected. The state is read through tests/lab/kvqlab/state.py. While a play runs, a
 sampler looks at the cluster every ~0.3 s and records any spec.hard below its base (and, in the races campaign,
@@ -1797,11 +1797,12 @@ def write_doc(path, results, command, started, seconds):
         "least-privilege user of `rbac/clusterrole.yml`.",
         "- checks after every run: each quota's `spec.hard` equal to its base byte for byte (Rancher: the "
         "namespace annotation too), no ledger left (no `%s*` ConfigMap in the operator namespace `%s`), no "
-        "lock in force (no unexpired `%s*` Lease there), no 0.1.0 `%s` annotation on any quota or namespace "
+        "maintenance window's record left (no `%s*` ConfigMap there), "
+        "no lock in force (no unexpired `%s*` Lease there), no 0.1.0 `%s` annotation on any quota or namespace "
         "and no kvquota Lease in a tenant namespace, every VM Running off the maintained node, no migration "
         "unfinished, the node's cordon state as expected; while a play runs, a sampler (~0.3 s) records any "
-        "`spec.hard` below its base." % (state.LEDGER_PREFIX, state.OPERATOR_NAMESPACE, state.LOCK_PREFIX,
-                                         state.LEGACY_ANNOTATION),
+        "`spec.hard` below its base." % (state.LEDGER_PREFIX, state.OPERATOR_NAMESPACE, state.WINDOW_PREFIX,
+                                         state.LOCK_PREFIX, state.LEGACY_ANNOTATION),
         "",
         "## Results",
         "",

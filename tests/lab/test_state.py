@@ -62,6 +62,8 @@ def cluster():
             # corrupt, its quota gone too: the display annotation names it
             ledger_cm("u-8", "{not json", shown="x-tenant/q8"),
             {"metadata": {"name": "kube-root-ca.crt", "resourceVersion": "1"}, "data": {}},
+            {"metadata": {"name": "kvq-window-follow-node-1", "resourceVersion": "3"},
+             "data": {"cordoned": '{"node-1": {"seen": "2026-11-24T10:00:00Z", "uid": "n"}}'}},
         ],
         "/apis/coordination.k8s.io/v1/namespaces/kvquota-system/leases": [
             lease("kvquota-system", "kvq-lock-a-tenant", "job-1@h", NOW - 10),          # in force until NOW + 80
@@ -110,9 +112,14 @@ def test_leftovers_of_some_namespaces():
     assert left[1].startswith("lock left on a-tenant: lease kvquota-system/kvq-lock-a-tenant held by job-1@h")
     assert left[2] == "kvquota lease in a tenant namespace: a-tenant/kvquota-maintenance (holder squatter)"
     assert state.leftovers(FakeRest({})) == []
+    # a window's record belongs to no namespace: named when every namespace is checked
+    assert [text for text in state.leftovers(cluster(), now=NOW) if text.startswith("window record left")] == [
+        'window record left: kvquota-system/kvq-window-follow-node-1 (nodes seen cordoned: '
+        '{"node-1": {"seen": "2026-11-24T10:00:00Z", "uid": "n"}})']
 
 
-def test_snapshot_names_only_ledgers_and_locks():
+def test_snapshot_names_only_ledgers_window_records_and_locks():
     assert state.snapshot(cluster()) == {
-        "configmaps": {"kvq-ledger-u-1": "7", "kvq-ledger-u-9": "7", "kvq-ledger-u-8": "7"},
+        "configmaps": {"kvq-ledger-u-1": "7", "kvq-ledger-u-9": "7", "kvq-ledger-u-8": "7",
+                       "kvq-window-follow-node-1": "3"},
         "leases": {"kvq-lock-a-tenant": "9", "kvq-lock-b-tenant": "9", "kvq-lock-c-tenant": "9"}}

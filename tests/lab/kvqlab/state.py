@@ -30,6 +30,7 @@ from .emulator import _rest_for
 
 OPERATOR_NAMESPACE = "kvquota-system"
 LEDGER_PREFIX = "kvq-ledger-"
+WINDOW_PREFIX = "kvq-window-"
 LEDGER_KEY = "ledger"
 LOCK_PREFIX = "kvq-lock-"
 QUOTA_ANNOTATION = "kvquota.maintenance/quota"
@@ -53,16 +54,26 @@ def _parse(text):
 # ---------------------------------------------------------------------------
 # ledgers
 
-def ledger_configmaps(target, operator_namespace=OPERATOR_NAMESPACE):
-    """Every ConfigMap named kvq-ledger-* in the operator namespace (labelled or not: an unlabelled one is
-    still a ledger left behind); [] when the namespace does not exist."""
+def _operator_configmaps(target, operator_namespace, prefix):
     try:
         items = _rest(target).get("/api/v1/namespaces/%s/configmaps" % operator_namespace)["items"]
     except ApiException as exc:
         if exc.status == 404:
             return []
         raise
-    return [cm for cm in items if cm["metadata"]["name"].startswith(LEDGER_PREFIX)]
+    return [cm for cm in items if cm["metadata"]["name"].startswith(prefix)]
+
+
+def ledger_configmaps(target, operator_namespace=OPERATOR_NAMESPACE):
+    """Every ConfigMap named kvq-ledger-* in the operator namespace (labelled or not: an unlabelled one is
+    still a ledger left behind); [] when the namespace does not exist."""
+    return _operator_configmaps(target, operator_namespace, LEDGER_PREFIX)
+
+
+def window_records(target, operator_namespace=OPERATOR_NAMESPACE):
+    """Every ConfigMap named kvq-window-* in the operator namespace: the nodes a maintenance window saw cordoned
+    (window_record.py), kept while the window runs or for its re-run, deleted when it ends."""
+    return _operator_configmaps(target, operator_namespace, WINDOW_PREFIX)
 
 
 def ledger_data(configmap):
@@ -193,20 +204,26 @@ def snapshot(target, operator_namespace=OPERATOR_NAMESPACE):
     compare two to prove a run wrote nothing there."""
     rest = _rest(target)
     return {"configmaps": dict((cm["metadata"]["name"], cm["metadata"]["resourceVersion"])
-                               for cm in ledger_configmaps(rest, operator_namespace)),
+                               for cm in ledger_configmaps(rest, operator_namespace)
+                               + window_records(rest, operator_namespace)),
             "leases": dict((lease["metadata"]["name"], lease["metadata"]["resourceVersion"])
                            for lease in lock_leases(rest, operator_namespace))}
 
 
 def leftovers(target, namespaces=None, operator_namespace=OPERATOR_NAMESPACE, now=None):
     """What a finished run must not leave, as strings (empty = clean): a ledger of a quota of the given
-    namespaces (or any), a lock in force on one of them, a 0.1.0 ledger annotation, a kvquota Lease in a
-    tenant namespace."""
+    namespaces (or any), a maintenance window's record (only when no namespaces are given: it belongs to no
+    namespace), a lock in force on one of them, a 0.1.0 ledger annotation, a kvquota Lease in a tenant
+    namespace."""
     rest = _rest(target)
     out = []
     for (ns, quota), data in sorted(ledgers(rest, operator_namespace).items(), key=lambda kv: str(kv[0])):
         if not namespaces or ns in namespaces:
             out.append("ledger left for %s/%s: reservations %s" % (ns, quota, reservation_ids([data])))
+    if not namespaces:
+        for cm in window_records(rest, operator_namespace):
+            out.append("window record left: %s/%s (nodes seen cordoned: %s)" % (
+                operator_namespace, cm["metadata"]["name"], (cm.get("data") or {}).get("cordoned")))
     for ns, status in sorted(locks(rest, operator_namespace, now).items()):
         if not namespaces or ns in namespaces:
             out.append("lock left on %s: lease %s/%s held by %s until %s" % (

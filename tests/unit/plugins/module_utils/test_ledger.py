@@ -285,8 +285,8 @@ def test_load_refuses_garbage(text):
 def test_the_adopted_and_displaced_maps_are_written_whole_and_checked():
     ledger, _ignored = reserved(refs={"displaced": {"u1": "tenant-a/m1", "u2": "tenant-a/m2"}})
     # a map is no list: the newer one replaces it (a migration taken back is no longer displaced)
-    more, outcome = L.reserve(ledger, "node-1", FIELD_REPORT, HARD, T0, refs={"displaced": {"u2": "tenant-a/m2"},
-                                                                           "adopted": {"u1": "tenant-a/m1"}})
+    refs = {"displaced": {"u2": "tenant-a/m2"}, "adopted": {"u1": "tenant-a/m1"}}
+    more, outcome = L.reserve(ledger, "node-1", FIELD_REPORT, HARD, T0, refs=refs)
     assert outcome["outcome"] == L.REFS_UPDATED
     assert more.reservations["node-1"].refs["displaced"] == {"u2": "tenant-a/m2"}
     assert L.load(L.dump(more), "tenant-a", "compute") == more
