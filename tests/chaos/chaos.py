@@ -33,14 +33,14 @@ least-privilege user of rbac/clusterrole.yml, injects a fault and checks the clu
   at node_maintenance's cordon and uncordon, while rolling_upgrade's hook runs, and as the reaper releases
   an expired reservation (--cases TEXT: only the cases whose label contains TEXT).
 
-After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace
-annotation too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no
-maintenance window's record left (no kvq-window-* ConfigMap there), no lock in force (no unexpired kvq-lock-* Lease there), no 0.1.0 ledger annotation on a quota or namespace and no
-kvquota Lease in a tenant namespace, every VM Running, off the maintained node, no migration unfinished, the
-node's cordon state as expected. The state is read through tests/lab/kvqlab/state.py. While a play runs, a
-sampler looks at the cluster every ~0.3 s and records any spec.hard below its base (and, in the races campaign,
-any quota whose spec.hard differs from what its ledger says was written: a ledger whose write is under way
-(`previous` recorded) allows the value before it too).
+After each run: every quota's spec.hard equals its base byte for byte (and, for Rancher, the namespace annotation
+too), no ledger left (no kvq-ledger-* ConfigMap in the operator namespace kvquota-system), no maintenance
+window's record left (no kvq-window-* ConfigMap there), no lock in force (no unexpired kvq-lock-* Lease there),
+no 0.1.0 ledger annotation on a quota or namespace and no kvquota Lease in a tenant namespace, every VM Running,
+off the maintained node, no migration unfinished, the node's cordon state as expected. The state is read through
+tests/lab/kvqlab/state.py. While a play runs, a sampler looks at the cluster every ~0.3 s and records any
+spec.hard below its base (and, in the races campaign, any quota whose spec.hard differs from what its ledger says
+was written: a ledger whose write is under way (`previous` recorded) allows the value before it too).
 
 It prints one line of figures per campaign and writes docs/reliability.md from the measured results (unless
 --no-doc). --quick is the reduced version meant for `make test` (every campaign, a few points/cases each).
