@@ -175,7 +175,11 @@ options:
     type: int
     default: 120
   poll_interval:
-    description: Seconds between two looks at the migrations and the pending releases.
+    description:
+      - Seconds between two looks at the migrations and the pending releases.
+      - In follow mode the whole scope is read once per O(poll_interval); while a followed migration runs, its
+        group's migrations are read every 0.5 seconds at most, so that the next migration gets its reservation
+        while the ended one's source pod still holds the room.
     type: float
     default: 1
   overlap:

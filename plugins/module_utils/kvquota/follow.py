@@ -63,6 +63,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import parse_resource_list, remove_zeros
 
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
+FAST_POLL_SECONDS = 0.5
 
 
 def _meta(obj):
@@ -304,12 +305,16 @@ class Follower(object):
         last_full = None
         while True:
             now = self.config.clock()
+            ended_before = self._ended_migrations()
             for group in self.record.batches:
                 if group.state == RUNNING:
                     self.runner.follow(group)
                     if group.state == FINAL:
                         self.record.say(self._progress_line(group))
-            full = last_full is None or now - last_full >= self.config.poll_interval * 0.95
+            # a followed migration just ended: KubeVirt has a free slot now, and its source pod holds the room a
+            # little longer, so the next migration is looked for at once rather than at the next full poll
+            full = (last_full is None or now - last_full >= self.config.poll_interval * 0.95
+                    or self._ended_migrations() > ended_before)
             if full:
                 last_full = now
                 vmims, vmis = self._look()
@@ -326,7 +331,18 @@ class Follower(object):
                     return
                 self._check_overdue()
             self.runner.check_alive()
-            self.config.sleep(self.config.poll_interval)
+            self.config.sleep(self._pause())
+
+    def _ended_migrations(self):
+        return sum(1 for g in self.record.batches for phase in g.phases.values() if phase in FINAL_MIGRATION_PHASES)
+
+    def _pause(self):
+        """poll_interval, or FAST_POLL_SECONDS while a followed migration runs: the groups' migrations (a list per
+        namespace of a group) are looked at that often, so that one ending is seen within its source pod's
+        lifetime; the whole scope is still read once per poll_interval."""
+        running = any(g.state == RUNNING and [p for p in g.phases.values() if p not in FINAL_MIGRATION_PHASES
+                                               and p != "Pending"] for g in self.record.batches)
+        return min(self.config.poll_interval, FAST_POLL_SECONDS) if running else self.config.poll_interval
 
     def _start_groups(self, vmims, vmis):
         followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
@@ -365,13 +381,31 @@ class Follower(object):
             for namespace in sorted(queued & set(group.held)):
                 own = [m for m in group.migrations + group.displaced
                        if m["namespace"] == namespace and not m.get("adopted")]
-                using = [m for m in group.migrations if m["namespace"] == namespace and (
-                    _admitted_live(by_uid.get(m["uid"])) or _waiting(by_uid.get(m["uid"])))]
+                mine = [by_uid.get(m["uid"]) for m in group.migrations if m["namespace"] == namespace]
+                # a room is taken by a migration that runs or waits for it, and, once that one ended, by its
+                # source pod until the pod stops counting in the quota
+                using = [v for v in mine if _admitted_live(v) or _waiting(v) or self._source_counts(v)]
                 nodes = [source_node(by_uid[m["uid"]], vmis) for m in own if m["uid"] in by_uid]
                 if len(own) > len(using):
                     node, count = rooms.get(namespace, (nodes[0] if nodes else None, 0))
                     rooms[namespace] = (node, count + len(own) - len(using))
         return rooms
+
+    def _source_counts(self, vmim):
+        """Whether a migration that ended still has its source pod counting in its namespace's quota (KubeVirt
+        names the pod in status.migrationState.sourcePod). While it does, a queued migration of that namespace
+        cannot take the room: the slot KubeVirt freed goes to a new group (its own room), and the old room is
+        released once the pod has gone, instead of the next migration waiting for it."""
+        if vmim is None or migration_phase(vmim) not in FINAL_MIGRATION_PHASES:
+            return False
+        name = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
+        if not name:
+            return False
+        try:
+            pod = self.cluster.get_pod(_meta(vmim).get("namespace"), name)
+        except NotFoundError:
+            return False
+        return reservations.pod_counts(pod, self.config.clock())
 
     def _adopt(self, vmims, vmis):
         """A migration KubeVirt admitted in scope that no group follows, in a namespace where a group holds a

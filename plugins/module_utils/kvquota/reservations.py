@@ -917,7 +917,7 @@ def _scan(cluster, warnings, operator_namespace):
     return found, orphans, sorted(legacy_targets)
 
 
-def _pod_counts(pod, now):
+def pod_counts(pod, now):
     """Whether a pod still counts in quota usage (as the quota controller sees it)."""
     status = pod.get("status") or {}
     if status.get("phase") in quotas_mod.FINISHED_POD_PHASES:
@@ -1024,7 +1024,7 @@ def _release_blockers(run, state, reservation_id, now):
         uid = pod_ref.get("uid")
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
             continue
-        if _pod_counts(pod, now) and not _is_active_launcher(run, pod):
+        if pod_counts(pod, now) and not _is_active_launcher(run, pod):
             reasons.append("source pod %s/%s still counts" % (pod_ref["namespace"], _pod_label(pod)))
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
@@ -1033,7 +1033,7 @@ def _release_blockers(run, state, reservation_id, now):
     if not fits:
         strings = desired_strings(after)
         over = ", ".join("%s used %s > %s" % (name, used_of(state.quota)[name], strings[name]) for name in names)
-        pods = [pod for pod in run.cluster.list_pods(namespace) if _pod_counts(pod, now)]
+        pods = [pod for pod in run.cluster.list_pods(namespace) if pod_counts(pod, now)]
         pods.sort(key=lambda p: (not (p.get("metadata") or {}).get("deletionTimestamp"),
                                  (p.get("metadata") or {}).get("name")))
         listed = ", ".join(_pod_label(pod) for pod in pods[:8]) + (" and %d more" % (len(pods) - 8)
@@ -1478,4 +1478,4 @@ def list_reservations(cluster, now=None, clock=time.time, operator_namespace=sto
 
 
 __all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
-           "parse_targets", "apply_margin", "settle_interrupted"]
+           "parse_targets", "apply_margin", "settle_interrupted", "pod_counts"]

@@ -594,3 +594,45 @@ def test_a_room_a_queued_migration_will_take_counts_as_a_slot_in_flight(monkeypa
                                                       rooms=rooms)] == ["u1"]
     # no migration queued in t0: the room is only released, it takes no slot
     assert ex.follower._free_rooms([v for v in vmims if v["metadata"]["uid"] != "u2"], cluster.vmis, set(["u0"])) == {}
+
+
+def test_a_room_whose_source_pod_still_counts_is_not_free_and_the_freed_slot_gets_a_new_group(monkeypatch):
+    """The bound ceil(N/p) x T leaves out the seconds a finished migration's source pod takes to end; while it
+    counts in the quota, the namespace's next migration cannot take that room. The slot KubeVirt freed goes to a
+    new group at once (its own room), instead of the next migration waiting for the source pod."""
+    cluster = _Cluster(vms=6)
+    _faked(monkeypatch, cluster)
+    pods = {("t0", "virt-launcher-vm-0-src"): {"metadata": {"name": "virt-launcher-vm-0-src"},
+                                               "status": {"phase": "Running"}}}
+
+    def get_pod(namespace, name):
+        if (namespace, name) not in pods:
+            raise f.NotFoundError("pod %s/%s not found" % (namespace, name), "")
+        return pods[(namespace, name)]
+    cluster.get_pod = get_pod
+    ex = _follower(cluster)
+    group = m.Batch(0, None, [("t0", "vm-0")], "follow-n1-f0", followed=True)
+    group.state, group.final_at, group.deltas, group.held = m.FINAL, 1.0, {("t0", "q"): {"limits.memory": 1}}, ["t0"]
+    group.migrations = [{"namespace": "t0", "name": "done", "uid": "u0", "vm": "vm-0", "reused": True}]
+    ex.record.batches.append(group)
+    done = vmim("t0", "done", "vm-0", "u0", "t0", phase="Succeeded", source="n1", target_pod="p")
+    done["status"]["migrationState"]["sourcePod"] = "virt-launcher-vm-0-src"
+    vmims = [done, vmim("t0", "next", "vm-2", "u2", "t1"), vmim("t1", "other", "vm-1", "u1", "t2")]
+    assert ex.follower._free_rooms(vmims, cluster.vmis, set(["u0"])) == {}
+    # the source pod is gone: the room waits for t0's next migration and takes a slot
+    pods.clear()
+    assert ex.follower._free_rooms(vmims, cluster.vmis, set(["u0"])) == {"t0": ("n1", 1)}
+
+
+def test_the_groups_migrations_are_looked_at_often_while_one_runs(monkeypatch):
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    ex = _follower(cluster)                    # poll_interval 0.5
+    monkeypatch.setattr(f, "FAST_POLL_SECONDS", 0.25)
+    group = m.Batch(0, None, [("t0", "vm-0")], "follow-n1-f0", followed=True)
+    group.state = m.RUNNING
+    ex.record.batches.append(group)
+    group.phases = {"t0/a": "Pending"}
+    assert ex.follower._pause() == 0.5         # nothing runs yet: KubeVirt has not admitted it
+    group.phases = {"t0/a": "Running"}
+    assert ex.follower._pause() == f.FAST_POLL_SECONDS

@@ -67,13 +67,13 @@ def test_margin_never_reserves_less(amount, percent):
 
 def test_pod_counts_like_the_quota_controller():
     running = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
-    assert R._pod_counts(running, T0)
-    assert not R._pod_counts({"metadata": {}, "status": {"phase": "Succeeded"}}, T0)
-    assert not R._pod_counts({"metadata": {}, "status": {"phase": "Failed"}}, T0)
+    assert R.pod_counts(running, T0)
+    assert not R.pod_counts({"metadata": {}, "status": {"phase": "Succeeded"}}, T0)
+    assert not R.pod_counts({"metadata": {}, "status": {"phase": "Failed"}}, T0)
     terminating = {"metadata": {"deletionTimestamp": "2025-01-01T00:00:30Z", "deletionGracePeriodSeconds": 30},
                    "status": {"phase": "Running"}}
-    assert R._pod_counts(terminating, T0 + 60)        # still within its grace period
-    assert not R._pod_counts(terminating, T0 + 61)    # past deletionTimestamp + grace: no longer charged
+    assert R.pod_counts(terminating, T0 + 60)        # still within its grace period
+    assert not R.pod_counts(terminating, T0 + 61)    # past deletionTimestamp + grace: no longer charged
 
 
 def test_rancher_refusal_is_read_from_cattle_status():
