@@ -340,9 +340,9 @@ class Follower(object):
         """poll_interval, or FAST_POLL_SECONDS while a followed migration runs: the groups' migrations (a list per
         namespace of a group) are looked at that often, so that one ending is seen within its source pod's
         lifetime; the whole scope is still read once per poll_interval."""
-        running = any(g.state == RUNNING and [p for p in g.phases.values() if p not in FINAL_MIGRATION_PHASES
-                                               and p != "Pending"] for g in self.record.batches)
-        return min(self.config.poll_interval, FAST_POLL_SECONDS) if running else self.config.poll_interval
+        admitted = [p for g in self.record.batches if g.state == RUNNING for p in g.phases.values()
+                    if p not in FINAL_MIGRATION_PHASES and p != "Pending"]
+        return min(self.config.poll_interval, FAST_POLL_SECONDS) if admitted else self.config.poll_interval
 
     def _start_groups(self, vmims, vmis):
         followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
