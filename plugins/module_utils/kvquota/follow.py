@@ -129,6 +129,12 @@ def _uid_map(refs, key):
     return set(found) if isinstance(found, dict) else set()
 
 
+def _own(group, namespace):
+    """The migrations a group was started (or resumed) for in namespace, given back ones included, adopted ones
+    not: one room of its reservation each."""
+    return [m for m in group.migrations + group.displaced if m["namespace"] == namespace and not m.get("adopted")]
+
+
 def _admitted_live(vmim):
     """A migration that has its target pod and is not final (it holds room in its namespace's quota)."""
     return vmim is not None and migration_phase(vmim) not in FINAL_MIGRATION_PHASES and not never_admitted(vmim)
@@ -379,8 +385,7 @@ class Follower(object):
             if group.state not in (RUNNING, FINAL):
                 continue
             for namespace in sorted(queued & set(group.held)):
-                own = [m for m in group.migrations + group.displaced
-                       if m["namespace"] == namespace and not m.get("adopted")]
+                own = _own(group, namespace)
                 mine = [by_uid.get(m["uid"]) for m in group.migrations if m["namespace"] == namespace]
                 # a room is taken by a migration that runs or waits for it, and, once that one ended, by its
                 # source pod until the pod stops counting in the quota
@@ -458,7 +463,7 @@ class Follower(object):
                 continue
             for namespace in sorted(set(m["namespace"] for m in group.migrations)):
                 mine = [m for m in group.migrations if m["namespace"] == namespace]
-                rooms = len([m for m in mine + group.displaced if m["namespace"] == namespace and not m.get("adopted")])
+                rooms = len(_own(group, namespace))
                 running = [m for m in mine if _admitted_live(by_uid.get(m["uid"]))]
                 waiting = [m for m in mine if not m.get("adopted") and _waiting(by_uid.get(m["uid"]))]
                 excess = len(running) + len(waiting) - rooms

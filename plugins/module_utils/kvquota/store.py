@@ -22,9 +22,11 @@ verified against the quota, copied here, and the annotation removed (adopt_legac
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import hashlib
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     InputError,
     NotFoundError,
@@ -81,6 +83,60 @@ def ledger_name(uid):
 def configmap_path(operator_namespace, name=None):
     path = "/api/v1/namespaces/%s/configmaps" % operator_namespace
     return path + "/" + name if name else path
+
+
+def record_name(prefix, key):
+    """prefix + key as the name of a record ConfigMap, shortened with a hash of key when too long for a ConfigMap
+    name (253)."""
+    name = prefix + str(key)
+    if len(name) <= 253:
+        return name
+    return name[:242].rstrip("-.") + "-" + hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:10]
+
+
+def record_configmap(cluster, operator_namespace, name):
+    """The record ConfigMap `name` of the operator namespace, or None."""
+    return cluster.exists(configmap_path(operator_namespace, name),
+                          "get configmap %s in namespace %s" % (name, operator_namespace))
+
+
+def save_record(cluster, operator_namespace, name, read, updated, annotations, what):
+    """Create, or conditionally update, the record ConfigMap `name` of the operator namespace (the stopped VMs of
+    vmpower.py, a window's cordoned nodes of window_record.py): read() -> (its ConfigMap or None, its content);
+    updated(content) -> its new data, or None when nothing changes. A concurrent writer (409, on create as on
+    update) makes it read and compute again (cluster.conditional_update)."""
+    def compute(current):
+        configmap, content = current
+        data = updated(content)
+        if data is None:
+            return None
+        if configmap is None:
+            return {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": operator_namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                                 "annotations": dict(annotations)},
+                    "data": data}
+        return dict(configmap, data=data)
+
+    def write(body):
+        where = "configmap %s in namespace %s" % (name, operator_namespace)
+        if body["metadata"].get("resourceVersion"):
+            return cluster.replace(body, "update " + where)
+        return cluster.create(configmap_path(operator_namespace), body, "create " + where)
+
+    return conditional_update(read, compute, write, what=what)
+
+
+def delete_record(cluster, operator_namespace, configmap):
+    """Delete a record ConfigMap as read (its resourceVersion: a concurrent change is a 409); False when it is gone
+    already."""
+    meta = _meta(configmap)
+    try:
+        cluster.delete(configmap_path(operator_namespace, meta.get("name")),
+                       "delete configmap %s in namespace %s" % (meta.get("name"), operator_namespace),
+                       resource_version=meta.get("resourceVersion"))
+    except NotFoundError:
+        return False
+    return True
 
 
 def ledger_configmap(operator_namespace, quota, ledger, existing=None):

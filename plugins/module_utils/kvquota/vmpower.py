@@ -18,13 +18,10 @@ KubeVirt's start/stop semantics apply: spec.running false/true, or runStrategy H
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import hashlib
 import json
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
-    conditional_update,
-    custom_path,
-)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -35,17 +32,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 SUBRESOURCES = ("subresources.kubevirt.io", "v1")
 RECORD_PREFIX = "kvq-stopped-"
 RECORD_KEY = "vms"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kvquota.maintenance"}
-DEFAULT_OPERATOR_NAMESPACE = "kvquota-system"
+DEFAULT_OPERATOR_NAMESPACE = store.DEFAULT_OPERATOR_NAMESPACE
 
 
 def record_name(node):
-    """kvq-stopped-<node>; a node name too long for that (ConfigMap names: 253) is shortened with a hash."""
-    name = RECORD_PREFIX + str(node)
-    if len(name) <= 253:
-        return name
-    digest = hashlib.sha256(str(node).encode("utf-8")).hexdigest()[:10]
-    return name[:242].rstrip("-.") + "-" + digest
+    """kvq-stopped-<node> (store.record_name: shortened with a hash when too long)."""
+    return store.record_name(RECORD_PREFIX, node)
 
 
 def owner_vm(vmi):
@@ -76,52 +68,27 @@ def parse_record(configmap):
     return vms
 
 
-def _record_path(operator_namespace, name=None):
-    path = "/api/v1/namespaces/%s/configmaps" % operator_namespace
-    return path + ("/%s" % name if name else "")
-
-
 def _subresource_path(vm, action):
     return custom_path(SUBRESOURCES[0], SUBRESOURCES[1], "virtualmachines", vm["namespace"], vm["name"]) + "/" + action
 
 
 def read_record(cluster, operator_namespace, node):
     """(the ConfigMap or None, its VMs)."""
-    name = record_name(node)
-    configmap = cluster.exists(_record_path(operator_namespace, name),
-                               "get configmap %s in namespace %s" % (name, operator_namespace))
+    configmap = store.record_configmap(cluster, operator_namespace, record_name(node))
     return configmap, parse_record(configmap)
 
 
 def _add_to_record(cluster, operator_namespace, node, vms):
     """Add vms to the node's record (create it, or a conditional update of the current one)."""
-    name = record_name(node)
-    what = "configmap %s in namespace %s" % (name, operator_namespace)
-
-    def read():
-        return read_record(cluster, operator_namespace, node)
-
-    def compute(current):
-        configmap, recorded = current
+    def updated(recorded):
         known = set((vm["namespace"], vm["name"], vm["uid"]) for vm in recorded)
         added = [vm for vm in vms if (vm["namespace"], vm["name"], vm["uid"]) not in known]
-        if not added:
-            return None
-        data = {RECORD_KEY: json.dumps(recorded + added, sort_keys=True)}
-        if configmap is None:
-            return {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": name, "namespace": operator_namespace, "labels": dict(MANAGED_BY),
-                                 "annotations": {"kvquota.maintenance/node": str(node)}},
-                    "data": data}
-        return dict(configmap, data=data)
+        return {RECORD_KEY: json.dumps(recorded + added, sort_keys=True)} if added else None
 
-    def write(body):
-        if body["metadata"].get("resourceVersion"):
-            return cluster.replace(body, "update " + what)
-        # created meanwhile by another run: 409 AlreadyExists, a ConflictError, so it is re-read and merged
-        return cluster.create(_record_path(operator_namespace), body, "create " + what)
-
-    return conditional_update(read, compute, write, what="record the stopped VMs in " + what)
+    name = record_name(node)
+    return store.save_record(cluster, operator_namespace, name, lambda: read_record(cluster, operator_namespace, node),
+                             updated, {"kvquota.maintenance/node": str(node)},
+                             "record the stopped VMs in configmap %s in namespace %s" % (name, operator_namespace))
 
 
 def _power(cluster, vm, action):
@@ -165,11 +132,5 @@ def start(cluster, node, operator_namespace=DEFAULT_OPERATOR_NAMESPACE, check_mo
     if check_mode:
         return {"vms": current, "started": [], "gone": gone, "changed": True}
     started = [vm for vm in current if _power(cluster, vm, "start")]
-    name = configmap["metadata"]["name"]
-    try:
-        cluster.delete(_record_path(operator_namespace, name),
-                       "delete configmap %s in namespace %s" % (name, operator_namespace),
-                       resource_version=configmap["metadata"]["resourceVersion"])
-    except NotFoundError:
-        pass
+    store.delete_record(cluster, operator_namespace, configmap)
     return {"vms": current, "started": started, "gone": gone, "changed": True}

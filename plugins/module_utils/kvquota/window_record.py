@@ -14,28 +14,19 @@ window's record says nothing about a new one. The window deletes its record when
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import hashlib
 import json
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import format_time, parse_time
 
 RECORD_PREFIX = "kvq-window-"
 RECORD_KEY = "cordoned"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kvquota.maintenance"}
 
 
 def record_name(prefix):
-    """kvq-window-<prefix>, shortened with a hash when too long for a ConfigMap name (253)."""
-    name = RECORD_PREFIX + str(prefix)
-    if len(name) <= 253:
-        return name
-    return name[:242].rstrip("-.") + "-" + hashlib.sha256(str(prefix).encode("utf-8")).hexdigest()[:10]
-
-
-def _path(operator_namespace, name=None):
-    return "/api/v1/namespaces/%s/configmaps" % operator_namespace + ("/%s" % name if name else "")
+    """kvq-window-<prefix> (store.record_name: shortened with a hash when too long)."""
+    return store.record_name(RECORD_PREFIX, prefix)
 
 
 def parse_record(configmap):
@@ -57,9 +48,7 @@ def parse_record(configmap):
 
 def read(cluster, operator_namespace, prefix):
     """(the ConfigMap or None, its nodes)."""
-    name = record_name(prefix)
-    configmap = cluster.exists(_path(operator_namespace, name),
-                               "get configmap %s in namespace %s" % (name, operator_namespace))
+    configmap = store.record_configmap(cluster, operator_namespace, record_name(prefix))
     return configmap, parse_record(configmap)
 
 
@@ -78,48 +67,23 @@ def still_valid(nodes, current_uids, now, ttl_seconds):
 
 def add(cluster, operator_namespace, prefix, seen, now):
     """Record seen ({node: Node UID}) as cordoned at now: create the record or update it conditionally."""
-    name = record_name(prefix)
-    what = "configmap %s in namespace %s" % (name, operator_namespace)
-
-    def compute(current):
-        configmap, nodes = current
+    def updated(nodes):
         wanted = dict(nodes)
         for node, uid in seen.items():
             if (wanted.get(node) or {}).get("uid") != uid:
                 wanted[node] = {"uid": uid, "seen": format_time(now)}
-        if wanted == nodes and configmap is not None:
-            return None
-        data = {RECORD_KEY: json.dumps(wanted, sort_keys=True)}
-        if configmap is None:
-            return {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": name, "namespace": operator_namespace, "labels": dict(MANAGED_BY),
-                                 "annotations": {"kvquota.maintenance/window": str(prefix)}},
-                    "data": data}
-        return dict(configmap, data=data)
+        return {RECORD_KEY: json.dumps(wanted, sort_keys=True)} if wanted != nodes else None
 
-    def write(body):
-        if body["metadata"].get("resourceVersion"):
-            return cluster.replace(body, "update " + what)
-        # created meanwhile by another run: 409 AlreadyExists, a ConflictError, so it is re-read and merged
-        return cluster.create(_path(operator_namespace), body, "create " + what)
-
-    return conditional_update(lambda: read(cluster, operator_namespace, prefix), compute, write,
-                              what="record the cordoned nodes in " + what)
+    name = record_name(prefix)
+    return store.save_record(cluster, operator_namespace, name, lambda: read(cluster, operator_namespace, prefix),
+                             updated, {"kvquota.maintenance/window": str(prefix)},
+                             "record the cordoned nodes in configmap %s in namespace %s" % (name, operator_namespace))
 
 
 def remove(cluster, operator_namespace, prefix):
-    """Delete the record (the window ended); nothing when there is none."""
-    try:
-        configmap = cluster.exists(_path(operator_namespace, record_name(prefix)), "get configmap %s in namespace %s"
-                                   % (record_name(prefix), operator_namespace))
-        if configmap is None:
-            return False
-        cluster.delete(_path(operator_namespace, configmap["metadata"]["name"]),
-                       "delete configmap %s in namespace %s" % (configmap["metadata"]["name"], operator_namespace),
-                       resource_version=configmap["metadata"].get("resourceVersion"))
-    except NotFoundError:
-        return False
-    return True
+    """Delete the record (the window ended); False when there is none."""
+    configmap = store.record_configmap(cluster, operator_namespace, record_name(prefix))
+    return configmap is not None and store.delete_record(cluster, operator_namespace, configmap)
 
 
 __all__ = ["record_name", "parse_record", "read", "still_valid", "add", "remove"]

@@ -54,26 +54,27 @@ def _parse(text):
 # ---------------------------------------------------------------------------
 # ledgers
 
-def _operator_configmaps(target, operator_namespace, prefix):
+def _operator_configmaps(target, operator_namespace, prefixes):
+    """The ConfigMaps of the operator namespace whose name starts with one of prefixes (one list request)."""
     try:
         items = _rest(target).get("/api/v1/namespaces/%s/configmaps" % operator_namespace)["items"]
     except ApiException as exc:
         if exc.status == 404:
             return []
         raise
-    return [cm for cm in items if cm["metadata"]["name"].startswith(prefix)]
+    return [cm for cm in items if cm["metadata"]["name"].startswith(tuple(prefixes))]
 
 
 def ledger_configmaps(target, operator_namespace=OPERATOR_NAMESPACE):
     """Every ConfigMap named kvq-ledger-* in the operator namespace (labelled or not: an unlabelled one is
     still a ledger left behind); [] when the namespace does not exist."""
-    return _operator_configmaps(target, operator_namespace, LEDGER_PREFIX)
+    return _operator_configmaps(target, operator_namespace, [LEDGER_PREFIX])
 
 
 def window_records(target, operator_namespace=OPERATOR_NAMESPACE):
     """Every ConfigMap named kvq-window-* in the operator namespace: the nodes a maintenance window saw cordoned
     (window_record.py), kept while the window runs or for its re-run, deleted when it ends."""
-    return _operator_configmaps(target, operator_namespace, WINDOW_PREFIX)
+    return _operator_configmaps(target, operator_namespace, [WINDOW_PREFIX])
 
 
 def ledger_data(configmap):
@@ -204,8 +205,7 @@ def snapshot(target, operator_namespace=OPERATOR_NAMESPACE):
     compare two to prove a run wrote nothing there."""
     rest = _rest(target)
     return {"configmaps": dict((cm["metadata"]["name"], cm["metadata"]["resourceVersion"])
-                               for cm in ledger_configmaps(rest, operator_namespace)
-                               + window_records(rest, operator_namespace)),
+                               for cm in _operator_configmaps(rest, operator_namespace, [LEDGER_PREFIX, WINDOW_PREFIX])),
             "leases": dict((lease["metadata"]["name"], lease["metadata"]["resourceVersion"])
                            for lease in lock_leases(rest, operator_namespace))}
 
