@@ -113,9 +113,20 @@ options:
       - The batches to run, in order, as M(kvquota.maintenance.kvquota_check) returns them in RV(kvquota.maintenance.kvquota_check#module:batches)
         (each with C(vms), a list of C(namespace/name) strings or C(namespace)/C(name) dicts), or plain lists of VMs.
       - A VM that no longer runs on O(node) when its batch starts is left out.
-      - Required with O(mode=drive); not used with O(mode=follow).
+      - With O(mode=drive) give O(batches) or O(plan); not used with O(mode=follow).
     type: list
     elements: raw
+  plan:
+    description:
+      - The versioned plan M(kvquota.maintenance.kvquota_check) returns with C(plan=true) (RV(kvquota.maintenance.kvquota_check#module:plan)),
+        made for O(node): its batches run, and each batch's reservation is computed from the plan's exact charges,
+        re-reading only that batch's VMIs, namespaces and quotas, the ledgers and the KubeVirt CR. A VM whose
+        VMI (UID, resourceVersion), namespace labels, tracked resource names or KubeVirt CR changed since the plan,
+        or with other sizing overrides, is sized again from a full read of its namespace.
+      - A plan of another kind or version, or for other nodes, is an error before anything is read or changed.
+      - Mutually exclusive with O(batches).
+    type: dict
+    version_added: 0.2.0
   reservation_prefix:
     description:
       - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
@@ -363,6 +374,7 @@ progress:
 import os
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
@@ -411,8 +423,11 @@ def _controller_alive():
 
 def migrate(module):
     params = module.params
+    config = executor_config(params, module.check_mode)
+    # a plan that does not load changes nothing: checked before the cluster is touched
+    planned = versioned.load(params['plan'], node=params['node']) if params['plan'] is not None else None
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
-    return migrate_mod.Executor(cluster, executor_config(params, module.check_mode), params['batches'] or []).run()
+    return migrate_mod.Executor(cluster, config, params['batches'] or [], planned).run()
 
 
 def executor_config(params, check_mode):
@@ -446,6 +461,7 @@ def main():
             follow_idle_seconds=dict(type='int', default=60),
             deadline_seconds=dict(type='int'),
             batches=dict(type='list', elements='raw'),
+            plan=dict(type='dict'),
             reservation_prefix=dict(type='str'),
             owner=dict(type='str'),
             reason=dict(type='str'),
@@ -466,7 +482,8 @@ def main():
             overhead_ratio=dict(type='str'),
         ),
         supports_check_mode=True,
-        required_if=[('mode', 'drive', ('node', 'batches'))],
+        required_if=[('mode', 'drive', ('node',)), ('mode', 'drive', ('batches', 'plan'), True)],
+        mutually_exclusive=[('batches', 'plan')],
     )
     run(module, migrate)
 

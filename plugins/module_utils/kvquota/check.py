@@ -107,7 +107,9 @@ class ScopePlan(object):
         self.__dict__.update(fields)
 
 
-def _plan_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
+def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
+    """The NamespacePlan of one namespace; schedule: (batches as lists of keys, batch_of or None). snapshot needs
+    its namespaces, quotas and ledgers (and the Rancher projects, for the backend)."""
     keys, batch_of = schedule
     ns_obj = (snapshot.get("namespaces") or {}).get(namespace) or {}
     raw_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: meta(o).get("name"))
@@ -144,7 +146,7 @@ def plan(snapshot, options=None):
     batch_of = q.batch_index(keys)
 
     # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
-    namespaces = dict((namespace, _plan_namespace(snapshot, options, namespace, vms_by_ns[namespace],
+    namespaces = dict((namespace, plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
                                                   idle_by_ns[namespace], (keys, batch_of), facts))
                       for namespace in sorted(snapshot.get("namespaces") or {}))
     return ScopePlan(config=config, limits=limits, facts=facts, movers=movers, capacity=capacity, batches=batches,

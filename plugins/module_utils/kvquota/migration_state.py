@@ -201,9 +201,10 @@ class RunRecord(object):
     migrations created, reused (followed) and cancelled, what an interrupted run left (resumed), the peak
     extra quota per namespace."""
 
-    def __init__(self, config, batches):
+    def __init__(self, config, batches, plan=None):
         self.config = config
         self.batches = batches
+        self.plan = plan         # drive mode: kvquota_check's versioned plan (plan.Plan) the batches come from, or None
         self.started = None
         self.log = []
         self.created, self.reused, self.cancelled = [], [], []

@@ -454,7 +454,7 @@ def _reserve_writing(cluster):
 
 
 def _startable(monkeypatch, cluster):
-    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None: (
+    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
     monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
