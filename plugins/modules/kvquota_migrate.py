@@ -200,6 +200,16 @@ options:
       - V(false) starts each batch only after every earlier reservation is released.
     type: bool
     default: true
+  cordon:
+    description:
+      - O(mode=drive) only. Mark O(node) unschedulable (as C(kubectl cordon)) after every input was checked
+        (the options, O(plan)) and an interrupted earlier run was resumed, before the first batch, so that a bad
+        input leaves the node as it was and no separate dry run is needed. RV(cordon) says whether this run
+        cordoned it. Uncordoning stays with the caller (after its maintenance).
+      - The write is a merge patch conditional on the node's resourceVersion (RBAC C(patch) on nodes).
+    type: bool
+    default: false
+    version_added: 0.2.0
   lock_timeout:
     description:
       - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
@@ -352,6 +362,13 @@ mode:
   description: V(drive) or V(follow).
   returned: always
   type: str
+cordon:
+  description:
+    - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it
+      already was, V(untouched) without O(cordon) or when the run stopped before the cordon.
+  returned: always
+  type: str
+  sample: cordoned
 scope:
   description: What the run covered, as text (C(node node-1), C(nodes node-1; namespaces a), C(the cluster)).
   returned: always
@@ -445,7 +462,7 @@ def executor_config(params, check_mode):
         completion_timeout_per_gib=params['completion_timeout_per_gib'], progress_timeout=params['progress_timeout'],
         scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
         stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
-        overlap=params['overlap'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
+        overlap=params['overlap'], cordon=params['cordon'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
         overhead_ratio=params['overhead_ratio'], check_mode=check_mode, alive=_controller_alive(),
         operator_namespace=params['operator_namespace'])
 
@@ -477,6 +494,7 @@ def main():
             stop_release_timeout=dict(type='int', default=120),
             poll_interval=dict(type='float', default=1),
             overlap=dict(type='bool', default=True),
+            cordon=dict(type='bool', default=False),
             lock_timeout=dict(type='int', default=120),
             kubevirt_version=dict(type='str'),
             overhead_ratio=dict(type='str'),

@@ -141,6 +141,9 @@ class BatchRunner(object):
             return
         vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
         needs, refs, sized = headroom_mod.batch_headroom(self.cluster, vms, self.config.sizing, self.record.plan)
+        if self.record.plan is not None and not sized.get("from_plan"):
+            self.record.say("%s: sized again from a fresh read (a VM, its namespace or the KubeVirt configuration "
+                            "changed since the plan)" % batch.label())
         memory = [(sized.get("charges", {}).get(key) or {}).get("requests.memory", 0) for key in batch.vms]
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
         # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are

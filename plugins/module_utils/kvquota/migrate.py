@@ -40,6 +40,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.batch_runner import BatchRunner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError, NotFoundError, WaitTimeoutError
@@ -149,11 +150,15 @@ class Executor(object):
         if self.config.mode == "follow":
             return self.follower.run(resume)
         self.record.started = self.config.clock()
-        if self.cluster.exists("/api/v1/nodes/%s" % self.config.node, "read node %s" % self.config.node) is None:
+        node = self.cluster.exists("/api/v1/nodes/%s" % self.config.node, "read node %s" % self.config.node)
+        if node is None:
             raise NotFoundError("node '%s' not found" % self.config.node,
                                 "check the name with `kubectl get nodes`; nothing was changed")
         if resume:
             self.resume()
+        if self.config.cordon:
+            # after every input was checked (ExecutorConfig.build, the plan) and an interrupted run resumed
+            self.record.cordon = drain.cordon(self.cluster, node, self.config.check_mode)
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
         return self.stopper.guarded(self._plan, self._loop)

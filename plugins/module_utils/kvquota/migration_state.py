@@ -214,6 +214,7 @@ class RunRecord(object):
         self.per_gib_now = None
         self.progress_now = None
         self.ended_by = None     # follow mode: the stop condition that ended the run
+        self.cordon = "untouched"  # drive mode with cordon: cordoned (by this run) or was_cordoned (before it)
 
     def say(self, line):
         self.log.append(line)
