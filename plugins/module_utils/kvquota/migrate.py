@@ -173,7 +173,7 @@ class Executor(object):
             now = self.config.clock()
             full = last_full is None or now - last_full >= self.config.poll_interval * 0.95
             for batch in self.record.batches:
-                if batch.state == RUNNING:
+                if batch.state == RUNNING and batch.launched is not None:
                     self.runner.follow(batch)
                     if batch.state == FINAL:
                         self.record.say(self.runner.progress_line(batch))
@@ -184,7 +184,14 @@ class Executor(object):
                         self.runner.try_release(batch)
             batch = self.scheduler.next()
             if batch is not None:
-                self.runner.start(batch)
+                if batch.state == RUNNING:   # prepared while the previous batch migrated
+                    self.runner.launch(batch)
+                else:
+                    self.runner.start(batch)
+                continue
+            ahead = self.scheduler.ahead()
+            if ahead is not None:
+                self.runner.prepare(ahead)
                 continue
             if self.scheduler.done():
                 return
