@@ -362,6 +362,16 @@ mode:
   description: V(drive) or V(follow).
   returned: always
   type: str
+vms_left:
+  description:
+    - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) (C(status.nodeName)) with
+      C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason): VMs that cannot
+      live-migrate, or (in check mode) every VM the batches would move.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{namespace: tenant-a, name: db-1, migratable: false, reason: "cannot migrate VMI: PVC rootdisk is not shared"}]
+  version_added: 0.2.0
 cordon:
   description:
     - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it

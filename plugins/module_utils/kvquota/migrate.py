@@ -47,7 +47,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.follow import Follower
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import VMI_NODE_LABEL
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
     FINAL,
     PENDING,
@@ -67,6 +68,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migrat
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.scheduler import Scheduler, next_batch
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.stopper import Stopper
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.vm_entries import live_migratable
 
 
 class Executor(object):
@@ -161,7 +163,23 @@ class Executor(object):
             self.record.cordon = drain.cordon(self.cluster, node, self.config.check_mode)
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
-        return self.stopper.guarded(self._plan, self._loop)
+        result = self.stopper.guarded(self._plan, self._loop)
+        result["vms_left"] = self.vms_left()
+        return result
+
+    def vms_left(self):
+        """The Running VMIs still on the node (status.nodeName, which only KubeVirt writes; the label narrows the
+        list only), each with whether KubeVirt says it can live-migrate: what the caller does with them next."""
+        left = []
+        for vmi in self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                                            label_selector="%s=%s" % (VMI_NODE_LABEL, self.config.node)):
+            status = vmi.get("status") or {}
+            if status.get("nodeName") != self.config.node or status.get("phase") != "Running":
+                continue
+            migratable, reason = live_migratable(vmi)
+            left.append({"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],
+                         "migratable": migratable is not False, "reason": reason})
+        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
 
     def _plan(self):
         for batch in self.record.batches:
