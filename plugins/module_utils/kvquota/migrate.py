@@ -11,7 +11,9 @@ is final, topping the reservation up when quota admission still refuses a target
 reservation once the batch's source pods are gone (reservations.release, one non-blocking check per poll).
 
 Pipelining (overlap=True, the default): one batch is in flight at a time (KubeVirt's parallel limits count
-migrations in flight), and the next one starts as soon as the previous one's migrations are final. A batch
+migrations in flight), and the next one starts as soon as the previous one's migrations are final. Its
+reservation is made while the previous batch migrates (scheduler.batch_ahead, BatchRunner.prepare), so that
+starting it is only creating its migrations (BatchRunner.launch). A batch
 that would expand a namespace whose reservation from an earlier batch is not released yet waits, and a later
 batch whose namespaces are all free goes first instead (see next_batch): so no namespace's quota is ever expanded
 for more than one batch at once, and the release of one batch (its source pods ending) overlaps the next
