@@ -169,11 +169,17 @@ def test_scenario_d_moves_every_vm_and_restores_every_quota(lab, r, user, scenar
     assert sorted(res["reservations_released"]) == sorted(res["reservations_made"])
     assert len(res["reservations_made"]) == 10
 
-    # batches overlapped (a later batch started before an earlier one was released), one in flight at a time
+    # batches overlapped (a later batch started before an earlier one was released), one in flight at a time: a
+    # batch's migrations are created (launched) only once the earlier batch's are final; its reservation may be
+    # made before (prepared while the earlier one migrates), never in a namespace the earlier one holds
     runs = sorted(res["batches"], key=lambda b: b["order"])
     assert [b["state"] for b in runs] == ["released"] * 10
     for earlier, later in zip(runs, runs[1:]):
-        assert later["started"] >= earlier["started"] + earlier["seconds"] - 0.01, (earlier, later)
+        assert later["started"] + later["launch_seconds"] >= earlier["started"] + earlier["seconds"] - 0.01, (earlier, later)
+        assert not set(v.split("/")[0] for v in later["vms"]) & set(v.split("/")[0] for v in earlier["vms"]) \
+            or later["started"] >= earlier["started"] + earlier["released_seconds"] - 0.01, (earlier, later)
+    assert any(later["started"] < earlier["started"] + earlier["seconds"] for earlier, later in zip(runs, runs[1:])), \
+        "no batch was prepared while the one before it migrated: %s" % runs
     assert any(later["started"] < earlier["started"] + earlier["released_seconds"]
                for earlier, later in zip(runs, runs[1:])), runs
 
