@@ -123,7 +123,7 @@ options:
   plan:
     description:
       - The versioned plan M(kvquota.maintenance.kvquota_check) returns with C(plan=true) (RV(kvquota.maintenance.kvquota_check#module:plan)),
-        made for O(node): its batches run, and each batch's reservation is computed from the plan's exact charges,
+        made for O(node). Its batches run, and each batch's reservation is computed from the plan's exact charges,
         re-reading only that batch's VMIs, namespaces and quotas, the ledgers and the KubeVirt CR. A VM whose
         VMI (UID, resourceVersion), namespace labels, tracked resource names or KubeVirt CR changed since the plan,
         or with other sizing overrides, is sized again from a full read of its namespace.
@@ -369,8 +369,8 @@ mode:
 vms_left:
   description:
     - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) (C(status.nodeName)) with
-      C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason): VMs that cannot
-      live-migrate, or (in check mode) every VM the batches would move.
+      C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason). These are VMs that
+      cannot live-migrate, or (in check mode) every VM the batches would move.
   returned: success
   type: list
   elements: dict

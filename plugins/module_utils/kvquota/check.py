@@ -146,9 +146,10 @@ def plan(snapshot, options=None):
     batch_of = q.batch_index(keys)
 
     # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
-    namespaces = dict((namespace, plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
-                                                  idle_by_ns[namespace], (keys, batch_of), facts))
-                      for namespace in sorted(snapshot.get("namespaces") or {}))
+    namespaces = {}
+    for namespace in sorted(snapshot.get("namespaces") or {}):
+        namespaces[namespace] = plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
+                                                  idle_by_ns[namespace], (keys, batch_of), facts)
     return ScopePlan(config=config, limits=limits, facts=facts, movers=movers, capacity=capacity, batches=batches,
                      keys=keys, batch_of=batch_of, namespaces=namespaces)
 
@@ -224,8 +225,8 @@ def check(cluster, scope=None, options=None):
     if options.get("plan"):
         report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
     # the named nodes as they were before anything moved (node_maintenance's state line after a failure)
-    report["scope_nodes"] = dict((name, {"unschedulable": bool(((snapshot.get("nodes") or {}).get(name, {}).get("spec") or {})
-                                                                .get("unschedulable"))})
+    nodes = snapshot.get("nodes") or {}
+    report["scope_nodes"] = dict((name, {"unschedulable": bool(((nodes.get(name) or {}).get("spec") or {}).get("unschedulable"))})
                                  for name in (snapshot.get("scope") or {}).get("nodes") or [])
     report["requests"] = snapshot.get("requests")
     return report

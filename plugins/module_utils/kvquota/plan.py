@@ -101,9 +101,8 @@ def build(snapshot, options, movers, batches, cluster_facts, now):
         "created": now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "scope": dict(snapshot.get("scope") or {}),
         "sizing": dict((name, options.get(name)) for name in SIZING_OPTIONS),
-        "kubevirt": None if not kubevirt else {"namespace": meta(kubevirt).get("namespace"),
-                                                "name": meta(kubevirt).get("name"), "uid": meta(kubevirt).get("uid"),
-                                                "resourceVersion": meta(kubevirt).get("resourceVersion")},
+        "kubevirt": None if not kubevirt else dict((key, meta(kubevirt).get(key))
+                                                   for key in ("namespace", "name", "uid", "resourceVersion")),
         "cluster_facts": dict(cluster_facts),
         "batches": [list(batch) for batch in batches],
         "namespaces": namespaces,
