@@ -15,6 +15,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
@@ -98,9 +99,8 @@ def refused_migrations(cluster, migrations):
     keys = _vm_keys(migrations, "migrations")
     refused = []
     for namespace, name in keys:
-        vmim = cluster.call(cluster.custom.get_namespaced_custom_object, KUBEVIRT[0], KUBEVIRT[1], namespace,
-                            "virtualmachineinstancemigrations", name,
-                            what="get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
+        vmim = cluster.get(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations", namespace, name),
+                           "get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
         condition = admission.rejected_condition(vmim)
         if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_MIGRATION_PHASES:
             continue
