@@ -29,6 +29,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -196,7 +197,7 @@ def select_evictions(impostor_pods, force=False, ignore_daemonsets=False, delete
 
 
 def eviction_path(namespace, name):
-    return "/api/v1/namespaces/%s/pods/%s/eviction" % (namespace, name)
+    return api_path("v1", "pods", namespace, name) + "/eviction"
 
 
 def _eviction_body(pod):
