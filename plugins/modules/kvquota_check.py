@@ -100,6 +100,13 @@ options:
     type: str
     choices: [compact, full]
     default: compact
+  plan:
+    description:
+      - Also return RV(plan), the versioned plan M(kvquota.maintenance.kvquota_migrate) takes as O(kvquota.maintenance.kvquota_migrate#module:plan)
+        (the node_maintenance role asks for it). It grows with the migrating VMs (a few hundred bytes each).
+    type: bool
+    default: false
+    version_added: 0.2.0
   report_file:
     description:
       - Also write the full report (as with O(report=full)) as JSON to this path on the host the module runs
@@ -188,6 +195,37 @@ report_file:
   description: The path the full report was written to.
   returned: when O(report_file) is set
   type: str
+plan:
+  description:
+    - The versioned plan (C(kind) V(kvquota.maintenance/plan), C(version) 1) for O(kvquota.maintenance.kvquota_migrate#module:plan)
+      - C(batches) as in RV(batches), and per migrating VM (C(vms), key C(namespace/name)) what its reservation is
+      computed from - C(charge) (the migration's charge), C(pod_charge) (the target pod alone), C(source) (the live
+      source pod's usage) and C(facts) (what quota scopes look at) - with the identity and C(resourceVersion) of the
+      VMI, the KubeVirt CR (C(kubevirt)), per namespace its C(labels) and the resource names its quotas C(tracks),
+      the sizing overrides (C(sizing)) and C(cluster_facts).
+    - Amounts are exact integers of nano-units (the value times 10^9), never formatted strings.
+  returned: when O(plan=true)
+  type: dict
+  sample:
+    kind: kvquota.maintenance/plan
+    version: 1
+    created: "2026-11-25T01:30:00Z"
+    scope: {nodes: [node-1], namespaces: []}
+    sizing: {kubevirt_version: null, overhead_ratio: null}
+    kubevirt: {namespace: kubevirt, name: kubevirt, uid: 5b0c..., resourceVersion: "1204"}
+    cluster_facts: {harvester: false, harvester_version: null, rancher_projects: false, aaq: false}
+    batches: [[tenant-a/vm1]]
+    namespaces: {tenant-a: {labels: {kubernetes.io/metadata.name: tenant-a}, tracks: [limits.memory]}}
+    vms:
+      tenant-a/vm1:
+        uid: 8a1f...
+        resourceVersion: "5521"
+        node: node-1
+        charge: {limits.memory: 2415919104000000000}
+        pod_charge: {limits.memory: 2415919104000000000}
+        source: {limits.memory: 2415919104000000000}
+        source_pod: {name: virt-launcher-vm1-abcde, uid: 0c3e...}
+        facts: {priority_class_name: null, terminating: false, best_effort: false, cross_namespace_pod_affinity: false}
 batches:
   description:
     - The planned migration batches, each with its index, VMs (C(namespace/name)) and source nodes; the
@@ -287,6 +325,7 @@ def check(module):
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     options = dict((name, params[name]) for name in PLAN_OPTIONS if params[name] is not None)
     options['operator_namespace'] = params['operator_namespace']
+    options['plan'] = params['plan']
     report = check_mod.check(cluster, {'nodes': params['nodes'], 'namespaces': params['namespaces']}, options)
     # exit_json reserves 'warnings' for strings; the report's warnings are structured findings.
     report['findings'] = report.pop('warnings', [])
@@ -318,6 +357,7 @@ def main():
             node_capacity=dict(type='bool', default=True),
             report=dict(type='str', choices=['compact', 'full'], default='compact'),
             report_file=dict(type='path'),
+            plan=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )

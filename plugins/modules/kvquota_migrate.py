@@ -113,9 +113,20 @@ options:
       - The batches to run, in order, as M(kvquota.maintenance.kvquota_check) returns them in RV(kvquota.maintenance.kvquota_check#module:batches)
         (each with C(vms), a list of C(namespace/name) strings or C(namespace)/C(name) dicts), or plain lists of VMs.
       - A VM that no longer runs on O(node) when its batch starts is left out.
-      - Required with O(mode=drive); not used with O(mode=follow).
+      - With O(mode=drive) give O(batches) or O(plan); not used with O(mode=follow).
     type: list
     elements: raw
+  plan:
+    description:
+      - The versioned plan M(kvquota.maintenance.kvquota_check) returns with C(plan=true) (RV(kvquota.maintenance.kvquota_check#module:plan)),
+        made for O(node): its batches run, and each batch's reservation is computed from the plan's exact charges,
+        re-reading only that batch's VMIs, namespaces and quotas, the ledgers and the KubeVirt CR. A VM whose
+        VMI (UID, resourceVersion), namespace labels, tracked resource names or KubeVirt CR changed since the plan,
+        or with other sizing overrides, is sized again from a full read of its namespace.
+      - A plan of another kind or version, or for other nodes, is an error before anything is read or changed.
+      - Mutually exclusive with O(batches).
+    type: dict
+    version_added: 0.2.0
   reservation_prefix:
     description:
       - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
@@ -189,6 +200,16 @@ options:
       - V(false) starts each batch only after every earlier reservation is released.
     type: bool
     default: true
+  cordon:
+    description:
+      - O(mode=drive) only. Mark O(node) unschedulable (as C(kubectl cordon)) after every input was checked
+        (the options, O(plan)) and an interrupted earlier run was resumed, before the first batch, so that a bad
+        input leaves the node as it was and no separate dry run is needed. RV(cordon) says whether this run
+        cordoned it. Uncordoning stays with the caller (after its maintenance).
+      - The write is a merge patch conditional on the node's resourceVersion (RBAC C(patch) on nodes).
+    type: bool
+    default: false
+    version_added: 0.2.0
   lock_timeout:
     description:
       - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
@@ -341,6 +362,13 @@ mode:
   description: V(drive) or V(follow).
   returned: always
   type: str
+cordon:
+  description:
+    - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it
+      already was, V(untouched) without O(cordon) or when the run stopped before the cordon.
+  returned: always
+  type: str
+  sample: cordoned
 scope:
   description: What the run covered, as text (C(node node-1), C(nodes node-1; namespaces a), C(the cluster)).
   returned: always
@@ -363,6 +391,7 @@ progress:
 import os
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
@@ -411,8 +440,11 @@ def _controller_alive():
 
 def migrate(module):
     params = module.params
+    config = executor_config(params, module.check_mode)
+    # a plan that does not load changes nothing: checked before the cluster is touched
+    planned = versioned.load(params['plan'], node=params['node']) if params['plan'] is not None else None
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
-    return migrate_mod.Executor(cluster, executor_config(params, module.check_mode), params['batches'] or []).run()
+    return migrate_mod.Executor(cluster, config, params['batches'] or [], planned).run()
 
 
 def executor_config(params, check_mode):
@@ -430,7 +462,7 @@ def executor_config(params, check_mode):
         completion_timeout_per_gib=params['completion_timeout_per_gib'], progress_timeout=params['progress_timeout'],
         scheduling_timeout=params['scheduling_timeout'], release_timeout=params['release_timeout'],
         stop_release_timeout=params['stop_release_timeout'], poll_interval=params['poll_interval'],
-        overlap=params['overlap'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
+        overlap=params['overlap'], cordon=params['cordon'], lock=run_lock(params), kubevirt_version=params['kubevirt_version'],
         overhead_ratio=params['overhead_ratio'], check_mode=check_mode, alive=_controller_alive(),
         operator_namespace=params['operator_namespace'])
 
@@ -446,6 +478,7 @@ def main():
             follow_idle_seconds=dict(type='int', default=60),
             deadline_seconds=dict(type='int'),
             batches=dict(type='list', elements='raw'),
+            plan=dict(type='dict'),
             reservation_prefix=dict(type='str'),
             owner=dict(type='str'),
             reason=dict(type='str'),
@@ -461,12 +494,14 @@ def main():
             stop_release_timeout=dict(type='int', default=120),
             poll_interval=dict(type='float', default=1),
             overlap=dict(type='bool', default=True),
+            cordon=dict(type='bool', default=False),
             lock_timeout=dict(type='int', default=120),
             kubevirt_version=dict(type='str'),
             overhead_ratio=dict(type='str'),
         ),
         supports_check_mode=True,
-        required_if=[('mode', 'drive', ('node', 'batches'))],
+        required_if=[('mode', 'drive', ('node',)), ('mode', 'drive', ('batches', 'plan'), True)],
+        mutually_exclusive=[('batches', 'plan')],
     )
     run(module, migrate)
 

@@ -59,6 +59,15 @@ options:
         description: Name of the VM.
         type: str
         required: true
+  plan:
+    description:
+      - With O(vms), the versioned plan of M(kvquota.maintenance.kvquota_check) (C(plan=true), RV(kvquota.maintenance.kvquota_check#module:plan)).
+        A VM of O(vms) whose inputs did not change since the plan (its VMI's UID and resourceVersion, its
+        namespace's labels and tracked resource names, the KubeVirt CR, the sizing overrides) keeps its planned
+        charge and only the VMs' VMIs, namespaces and quotas, the ledgers and the KubeVirt CR are read; otherwise
+        the VMs are sized again from a full read of their namespaces.
+    type: dict
+    version_added: 0.2.0
   headroom:
     description:
       - Explicit headroom per quota, for example taken from a batch of M(kvquota.maintenance.kvquota_check).
@@ -226,9 +235,11 @@ warnings:
 '''
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list, parse_resource_list
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,
@@ -248,12 +259,15 @@ def reserve(module):
         raise InputError('give exactly one of vms, headroom or migrations (got %s)' % (', '.join(given) or 'none'),
                          'vms for a batch about to migrate, headroom for explicit amounts, migrations to top up')
     ttl = parse_duration(params['ttl'], 'ttl')
+    if params['plan'] is not None and not params['vms']:
+        raise InputError('plan is given without vms', 'name the VMs of the batch to reserve for in vms')
+    planned = versioned.load(params['plan']) if params['plan'] is not None else None
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     refs, top_up = None, False
     if params['vms']:
         options = dict((name, params[name]) for name in SIZING_OPTIONS if params[name] is not None)
         options['operator_namespace'] = params['operator_namespace']
-        headroom, refs, _report = headroom_mod.batch_headroom(cluster, params['vms'], options)
+        headroom, refs, _sized = headroom_mod.batch_headroom(cluster, params['vms'], options, planned)
     elif params['headroom']:
         headroom = {}
         for entry in params['headroom']:
@@ -271,7 +285,9 @@ def reserve(module):
                                   params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
                                   check_mode=module.check_mode, refs=refs, lock=run_lock(params),
                                   operator_namespace=params['operator_namespace'])
-    result['headroom'] = dict(('%s/%s' % key, value) for key, value in sorted(headroom.items()))
+    # computed headroom is exact (Fractions): shown as the apiserver would print it
+    result['headroom'] = dict(('%s/%s' % key, format_resource_list(parse_resource_list(value, 'headroom')))
+                              for key, value in sorted(headroom.items()))
     if refs is not None:
         result['refs'] = refs
     return result
@@ -283,6 +299,7 @@ def main():
         dict(
             reservation_id=dict(type='str', required=True),
             vms=dict(type='list', elements='dict', options=vm_spec),
+            plan=dict(type='dict'),
             headroom=dict(type='list', elements='dict', options=dict(
                 namespace=dict(type='str', required=True),
                 quota=dict(type='str', required=True),

@@ -431,7 +431,7 @@ def interrupt_points(quick):
         ("node uncordoned", ("uncordoned", 1)),
     ]
     tasks = [
-        ("task: Cordon the node", "Cordon the node"),
+        ("task: Migrate the VMs batch by batch (cordons first)", "Migrate the VMs batch by batch"),
         ("task: Plan the migrations", "Plan the migrations"),
         ("task: Drain the pods left on the node", "Drain the pods left on the node"),
         ("task: Make the node schedulable again", "Make the node schedulable again"),
@@ -1499,8 +1499,7 @@ def _state_line_problems(out, vms_left):
 # requests meet it (the hook's task sleeps 5 s and returns while the API server is still down).
 CONTROL_PLANE_POINTS = {
     "mid-batch": None,   # once a reservation exists (a ledger in the operator namespace)
-    "dry-run": "(dry run, before the node is touched)]",
-    "cordon": ": Cordon the node]",
+    "cordon": ": Migrate the VMs batch by batch]",   # kvquota_migrate cordons before its first batch
     "batch-release": "a migration of this run Succeeded",   # its reservation is released once the source pod ends
     "uncordon": ": Make the node schedulable again]",
     "hook": "Upgrade the node (chaos hook)]",
@@ -1524,8 +1523,6 @@ def control_plane_point_cases(quick):
         ("rolling_upgrade: apiserver restart while the hook runs, down 20 s", "rolling_upgrade", "hook", "restart",
          down20, 60, True),
         ("reaper: apiserver restart during a release, down 20 s", "reaper", "release", "restart", down20, 60, True),
-        ("node_maintenance: apiserver restart during the dry run, down 20 s", "node_maintenance", "dry-run",
-         "restart", down20, 60, True),
         ("node_maintenance: controller-manager frozen 30 s during a batch's release", "node_maintenance",
          "batch-release", "freeze_for", {"name": "kube-controller-manager", "seconds": 30}, 60, True),
         ("node_maintenance: apiserver restart during a batch's release, down 20 s", "node_maintenance",

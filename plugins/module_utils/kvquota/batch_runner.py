@@ -42,7 +42,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migrat
     timeouts_from_kubevirt,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
     format_resource_list,
@@ -141,13 +140,11 @@ class BatchRunner(object):
             batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
             return
         vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
-        needs, refs, report = headroom_mod.batch_headroom(
-            self.cluster, vms, self.config.sizing)
-        memory = []
-        for ns, name in batch.vms:
-            for vm in ((report.get("namespaces") or {}).get(ns) or {}).get("vms") or []:
-                if vm.get("name") == name:
-                    memory.append(parse_quantity((vm.get("charge") or {}).get("requests.memory") or "0"))
+        needs, refs, sized = headroom_mod.batch_headroom(self.cluster, vms, self.config.sizing, self.record.plan)
+        if self.record.plan is not None and not sized.get("from_plan"):
+            self.record.say("%s: sized again from a fresh read (a VM, its namespace or the KubeVirt configuration "
+                            "changed since the plan)" % batch.label())
+        memory = [(sized.get("charges", {}).get(key) or {}).get("requests.memory", 0) for key in batch.vms]
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
         # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are
         # given: those the follower picked, by UID)

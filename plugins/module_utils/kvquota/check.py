@@ -23,6 +23,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import findings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger_audit
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import report as render
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduling
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vm_entries
@@ -34,6 +35,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capaci
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_datetime
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import remove_zeros
 
 
 def _now(options):
@@ -69,61 +71,66 @@ def _planned_quotas(raw_quotas, ns_obj, options, ledgers, facts):
             for quota in raw_quotas]
 
 
-def _plan_quotas(snapshot, namespace, ns_obj, ns_quotas, vms, options, keys, batch_of, facts):
-    """(quota reports, quotas not matching, [(quota, plan, fixes)], blockers, warnings, fixes) of the quotas the
-    namespace's migrating VMs are charged against."""
-    matching, not_matching = q.plan_namespace(namespace, ns_quotas, [vm for vm in vms if vm["migratable"]], keys,
-                                              batch_of, bool(options.get("source_pods_deleted")))
-    quota_reports, plans, blockers, warnings, fixes = [], [], [], [], []
-    for quota, plan in matching:
-        owner = backends.quota_owner(quota)
-        backend = backends.select_backend(quota, ns_obj, dict(facts, project=findings.project_of(snapshot, ns_obj)))
-        quota_fixes = q.fixes_for_plan(namespace, quota, plan, owner)
-        plans.append((quota, plan, quota_fixes))
-        quota_report = render.quota_report(namespace, quota, plan, owner, q.quota_formats(quota), backend, quota_fixes)
-        quota_reports.append(quota_report)
-        fixes.extend(quota_fixes)
-        quota_blockers, quota_warnings = findings.quota_findings(namespace, quota, plan, quota_fixes,
-                                                                 quota_report["status_synced"])
-        blockers.extend(quota_blockers)
-        warnings.extend(quota_warnings)
-    return quota_reports, not_matching, plans, blockers, warnings, fixes
+class QuotaPlan(object):
+    """One quota a migrating VM of the namespace is charged against: quotas.plan_quota's exact plan, who owns
+    its spec.hard (owner, backend) and the fixes it asks for."""
+
+    def __init__(self, quota, plan, owner, backend, fixes):
+        self.quota, self.plan, self.owner, self.backend, self.fixes = quota, plan, owner, backend, fixes
+
+    @property
+    def name(self):
+        return meta(self.quota).get("name")
 
 
-def _evaluate_namespace(snapshot, options, namespace, vms, idle, schedule, policy, now, facts):
-    """(namespace report, [(quota, plan, fixes)]) of one namespace. schedule: (batch keys, batch_of)."""
+class NamespacePlan(object):
+    """One namespace of a scope's plan: its VM entries, VMIs not running, quotas (raw and as planned), the
+    quotas its migrating VMs are charged against (QuotaPlan) and those they are not (with the reason)."""
+
+    def __init__(self, name, ns_obj, vms, idle, raw_quotas, quotas, quota_plans, not_matching):
+        self.name, self.ns_obj, self.vms, self.idle = name, ns_obj, vms, idle
+        self.raw_quotas, self.quotas, self.quota_plans, self.not_matching = raw_quotas, quotas, quota_plans, not_matching
+
+    def needed(self):
+        """{quota name: ResourceList} of the quotas whose headroom must grow (exact, zeros left out)."""
+        return dict((p.name, remove_zeros(p.plan["needed"])) for p in self.quota_plans if remove_zeros(p.plan["needed"]))
+
+
+class ScopePlan(object):
+    """plan(snapshot, options): every number the report and the executor use, exact (Fractions), nothing
+    rendered. config (sizing.ClusterConfig), limits (per cluster, per node, per namespace cap), facts (what the
+    backends want to know of the cluster), movers (the migrating VM entries in schedule order), capacity
+    (NodeCapacity or None), batches (scheduling's), keys (batches as lists of 'namespace/name'), batch_of
+    ({key: batch index}), namespaces ({name: NamespacePlan})."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
+    """The NamespacePlan of one namespace; schedule: (batches as lists of keys, batch_of or None). snapshot needs
+    its namespaces, quotas and ledgers (and the Rancher projects, for the backend)."""
     keys, batch_of = schedule
     ns_obj = (snapshot.get("namespaces") or {}).get(namespace) or {}
-    ledgers = snapshot.get("ledgers") or {}
     raw_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: meta(o).get("name"))
-    ns_quotas = _planned_quotas(raw_quotas, ns_obj, options, ledgers, facts)
-    quota_reports, not_matching, plans, blockers, warnings, fixes = _plan_quotas(
-        snapshot, namespace, ns_obj, ns_quotas, vms, options, keys, batch_of, facts)
-
-    vmims = (snapshot.get("vmims") or {}).get(namespace) or ()
-    events = (snapshot.get("migration_events") or {}).get(namespace) or {}
-    for more_blockers, more_warnings in (
-            findings.vm_findings(namespace, vms, policy),
-            findings.migration_findings(namespace, vmims, events, vms, raw_quotas),
-            ledger_audit.ledger_findings(namespace, ns_obj, raw_quotas, now, vmims,
-                                         (snapshot.get("pods") or {}).get(namespace) or (), facts,
-                                         options.get("orphan_grace_seconds", 3600), ledgers),
-            ((), findings.aaq_namespace_warnings(namespace, snapshot.get("aaq_quotas")))):
-        blockers.extend(more_blockers)
-        warnings.extend(more_warnings)
-
-    ns_report = render.namespace_report(
-        vms, idle, quota_reports, not_matching, blockers, warnings, fixes,
-        findings.namespace_verdict(blockers, quota_reports), batch_of,
-        render.report_names(ns_quotas, options.get("vm_details")), bool(options.get("source_pods_deleted")))
-    return ns_report, plans
+    ns_quotas = _planned_quotas(raw_quotas, ns_obj, options, snapshot.get("ledgers") or {}, facts)
+    matching, not_matching = q.plan_namespace(namespace, ns_quotas, [vm for vm in vms if vm["migratable"]], keys,
+                                              batch_of, bool(options.get("source_pods_deleted")))
+    quota_plans = []
+    backend_facts = None
+    for quota, quota_plan in matching:
+        if backend_facts is None:
+            backend_facts = dict(facts, project=findings.project_of(snapshot, ns_obj))
+        owner = backends.quota_owner(quota)
+        quota_plans.append(QuotaPlan(quota, quota_plan, owner, backends.select_backend(quota, ns_obj, backend_facts),
+                                     q.fixes_for_plan(namespace, quota, quota_plan, owner)))
+    return NamespacePlan(namespace, ns_obj, vms, idle, raw_quotas, ns_quotas, quota_plans, not_matching)
 
 
-def evaluate(snapshot, options=None):
-    """The kvquota_check report for an Inventory snapshot (plain dicts). Pure."""
+def plan(snapshot, options=None):
+    """The ScopePlan of an Inventory snapshot (plain dicts). Pure: sizes every VM, schedules the migrations and
+    plans every quota a target pod is charged against; nothing is rendered."""
     options = dict(options or {})
-    now = _now(options)
-    policy = findings.non_migratable_policy(options)
     config = cluster_settings.cluster_config(snapshot, options)
     per_cluster, per_node = cluster_settings.migration_limits(snapshot.get("kubevirt"), options)
     limits = (per_cluster, per_node, options.get("per_namespace_cap"))
@@ -136,36 +143,86 @@ def evaluate(snapshot, options=None):
     # 2. One cluster-wide schedule.
     movers, capacity, batches = _schedule(snapshot, options, vms_by_ns, limits)
     keys = scheduling.batch_keys(batches)
-    schedule = (keys, q.batch_index(keys))
-    cluster_warnings = findings.cluster_warnings(snapshot, scheduling.oversized_vms(movers, limits[2]))
+    batch_of = q.batch_index(keys)
 
-    # 3. Per namespace: quotas, plans, findings.
+    # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
+    namespaces = dict((namespace, plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
+                                                  idle_by_ns[namespace], (keys, batch_of), facts))
+                      for namespace in sorted(snapshot.get("namespaces") or {}))
+    return ScopePlan(config=config, limits=limits, facts=facts, movers=movers, capacity=capacity, batches=batches,
+                     keys=keys, batch_of=batch_of, namespaces=namespaces)
+
+
+def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
+    """(namespace report, [(quota, plan, fixes)]) of one namespace: its findings, rendered."""
+    namespace = ns_plan.name
+    quota_reports, blockers, warnings, fixes = [], [], [], []
+    for quota_plan in ns_plan.quota_plans:
+        quota_report = render.quota_report(namespace, quota_plan.quota, quota_plan.plan, quota_plan.owner,
+                                           q.quota_formats(quota_plan.quota), quota_plan.backend, quota_plan.fixes)
+        quota_reports.append(quota_report)
+        fixes.extend(quota_plan.fixes)
+        quota_blockers, quota_warnings = findings.quota_findings(namespace, quota_plan.quota, quota_plan.plan,
+                                                                 quota_plan.fixes, quota_report["status_synced"])
+        blockers.extend(quota_blockers)
+        warnings.extend(quota_warnings)
+
+    vmims = (snapshot.get("vmims") or {}).get(namespace) or ()
+    events = (snapshot.get("migration_events") or {}).get(namespace) or {}
+    for more_blockers, more_warnings in (
+            findings.vm_findings(namespace, ns_plan.vms, policy),
+            findings.migration_findings(namespace, vmims, events, ns_plan.vms, ns_plan.raw_quotas),
+            ledger_audit.ledger_findings(namespace, ns_plan.ns_obj, ns_plan.raw_quotas, now, vmims,
+                                         (snapshot.get("pods") or {}).get(namespace) or (), schedule_plan.facts,
+                                         options.get("orphan_grace_seconds", 3600), snapshot.get("ledgers") or {}),
+            ((), findings.aaq_namespace_warnings(namespace, snapshot.get("aaq_quotas")))):
+        blockers.extend(more_blockers)
+        warnings.extend(more_warnings)
+
+    ns_report = render.namespace_report(
+        ns_plan.vms, ns_plan.idle, quota_reports, ns_plan.not_matching, blockers, warnings, fixes,
+        findings.namespace_verdict(blockers, quota_reports), schedule_plan.batch_of,
+        render.report_names(ns_plan.quotas, options.get("vm_details")), bool(options.get("source_pods_deleted")))
+    return ns_report, [(p.quota, p.plan, p.fixes) for p in ns_plan.quota_plans]
+
+
+def evaluate(snapshot, options=None, scope_plan=None):
+    """The kvquota_check report for an Inventory snapshot (plain dicts): plan(snapshot, options) (or the
+    scope_plan given), its findings and verdicts, rendered. Pure."""
+    options = dict(options or {})
+    now = _now(options)
+    policy = findings.non_migratable_policy(options)
+    planned = scope_plan or plan(snapshot, options)
+    cluster_warnings = findings.cluster_warnings(snapshot, scheduling.oversized_vms(planned.movers, planned.limits[2]))
+
     ns_reports = {}
     plans_by_ns = {}
     all_fixes = []
-    for namespace in sorted(snapshot.get("namespaces") or {}):
-        ns_reports[namespace], plans_by_ns[namespace] = _evaluate_namespace(
-            snapshot, options, namespace, vms_by_ns[namespace], idle_by_ns[namespace], schedule, policy, now, facts)
+    for namespace, ns_plan in sorted(planned.namespaces.items()):
+        ns_reports[namespace], plans_by_ns[namespace] = _report_namespace(snapshot, options, ns_plan, planned, policy, now)
         all_fixes.extend(ns_reports[namespace]["fixes"])
 
-    # 4. Cluster-wide blockers, verdict, report.
-    cluster_blockers = findings.rancher_project_findings(snapshot, plans_by_ns, len(keys))
-    if capacity is not None:
-        cluster_blockers.extend(capacity.shortfall_findings(movers))
+    cluster_blockers = findings.rancher_project_findings(snapshot, plans_by_ns, len(planned.keys))
+    if planned.capacity is not None:
+        cluster_blockers.extend(planned.capacity.shortfall_findings(planned.movers))
     blockers, warnings = findings.all_findings(cluster_blockers, cluster_warnings, ns_reports)
     counts = findings.verdict_counts(ns_reports)
-    report = render.assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warnings, all_fixes,
-                             findings.overall_verdict(blockers, counts), counts)
-    report["capacity"] = capacity_report(capacity)
+    report = render.assemble(snapshot, planned.config, planned.limits, planned.keys, planned.batches, ns_reports,
+                             blockers, warnings, all_fixes, findings.overall_verdict(blockers, counts), counts)
+    report["capacity"] = capacity_report(planned.capacity)
     return report
 
 
 def check(cluster, scope=None, options=None):
-    """The whole read-only kvquota_check report for a scope. Never writes anything."""
+    """The whole read-only kvquota_check report for a scope. Never writes anything. With the option plan, the
+    report also carries the versioned plan kvquota_migrate takes (plan.py) under "plan"."""
     options = dict(options or {})
     options.setdefault("node_capacity", True)  # the batches respect the free capacity of the nodes
     snapshot = read_inventory(cluster, scope, options)
-    report = evaluate(snapshot, options)
+    planned = plan(snapshot, options)
+    report = evaluate(snapshot, options, planned)
+    if options.get("plan"):
+        report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
     report["requests"] = snapshot.get("requests")
     return report
 

@@ -367,3 +367,27 @@ def drain_impostors(cluster, node, force=False, ignore_daemonsets=False, delete_
     return Drain(cluster, node, force=force, ignore_daemonsets=ignore_daemonsets,
                  delete_emptydir_data=delete_emptydir_data, wait_timeout=wait_timeout,
                  wait_sleep=wait_sleep).run(check_mode=check_mode)
+
+
+def cordon(cluster, node_obj, check_mode=False):
+    """Mark a node unschedulable, as `kubectl cordon` does: 'cordoned' (this call set spec.unschedulable) or
+    'was_cordoned' (it already was). The write is a merge patch conditional on the node's resourceVersion; on a
+    conflict the node is read again (a patch whose answer was lost and that did apply is told by its details)."""
+    name = _meta(node_obj).get("name")
+    path = api_path("v1", "nodes", name=name)
+    for _attempt in range(5):
+        if (node_obj.get("spec") or {}).get("unschedulable"):
+            return "was_cordoned"
+        if check_mode:
+            return "cordoned"
+        try:
+            cluster.request("PATCH", path, body={"metadata": {"resourceVersion": _meta(node_obj).get("resourceVersion")},
+                                                 "spec": {"unschedulable": True}},
+                            content_type="application/merge-patch+json", what="cordon node %s" % name)
+            return "cordoned"
+        except ConflictError as err:
+            node_obj = cluster.get(path, "read node %s" % name)
+            if err.details.get("maybe_applied") and (node_obj.get("spec") or {}).get("unschedulable"):
+                return "cordoned"
+    raise ConflictError("node %s changed on every one of 5 attempts to cordon it" % name,
+                        "run again; if it persists, cordon the node with `kubectl cordon %s`" % name)

@@ -23,6 +23,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headro
     DEFAULT_TOP_UP_CAP,
     parse_top_up_cap,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.reservations import apply_margin
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import DEFAULT_OPERATOR_NAMESPACE
 
 MODES = ("drive", "follow")
@@ -68,6 +69,7 @@ class ExecutorConfig(object):
     stop_release_timeout: float = 120.0
     poll_interval: float = 1.0
     overlap: bool = True
+    cordon: bool = False
     lock: Any = None
     kubevirt_version: Optional[str] = None
     overhead_ratio: Optional[str] = None
@@ -133,6 +135,8 @@ class ExecutorConfig(object):
             if values.get(name) is not None:
                 values[name] = kind(values[name])
         values["overlap"] = bool(values.get("overlap", True))
+        values["cordon"] = bool(values.get("cordon", False)) and mode == "drive"
+        apply_margin({}, values.get("safety_margin"))  # a malformed margin is refused before anything moves
         values["check_mode"] = bool(values.get("check_mode", False))
         return cls(**dict((k, v) for k, v in values.items() if v is not None or k in ("node", "deadline_seconds")))
 

@@ -14,13 +14,18 @@ import hashlib
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import evaluate
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import custom_path
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan as plan_scope
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan_of_namespace
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
     event_stamp,
     failed_create_events,
+    has_priority_scope,
     read_inventory,
     verified_events,
 )
@@ -49,48 +54,119 @@ def _vm_keys(vms, what):
     return sorted(set(keys))
 
 
-def batch_headroom(cluster, vms, options=None):
-    """({(ns, quota): {name: quantity string}}, refs, report) for migrating exactly these VMs at once.
+def batch_headroom(cluster, vms, options=None, planned=None):
+    """(needs, refs, sized) for migrating exactly these VMs at once; every amount exact (ResourceLists of Fractions).
 
-    refs records the VMs and their source pods with the reservation, so release can wait for exactly
-    those pods. VMs that cannot live-migrate are an error: a reservation for them would never be used.
+    needs: {(namespace, quota): ResourceList} the headroom each quota lacks. refs records the VMs and their source
+    pods with the reservation (by UID), so release can wait for exactly those pods. sized: {"charges": {(namespace,
+    vm): what its migration charges}, "quota_charges": {(namespace, quota): what the VMs' target pods charge it},
+    "from_plan": bool}. VMs that cannot live-migrate are an error: a reservation for them would never be used.
+
+    planned (a plan.Plan, kvquota_check's versioned plan): only the batch's VMIs, namespaces, their quotas, the
+    ledgers and the KubeVirt CR are read, and the planned charges are used while nothing they were computed from
+    changed (the VMI's UID and resourceVersion, the namespace's labels and tracked names, the KubeVirt CR, the
+    sizing overrides); otherwise the VMs are sized again from a full read of their namespaces.
     """
     keys = _vm_keys(vms, "vms")
+    if planned is not None:
+        from_plan = _from_plan(cluster, keys, options or {}, planned)
+        if from_plan is not None:
+            return from_plan
     snapshot = read_inventory(cluster, {"nodes": [], "namespaces": sorted(set(ns for ns, _n in keys))}, options)
     vmis = snapshot.get("vmis") or {}
-    present = set((ns, (v.get("metadata") or {}).get("name")) for ns, items in vmis.items() for v in items)
-    missing = [k for k in keys if k not in present]
-    if missing:
-        raise NotFoundError("VirtualMachineInstance %s not found" % ", ".join("%s/%s" % k for k in missing),
-                            "check the names with `kubectl get vmi -A`; a VM that is not running does not migrate")
+    present = set((ns, meta(v).get("name")) for ns, items in vmis.items() for v in items)
+    _raise_missing([k for k in keys if k not in present])
     wanted = set(keys)
     snapshot = dict(snapshot, vmis=dict(
-        (ns, [v for v in items if (ns, (v.get("metadata") or {}).get("name")) in wanted]) for ns, items in vmis.items()))
+        (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
     # One batch: every VM given migrates at once.
     opts = dict(options or {}, parallel_migrations_per_cluster=len(keys), parallel_outbound_migrations_per_node=len(keys),
-                per_namespace_cap=None, non_migratable="skip")
-    report = evaluate(snapshot, opts)
-    headroom, source_pods, blocked = {}, [], []
-    pod_uids = dict(((ns, (p.get("metadata") or {}).get("name")), uid_of(p))
-                    for ns, items in (snapshot.get("pods") or {}).items() for p in items)
-    for namespace, ns_report in sorted(report["namespaces"].items()):
-        for quota, needed in sorted((ns_report.get("needed") or {}).items()):
-            headroom[(namespace, quota)] = dict(needed)
-        for vm in ns_report["vms"]:
+                per_namespace_cap=None)
+    scope_plan = plan_scope(snapshot, opts)
+    pod_uids = dict(((ns, meta(p).get("name")), uid_of(p)) for ns, items in (snapshot.get("pods") or {}).items()
+                    for p in items)
+    vmi_uids = dict(((ns, meta(v).get("name")), uid_of(v)) for ns, items in (snapshot.get("vmis") or {}).items()
+                    for v in items)
+    entries, blocked = [], []
+    for namespace, ns_plan in sorted(scope_plan.namespaces.items()):
+        for vm in ns_plan.vms:
             if not vm["migratable"]:
-                blocked.append("%s/%s (%s)" % (namespace, vm["name"], vm.get("not_migratable_reason")))
-            elif vm.get("source_pod"):
-                source_pods.append({"namespace": namespace, "name": vm["source_pod"],
-                                    "uid": pod_uids.get((namespace, vm["source_pod"]))})
+                blocked.append("%s/%s (%s)" % (namespace, vm["name"], vm.get("migratable_reason")))
+            entries.append(dict(vm, source_pod_uid=pod_uids.get((namespace, vm.get("source_pod")))))
     if blocked:
         raise InputError("cannot reserve for VMs that cannot live-migrate: %s" % ", ".join(blocked),
                          "leave them out of the batch and apply the non-migratable policy to them")
-    vmi_uids = dict(((ns, (v.get("metadata") or {}).get("name")), uid_of(v))
-                    for ns, items in (snapshot.get("vmis") or {}).items() for v in items)
+    return _batch_result(keys, entries, scope_plan.namespaces, dict((k, vmi_uids.get(k)) for k in keys), False)
+
+
+def _raise_missing(missing):
+    if missing:
+        raise NotFoundError("VirtualMachineInstance %s not found" % ", ".join("%s/%s" % k for k in missing),
+                            "check the names with `kubectl get vmi -A`; a VM that is not running does not migrate")
+
+
+def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
+    """batch_headroom's (needs, refs, sized) from the VM entries and the namespaces' plans."""
+    needs, quota_charges = {}, {}
+    for namespace, ns_plan in sorted(ns_plans.items()):
+        for quota_plan in ns_plan.quota_plans:
+            needed = remove_zeros(quota_plan.plan["needed"])
+            if needed:
+                needs[(namespace, quota_plan.name)] = needed
+            charge = remove_zeros(quota_plan.plan["charge_total"])
+            if charge:
+                quota_charges[(namespace, quota_plan.name)] = charge
+    source_pods = [{"namespace": vm["namespace"], "name": vm["source_pod"], "uid": vm.get("source_pod_uid")}
+                   for vm in entries if vm.get("source_pod")]
     # identity by UID: a VMI deleted and re-created under the same name is another VM
     refs = {"vms": [{"namespace": ns, "name": name, "uid": vmi_uids.get((ns, name))} for ns, name in keys],
             "sourcePods": source_pods}
-    return headroom, refs, report
+    sized = {"charges": dict(((vm["namespace"], vm["name"]), vm["charge"]) for vm in entries),
+             "quota_charges": quota_charges, "from_plan": from_plan}
+    return needs, refs, sized
+
+
+def _from_plan(cluster, keys, options, planned):
+    """batch_headroom from the plan (reading only the batch's objects), or None when something a planned charge
+    was computed from has changed since (the caller then sizes the batch from a full read)."""
+    if not planned.sizing_matches(options) or any(planned.entry(ns, name) is None for ns, name in keys):
+        return None
+    current = {}
+    for namespace, name in keys:
+        vmi = cluster.exists(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace, name),
+                             "read VirtualMachineInstance %s/%s" % (namespace, name))
+        current[(namespace, name)] = vmi
+    _raise_missing([k for k in keys if current[k] is None])
+    for (namespace, name), vmi in current.items():
+        entry = planned.vms["%s/%s" % (namespace, name)]
+        if (meta(vmi).get("uid"), meta(vmi).get("resourceVersion")) != (entry["uid"], entry["resourceVersion"]):
+            return None
+    if planned.kubevirt:
+        kubevirt = cluster.exists(custom_path(KUBEVIRT[0], KUBEVIRT[1], "kubevirts", planned.kubevirt.get("namespace"),
+                                              planned.kubevirt.get("name")), "read the KubeVirt CR")
+        if kubevirt is None or meta(kubevirt).get("resourceVersion") != planned.kubevirt.get("resourceVersion"):
+            return None
+    operator_namespace = options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE
+    ledgers = None
+    ns_plans, entries = {}, []
+    for namespace in sorted(set(ns for ns, _n in keys)):
+        ns_obj = cluster.exists(api_path("v1", "namespaces", name=namespace), "read namespace %s" % namespace)
+        if ns_obj is None:
+            _raise_missing([k for k in keys if k[0] == namespace])
+        raw_quotas = sorted(cluster.list_quotas(namespace), key=lambda o: meta(o).get("name"))
+        if versioned.namespace_inputs(ns_obj, raw_quotas) != planned.namespaces.get(namespace) \
+                or any(has_priority_scope(quota) for quota in raw_quotas):
+            # sizing read other inputs (or the cluster's default PriorityClass matters, which the plan does not pin)
+            return None
+        if ledgers is None:
+            ledgers = dict((uid, entry) for uid, (entry, _cm) in store.Store(cluster, operator_namespace).list().items())
+        vms = [dict(planned.entry(ns, name), source_pod_uid=(planned.vms["%s/%s" % (ns, name)].get("source_pod") or {}).get("uid"))
+               for ns, name in keys if ns == namespace]
+        snapshot = {"namespaces": {namespace: ns_obj}, "quotas": {namespace: raw_quotas}, "ledgers": ledgers}
+        ns_plans[namespace] = plan_of_namespace(snapshot, dict(options), namespace, vms, [],
+                                                ([["%s/%s" % k for k in keys]], None), planned.cluster_facts)
+        entries.extend(vms)
+    return _batch_result(keys, entries, ns_plans, dict((k, meta(current[k]).get("uid")) for k in keys), True)
 
 
 def refused_migrations(cluster, migrations):
@@ -169,30 +245,25 @@ def refused_target_pods(cluster, migrations, options=None):
     events = failed_create_events(cluster, namespaces) if rejected_without_message else []
     keys, pointed, vms = [], set(), set()
     for vmim, condition in refused:
-        meta = vmim["metadata"]
+        vmim_meta = vmim["metadata"]
         refusals, trusted, evidence = _pointed_quotas(vmim, condition, events)
-        pointed |= set((meta["namespace"], r["quota"]) for r in refusals)
-        limited_by_refusals(meta["namespace"], trusted, result["limited"])
-        keys.append("%s/%s@%s:%s%s" % (meta["namespace"], meta["name"], meta.get("uid") or "",
+        pointed |= set((vmim_meta["namespace"], r["quota"]) for r in refusals)
+        limited_by_refusals(vmim_meta["namespace"], trusted, result["limited"])
+        keys.append("%s/%s@%s:%s%s" % (vmim_meta["namespace"], vmim_meta["name"], vmim_meta.get("uid") or "",
                                        condition.get("lastTransitionTime") or condition.get("lastProbeTime") or "",
                                        ("#" + evidence) if evidence else ""))
         result["evidence"] = result["evidence"] or bool(evidence)
         vmi = (vmim.get("spec") or {}).get("vmiName")
-        result["refused"].append({"namespace": meta["namespace"], "name": meta["name"], "uid": meta.get("uid"),
+        result["refused"].append({"namespace": vmim_meta["namespace"], "name": vmim_meta["name"], "uid": vmim_meta.get("uid"),
                                   "vmi": vmi})
         if vmi:
-            vms.add((meta["namespace"], vmi))
+            vms.add((vmim_meta["namespace"], vmi))
     if vms:
         # what admission lacks now: against the quota as it is, reservations included
-        needs, _refs, report = batch_headroom(cluster, [{"namespace": ns, "name": name} for ns, name in sorted(vms)],
-                                              dict(options or {}, reservations_taken=False))
-        for target, needed in needs.items():
-            result["exact"][target] = remove_zeros(parse_resource_list(needed, "needed"))
-        for namespace, ns_report in (report.get("namespaces") or {}).items():
-            for quota in ns_report.get("quotas") or ():
-                charge = remove_zeros(parse_resource_list(quota.get("charge_total") or {}, "charge"))
-                if charge:
-                    result["charge"][(namespace, quota["name"])] = charge
+        needs, _refs, sized = batch_headroom(cluster, [{"namespace": ns, "name": name} for ns, name in sorted(vms)],
+                                             dict(options or {}, reservations_taken=False))
+        result["exact"].update(needs)
+        result["charge"].update(sized["quota_charges"])
     result["pointed"] = sorted(pointed)
     result["key"] = "refused:" + hashlib.sha256(",".join(sorted(keys)).encode("utf-8")).hexdigest()[:16]
     return result

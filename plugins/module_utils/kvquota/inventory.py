@@ -300,7 +300,7 @@ def read_inventory(cluster, scope=None, options=None):
 
     # PriorityClasses: only when a quota is scoped by priority class (globalDefault matters).
     priority_classes = None
-    if any(_has_priority_scope(q) for items in quotas.values() for q in items):
+    if any(has_priority_scope(q) for items in quotas.values() for q in items):
         priority_classes = _optional(cluster, groups, PRIORITY_CLASSES[0], PRIORITY_CLASSES[1], PRIORITY_CLASSES[2],
                                      "list PriorityClasses", page, notes)
 
@@ -429,7 +429,8 @@ def _rancher_projects(cluster, groups, page, notes, namespaces, quotas):
     return result
 
 
-def _has_priority_scope(quota):
+def has_priority_scope(quota):
+    """Whether a quota selects pods by PriorityClass (the cluster's globalDefault class then matters)."""
     spec = quota.get("spec") or {}
     if "PriorityClass" in (spec.get("scopes") or ()):
         return True

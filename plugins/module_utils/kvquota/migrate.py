@@ -4,7 +4,8 @@
 """The migration executor: drive mode runs kvquota_check's batches of one node, each with its own quota reservation;
 follow mode (follow.py) reserves just in time for the migrations others create in a scope.
 
-Per batch: reserve just before it (headroom.batch_headroom, reservations.reserve), create its
+Per batch: reserve just before it (headroom.batch_headroom, from kvquota_check's versioned plan when given: only the
+batch's objects are re-read; reservations.reserve), create its
 VirtualMachineInstanceMigrations (or reuse one already under way for the VM), follow them until every one
 is final, topping the reservation up when quota admission still refuses a target pod, and release the
 reservation once the batch's source pods are gone (reservations.release, one non-blocking check per poll).
@@ -39,6 +40,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.batch_runner import BatchRunner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path
@@ -69,15 +71,16 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.stoppe
 
 
 class Executor(object):
-    """One run: Executor(cluster, config (ExecutorConfig), batches (drive mode: kvquota_check's batches)).
-    run() returns the result dict; see the module docstring."""
+    """One run: Executor(cluster, config (ExecutorConfig), batches (drive mode: kvquota_check's batches) or plan
+    (drive mode: kvquota_check's versioned plan, a plan.Plan: its batches, and each batch sized from it while the
+    VMs' inputs are unchanged)). run() returns the result dict; see the module docstring."""
 
-    def __init__(self, cluster, config, batches=()):
+    def __init__(self, cluster, config, batches=(), plan=None):
         self.cluster = cluster
         self.config = config
-        given = list(batches or [])
+        given = list(plan.batches if plan is not None else batches or [])
         self.record = RunRecord(config, [Batch(i, len(given), batch_vm_keys(b), "%s-b%d" % (config.reservation_prefix, i))
-                                         for i, b in enumerate(given)])
+                                         for i, b in enumerate(given)], plan)
         self.runner = BatchRunner(cluster, config, self.record)
         self.stopper = Stopper(cluster, config, self.record, self.runner)
         self.scheduler = Scheduler(config, self.record.batches)
@@ -148,11 +151,15 @@ class Executor(object):
         if self.config.mode == "follow":
             return self.follower.run(resume)
         self.record.started = self.config.clock()
-        if self.cluster.exists(api_path("v1", "nodes", name=self.config.node), "read node %s" % self.config.node) is None:
+        node = self.cluster.exists(api_path("v1", "nodes", name=self.config.node), "read node %s" % self.config.node)
+        if node is None:
             raise NotFoundError("node '%s' not found" % self.config.node,
                                 "check the name with `kubectl get nodes`; nothing was changed")
         if resume:
             self.resume()
+        if self.config.cordon:
+            # after every input was checked (ExecutorConfig.build, the plan) and an interrupted run resumed
+            self.record.cordon = drain.cordon(self.cluster, node, self.config.check_mode)
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
         return self.stopper.guarded(self._plan, self._loop)
@@ -190,10 +197,10 @@ class Executor(object):
             self.config.sleep(self.scheduler.nap(self.config.clock()))
 
 
-def migrate(cluster, node, batches, **options):
-    """Drive mode: run the batches of node (resume first); options: ExecutorConfig's fields. Returns the result
-    dict, or raises a KvquotaError whose details["result"] is the partial result."""
-    return Executor(cluster, ExecutorConfig.build(node, **options), batches).run()
+def migrate(cluster, node, batches, plan=None, **options):
+    """Drive mode: run the batches of node (resume first), or those of plan (plan.Plan); options: ExecutorConfig's
+    fields. Returns the result dict, or raises a KvquotaError whose details["result"] is the partial result."""
+    return Executor(cluster, ExecutorConfig.build(node, **options), batches, plan).run()
 
 
 def follow(cluster, **options):

@@ -201,9 +201,10 @@ class RunRecord(object):
     migrations created, reused (followed) and cancelled, what an interrupted run left (resumed), the peak
     extra quota per namespace."""
 
-    def __init__(self, config, batches):
+    def __init__(self, config, batches, plan=None):
         self.config = config
         self.batches = batches
+        self.plan = plan         # drive mode: kvquota_check's versioned plan (plan.Plan) the batches come from, or None
         self.started = None
         self.log = []
         self.created, self.reused, self.cancelled = [], [], []
@@ -213,6 +214,7 @@ class RunRecord(object):
         self.per_gib_now = None
         self.progress_now = None
         self.ended_by = None     # follow mode: the stop condition that ended the run
+        self.cordon = "untouched"  # drive mode with cordon: cordoned (by this run) or was_cordoned (before it)
 
     def say(self, line):
         self.log.append(line)

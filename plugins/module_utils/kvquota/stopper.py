@@ -133,16 +133,18 @@ class Stopper(object):
         released = [b.reservation for b in self.record.batches if b.state == RELEASED and b.targets and not self.config.check_mode]
         held = [b.reservation for b in self.record.batches if b.state in (RUNNING, FINAL) and b.targets]
         changed = bool(self.record.created or self.record.resumed["released"] or self.record.resumed["cancelled"] or self.record.cancelled
-                       or made) and not self.config.check_mode
+                       or made or self.record.cordon == "cordoned") and not self.config.check_mode
         started = self.record.started if self.record.started is not None else self.config.clock()
         return {
-            "changed": changed or (self.config.check_mode and bool(made or self.record.resumed["reservations"])),
+            "changed": changed or (self.config.check_mode and bool(made or self.record.resumed["reservations"]
+                                                                   or self.record.cordon == "cordoned")),
             "outcome": outcome,
             "node": self.config.node,
             "mode": self.config.mode,
             "scope": self.config.scope_text(),
             "ended_by": self.record.ended_by,
             "overlap": self.config.overlap,
+            "cordon": self.record.cordon,
             "batches": [b.report(started) for b in self.record.batches],
             "migrations_created": list(self.record.created),
             "migrations_reused": list(self.record.reused),

@@ -21,15 +21,18 @@ from kubernetes.client.rest import ApiException
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import capacity as node_capacity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger_audit as audit
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduling as sched
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ForbiddenError,
     InputError,
     NotFoundError,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import round_up
 
 Mi = 1024 ** 2
 Gi = 1024 ** 3
@@ -1106,3 +1109,134 @@ def test_inventory_reads_the_nodes_free_capacity_with_node_capacity():
     # a snapshot without node_requests plans without capacity
     plain = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], [make_vmi("vm1", "t")])})
     assert "node_requests" not in plain and c.evaluate(plain, {"now": NOW})["capacity"]["checked"] is False
+
+
+# -- the versioned plan (plan.py) and a batch sized from it (headroom.batch_headroom) -----------------------------
+
+def _planned_snapshot(rv="7"):
+    hard = {"limits.memory": "5000Mi", "limits.cpu": "6", "requests.cpu": "4", "pods": "10"}
+    vmi = make_vmi("a-vm-1", "a-tenant")
+    vmi["metadata"]["resourceVersion"] = rv
+    snap = snapshot({"a-tenant": ([make_quota("a-tenant-quota", "a-tenant", hard)], [vmi])}, ledgers={})
+    snap["scope"] = {"nodes": ["worker-1"], "namespaces": []}
+    return snap
+
+
+def _versioned(snap):
+    scope_plan = c.plan(snap, {"now": NOW})
+    data = versioned.build(snap, {}, scope_plan.movers, scope_plan.keys, scope_plan.facts,
+                           c.parse_datetime(NOW))
+    return json.loads(json.dumps(data))  # as it travels through Ansible
+
+
+def test_the_versioned_plan_holds_exact_amounts_and_loads_back():
+    data = _versioned(_planned_snapshot())
+    assert data["kind"] == "kvquota.maintenance/plan" and data["version"] == 1
+    assert data["batches"] == [["a-tenant/a-vm-1"]]
+    entry = data["vms"]["a-tenant/a-vm-1"]
+    # 4Gi + overhead at ratio 1.5 + console-log 60M (v1.3.1), in nano-units: an integer, not a formatted string
+    assert entry["charge"]["limits.memory"] == 4760765905 * 10 ** 9
+    assert (entry["uid"], entry["resourceVersion"], entry["node"]) == ("uid-a-tenant-a-vm-1", "7", "worker-1")
+    assert entry["source_pod"]["name"] == "virt-launcher-a-vm-1-abcde"
+    loaded = versioned.load(data, node="worker-1")
+    assert loaded.entry("a-tenant", "a-vm-1")["charge"]["limits.memory"] == 4760765905
+
+
+@pytest.mark.parametrize("change,problem", [
+    (lambda d: d.update(version=2), "plan version 2 is not supported"),
+    (lambda d: d.update(kind="something/else"), "kind is 'something/else'"),
+    (lambda d: d["vms"]["a-tenant/a-vm-1"]["charge"].update({"limits.memory": "4Gi"}), "is not a whole number"),
+    (lambda d: d["batches"].append(["a-tenant/a-vm-2"]), "a-tenant/a-vm-2 has no entry in vms"),
+    (lambda d: d["batches"].append(["a-tenant/a-vm-1"]), "a-tenant/a-vm-1 is in two batches"),
+    (lambda d: d["vms"]["a-tenant/a-vm-1"].pop("resourceVersion"), "has no resourceVersion"),
+])
+def test_a_plan_that_is_not_this_collections_is_one_clear_error(change, problem):
+    data = _versioned(_planned_snapshot())
+    change(data)
+    with pytest.raises(InputError) as err:
+        versioned.load(data, node="worker-1")
+    assert problem in err.value.message and "kvquota_check" in err.value.fix
+
+
+def test_a_plan_for_other_nodes_is_refused():
+    with pytest.raises(InputError) as err:
+        versioned.load(_versioned(_planned_snapshot()), node="worker-2")
+    assert "not for node worker-2" in err.value.message
+
+
+@given(st.dictionaries(st.sampled_from(["limits.memory", "requests.cpu", "pods", "limits.cpu"]),
+                       st.fractions(min_value=0, max_value=10 ** 15).map(round_up), max_size=4))
+def test_plan_amounts_are_exact_both_ways(resource_list):
+    assert versioned.resource_list(versioned.amounts(resource_list), "x") == resource_list
+
+
+class PlanReads(object):
+    """The API of a batch sized from the plan: GETs of the VMI, the KubeVirt CR and the namespace, the quotas of
+    the namespace and the ledgers; every path read is recorded."""
+
+    def __init__(self, snap):
+        self.snap, self.paths = snap, []
+
+    def exists(self, path, what):
+        self.paths.append(path)
+        parts = path.strip("/").split("/")
+        if "virtualmachineinstances" in parts:
+            ns, name = parts[-3], parts[-1]
+            return next((v for v in self.snap["vmis"].get(ns, []) if v["metadata"]["name"] == name), None)
+        if "kubevirts" in parts:
+            return self.snap["kubevirt"]
+        return self.snap["namespaces"].get(parts[-1])
+
+    def list_quotas(self, namespace=None):
+        self.paths.append("quotas/%s" % namespace)
+        return self.snap["quotas"].get(namespace, [])
+
+    def request(self, method, path, query=None, what=None, **_kw):
+        self.paths.append(path)
+        return {"items": []}
+
+
+def test_a_batch_sized_from_the_plan_reads_only_its_objects_and_needs_what_a_full_read_needs(monkeypatch):
+    snap = _planned_snapshot()
+    planned = versioned.load(_versioned(snap), node="worker-1")
+    full_reads = []
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or snap)
+    vms = [{"namespace": "a-tenant", "name": "a-vm-1"}]
+    cluster = PlanReads(snap)
+    needs, refs, sized = headroom_mod.batch_headroom(cluster, vms, {}, planned)
+    assert sized["from_plan"] and full_reads == []
+    assert sorted(cluster.paths) == sorted([
+        "/apis/kubevirt.io/v1/namespaces/a-tenant/virtualmachineinstances/a-vm-1",
+        "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt",
+        "/api/v1/namespaces/a-tenant", "quotas/a-tenant", "/api/v1/namespaces/kvquota-system/configmaps"])
+    full_needs, full_refs, full_sized = headroom_mod.batch_headroom(cluster, vms, {})
+    assert full_reads and not full_sized["from_plan"]
+    assert needs == full_needs and refs == full_refs and sized["charges"] == full_sized["charges"]
+    # the quota lacks used + charge - hard of limits.memory, and nothing else
+    used = q.parse_quantity(snap["quotas"]["a-tenant"][0]["status"]["used"]["limits.memory"])
+    assert needs == {("a-tenant", "a-tenant-quota"): {"limits.memory": used + 4760765905 - 5000 * Mi}}
+
+
+@pytest.mark.parametrize("change", [
+    lambda vmi: vmi["metadata"].update(resourceVersion="8"),          # the VMI changed since the plan
+    lambda vmi: vmi["metadata"].update(uid="uid-recreated"),         # another VMI under the same name
+])
+def test_a_vm_whose_vmi_changed_since_the_plan_is_sized_again_from_a_full_read(monkeypatch, change):
+    planned = versioned.load(_versioned(_planned_snapshot()), node="worker-1")
+    now = _planned_snapshot()
+    change(now["vmis"]["a-tenant"][0])
+    full_reads = []
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or now)
+    _needs, refs, sized = headroom_mod.batch_headroom(PlanReads(now), [{"namespace": "a-tenant", "name": "a-vm-1"}],
+                                                      {}, planned)
+    assert not sized["from_plan"] and full_reads == [{"nodes": [], "namespaces": ["a-tenant"]}]
+    assert refs["vms"][0]["uid"] == now["vmis"]["a-tenant"][0]["metadata"]["uid"]
+
+
+def test_other_sizing_overrides_than_the_plans_size_the_batch_again(monkeypatch):
+    snap = _planned_snapshot()
+    planned = versioned.load(_versioned(snap), node="worker-1")
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: snap)
+    _needs, _refs, sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
+                                                       {"overhead_ratio": "2"}, planned)
+    assert not sized["from_plan"]

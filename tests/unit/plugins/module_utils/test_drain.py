@@ -319,3 +319,60 @@ def test_bad_input_names_the_problem_and_the_fix():
         D.Drain(FakeCluster([], []), "").run()
     with pytest.raises(InputError, match="wait_timeout must be 0 or more"):
         D.Drain(FakeCluster([], []), NODE, wait_timeout=-1).run()
+
+
+# -- cordon (kvquota_migrate cordon: true) -------------------------------------------------------------------
+
+class _Nodes(object):
+    """A node the API serves; `conflicts` PATCHes answer 409 (someone else wrote), with maybe_applied when
+    `applied` (an earlier attempt whose answer was lost did apply)."""
+
+    def __init__(self, unschedulable=False, conflicts=0, applied=False):
+        self.node = {"metadata": {"name": "node-1", "resourceVersion": "10"}, "spec": {"unschedulable": unschedulable}}
+        self.conflicts, self.applied, self.patches = conflicts, applied, []
+
+    def get(self, path, what):
+        return copy.deepcopy(self.node)
+
+    def request(self, method, path, body=None, content_type=None, what=None, **_kw):
+        assert (method, path, content_type) == ("PATCH", "/api/v1/nodes/node-1", "application/merge-patch+json")
+        self.patches.append(body)
+        if self.conflicts:
+            self.conflicts -= 1
+            self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+            if self.applied:
+                self.node["spec"]["unschedulable"] = True
+            raise ConflictError("conflict", "re-read", details={"maybe_applied": self.applied})
+        self.node["spec"]["unschedulable"] = True
+        return self.node
+
+
+def test_cordon_is_a_patch_conditional_on_the_nodes_resource_version():
+    api = _Nodes()
+    assert D.cordon(api, api.get("", "")) == "cordoned"
+    assert api.patches == [{"metadata": {"resourceVersion": "10"}, "spec": {"unschedulable": True}}]
+
+
+def test_a_node_cordoned_before_is_not_written_and_check_mode_writes_nothing():
+    api = _Nodes(unschedulable=True)
+    assert D.cordon(api, api.get("", "")) == "was_cordoned" and api.patches == []
+    api = _Nodes()
+    assert D.cordon(api, api.get("", ""), check_mode=True) == "cordoned" and api.patches == []
+
+
+def test_a_conflict_reads_the_node_again_and_patches_with_the_new_resource_version():
+    api = _Nodes(conflicts=1)
+    assert D.cordon(api, api.get("", "")) == "cordoned"
+    assert [p["metadata"]["resourceVersion"] for p in api.patches] == ["10", "11"]
+
+
+def test_a_lost_answer_of_a_patch_that_applied_counts_as_this_runs_cordon():
+    api = _Nodes(conflicts=1, applied=True)
+    assert D.cordon(api, api.get("", "")) == "cordoned" and len(api.patches) == 1
+
+
+def test_a_node_that_changes_on_every_attempt_is_one_clear_error():
+    api = _Nodes(conflicts=10)
+    with pytest.raises(ConflictError) as err:
+        D.cordon(api, api.get("", ""))
+    assert "changed on every one of 5 attempts" in err.value.message and "kubectl cordon node-1" in err.value.fix

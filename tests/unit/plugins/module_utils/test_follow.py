@@ -211,7 +211,7 @@ class _Cluster(object):
 
 
 def _faked(monkeypatch, cluster, ledgers=None):
-    def batch_headroom(_c, vms, options=None):
+    def batch_headroom(_c, vms, options=None, planned=None):
         needs = {}
         for vm in vms:
             target = (vm["namespace"], "q")

@@ -72,12 +72,11 @@ def sized(monkeypatch):
     for target pods of the computed size, other lacks nothing; each pod is computed to charge 1 CPU / 1.5Gi."""
     seen = []
 
-    def batch_headroom(cluster, vms, options=None):
+    def batch_headroom(cluster, vms, options=None, planned=None):
         seen.append(sorted((v["namespace"], v["name"]) for v in vms))
-        charge = {"limits.cpu": "1", "limits.memory": "1536Mi"}
-        report = {"namespaces": {"t": {"quotas": [{"name": "compute", "charge_total": charge},
-                                                  {"name": "other", "charge_total": charge}]}}}
-        return {("t", "compute"): {"limits.memory": "100Mi"}}, {}, report
+        charge = {"limits.cpu": Fraction(1), "limits.memory": Fraction(1536 * MI)}
+        sized = {"charges": {}, "quota_charges": {("t", "compute"): charge, ("t", "other"): charge}, "from_plan": False}
+        return {("t", "compute"): {"limits.memory": Fraction(100 * MI)}}, {}, sized
     monkeypatch.setattr(h, "batch_headroom", batch_headroom)
     return seen
 

@@ -454,7 +454,7 @@ def _reserve_writing(cluster):
 
 
 def _startable(monkeypatch, cluster):
-    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None: (
+    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
     monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
@@ -559,3 +559,50 @@ def test_a_spec_hard_another_job_lowered_is_what_a_later_refusal_is_compared_wit
     fake.found["key"] = "refused:k2"                 # KubeVirt retried: refused at the same limit
     ex.runner.top_up(batch, refused)
     assert fake.reserved == [("node-1-b0", {("t", "compute"): {"limits.cpu": "250m"}}, "refused:k2")]
+
+
+# -- cordon: true (node_maintenance's one call instead of a dry run and a cordon task) -----------------------
+
+class _Node(object):
+    """A node and nothing else: no ledgers, no migrations; records the writes."""
+
+    def __init__(self, unschedulable=False):
+        self.node = {"metadata": {"name": "node-1", "resourceVersion": "3"}, "spec": {"unschedulable": unschedulable}}
+        self.writes = []
+        self.outage_budget = 60
+
+    def exists(self, path, what):
+        return self.node if path == "/api/v1/nodes/node-1" else None
+
+    def request(self, method, path, body=None, query=None, content_type=None, what=None):
+        if method == "GET":
+            return {"items": []}
+        self.writes.append((method, path, body))
+        self.node["spec"]["unschedulable"] = True
+        return self.node
+
+    def list_custom(self, *args, **kwargs):
+        return []
+
+    def list_quotas(self, namespace=None):
+        return []
+
+
+@pytest.mark.parametrize("unschedulable,state,writes", [(False, "cordoned", 1), (True, "was_cordoned", 0)])
+def test_the_executor_cordons_the_node_before_its_first_batch_and_says_so(unschedulable, state, writes):
+    cluster = _Node(unschedulable)
+    result = _built(cluster, [], cordon=True, clock=lambda: 0.0).run()
+    assert result["cordon"] == state and len(cluster.writes) == writes
+    assert result["changed"] is (writes == 1)
+
+
+def test_without_cordon_the_node_is_untouched():
+    cluster = _Node()
+    result = _built(cluster, [], clock=lambda: 0.0).run()
+    assert result["cordon"] == "untouched" and cluster.writes == [] and result["changed"] is False
+
+
+def test_a_malformed_safety_margin_is_refused_before_anything_is_read():
+    with pytest.raises(InputError) as err:
+        m.ExecutorConfig.build("node-1", safety_margin="ten percent")
+    assert "malformed margin 'ten percent'" in err.value.message

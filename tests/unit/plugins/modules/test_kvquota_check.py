@@ -27,7 +27,7 @@ from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.tes
 class FakeModule(object):
     def __init__(self, **params):
         self.params = dict(nodes=[], namespaces=[], api_outage_budget=60, operator_namespace='kvquota-system',
-                           report='compact', report_file=None)
+                           report='compact', report_file=None, plan=False)
         self.params.update(params)
         for name in module_mod.PLAN_OPTIONS:
             self.params.setdefault(name, None)
