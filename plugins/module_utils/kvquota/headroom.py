@@ -142,9 +142,10 @@ def _from_plan(cluster, keys, options, planned):
         if (meta(vmi).get("uid"), meta(vmi).get("resourceVersion")) != (entry["uid"], entry["resourceVersion"]):
             return None
     if planned.kubevirt:
-        kubevirt = cluster.exists(custom_path(KUBEVIRT[0], KUBEVIRT[1], "kubevirts", planned.kubevirt.get("namespace"),
-                                              planned.kubevirt.get("name")), "read the KubeVirt CR")
-        if kubevirt is None or meta(kubevirt).get("resourceVersion") != planned.kubevirt.get("resourceVersion"):
+        # listed, as the check reads it (RBAC grants list on kubevirts, not get): one per cluster
+        kubevirts = cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        if [(meta(kv).get("uid"), meta(kv).get("resourceVersion")) for kv in kubevirts[:1]] != [
+                (planned.kubevirt.get("uid"), planned.kubevirt.get("resourceVersion"))]:
             return None
     operator_namespace = options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE
     ledgers = None

@@ -1183,9 +1183,11 @@ class PlanReads(object):
         if "virtualmachineinstances" in parts:
             ns, name = parts[-3], parts[-1]
             return next((v for v in self.snap["vmis"].get(ns, []) if v["metadata"]["name"] == name), None)
-        if "kubevirts" in parts:
-            return self.snap["kubevirt"]
         return self.snap["namespaces"].get(parts[-1])
+
+    def list_custom(self, group, version, plural, namespace=None):
+        self.paths.append("%s/%s/%s" % (group, version, plural))
+        return [self.snap["kubevirt"]] if plural == "kubevirts" else []
 
     def list_quotas(self, namespace=None):
         self.paths.append("quotas/%s" % namespace)
@@ -1207,7 +1209,7 @@ def test_a_batch_sized_from_the_plan_reads_only_its_objects_and_needs_what_a_ful
     assert sized["from_plan"] and full_reads == []
     assert sorted(cluster.paths) == sorted([
         "/apis/kubevirt.io/v1/namespaces/a-tenant/virtualmachineinstances/a-vm-1",
-        "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt",
+        "kubevirt.io/v1/kubevirts",
         "/api/v1/namespaces/a-tenant", "quotas/a-tenant", "/api/v1/namespaces/kvquota-system/configmaps"])
     full_needs, full_refs, full_sized = headroom_mod.batch_headroom(cluster, vms, {})
     assert full_reads and not full_sized["from_plan"]
