@@ -237,23 +237,22 @@ def read_inventory(cluster, scope=None, options=None):
     # to a VirtualMachineInstance, not by the label kubevirt.io=virt-launcher, which any tenant may set on a pod of
     # its own (or remove from a real launcher); so the list is not narrowed by label. Without a single node or
     # namespace to narrow it by, it is every pod of the cluster, and the nodes' free capacity is read from it too.
+    every_pod = not (one_ns or one_node)
     listed = list_all(cluster, api_path("v1", "pods", one_ns),
                       "list pods in %s" % one_ns if one_ns else "list pods", page,
                       field_selector="spec.nodeName=%s" % one_node if one_node else None)
-    every_pod = None if one_ns or one_node else listed
+    # node_capacity: what the non-terminal pods of every namespace request on each node, for the free capacity
+    # the target pods need (capacity.NodeCapacity): from the pods just listed when that was every pod, else one
+    # more list (of the non-terminal pods only).
+    node_requests = requests_by_node(listed) if capacity and every_pod else None
     pods = [p for p in listed if launcher_vmi_uid(p)]
+    del listed   # every pod of the cluster, perhaps: not kept while the rest is read
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         pods = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) in wanted]
     pods = dict((ns, items) for ns, items in _by_namespace(pods).items() if ns in covered)
 
-    # node_capacity: what the non-terminal pods of every namespace request on each node, for the free capacity
-    # the target pods need (capacity.NodeCapacity): from the pods just listed when that was every pod, else one
-    # more list (of the non-terminal pods only).
-    node_requests = None
-    if capacity and every_pod is not None:
-        node_requests = requests_by_node(every_pod)
-    elif capacity:
+    if capacity and not every_pod:
         try:
             node_requests = requests_by_node(list_all(
                 cluster, api_path("v1", "pods"), "list pods (node capacity)", page,

@@ -1096,6 +1096,11 @@ def test_inventory_reads_the_nodes_free_capacity_with_node_capacity():
         "spec.nodeName=n0", "status.phase!=Succeeded,status.phase!=Failed"]
     # n1 holds one launcher pod of _objects (no requests) and the plain pod; the Succeeded one does not count
     assert snap["node_requests"]["n1"] == {"requests.cpu": 1, "requests.memory": Gi, "pods": 2}
+    # the whole cluster: the same free capacity, from the one list of every pod (no second list)
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    whole = inv.read_inventory(cluster, None, {"node_capacity": True})
+    assert whole["node_requests"] == snap["node_requests"]
+    assert cluster.lists("/api/v1/pods") == [("/api/v1/pods", {"limit": 500})]
     # without the option: no pod list and the node scope's field selector, as before
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]})
