@@ -7,18 +7,30 @@ CACHE ?= $(HOME)/.cache/kvquota
 LAB_RUN_DIR ?= $(CACHE)/lab-run
 ANSIBLE_ROOT := $(CACHE)/ansible-test
 COLL_COPY := $(ANSIBLE_ROOT)/ansible_collections/kvquota/maintenance
-LABPY := PYTHONPATH=$(CURDIR)/tests/lab $(PY)
 STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests lab-scale chaos chaos-quick chaos-tenant lint docs-lint build \
         changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
-        collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths
+        collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths \
+        lab-pkg
 
-$(STAMP): tests/requirements.txt
+# The test dependencies, and the lab library kvqlab (tests/lab/pyproject.toml) installed editable: the tests, the
+# chaos campaigns, the benchmarks, the demo and the lab's own processes import it as a package, no sys.path edits.
+$(STAMP): tests/requirements.txt tests/lab/pyproject.toml
 	@mkdir -p $(CACHE)
-	$(PY) -m pip install -q -r tests/requirements.txt
+	$(PY) -m pip install -q -r tests/requirements.txt -e tests/lab
 	@touch $@
+
+# One Python holds one kvqlab (editable: a checkout's tests/lab/kvqlab), and the stamp above is shared by every
+# checkout on the machine: when the installed kvqlab is another checkout's (its make deps ran last), install this
+# one's again (a few seconds; the check itself imports nothing). kvqlab refuses to run beside another checkout's
+# collection (tests/lab/kvqlab/__init__.py).
+lab-pkg: $(STAMP)
+	@$(PY) -c 'import importlib.util, os, sys; s = importlib.util.find_spec("kvqlab"); \
+	  sys.exit(not (s and s.origin and os.path.samefile(s.origin, sys.argv[1])))' $(CURDIR)/tests/lab/kvqlab/__init__.py \
+	  || { echo "make deps: installing this checkout's lab library (pip install -e tests/lab)"; \
+	       $(PY) -m pip install -q --no-deps -e tests/lab; }
 
 # test_preflight_html.py opens the preflight report in a headless Chromium (Debian's package chromium).
 # Checked on every run (command -v is instant); installed with apt-get only when missing.
@@ -34,19 +46,19 @@ browser:
 	  && command -v $(BROWSER) >/dev/null 2>&1 \
 	  || { echo "make deps: apt-get install $(BROWSER) failed. Fix: install the Debian package $(BROWSER) by hand" >&2; exit 1; }
 
-deps: $(STAMP) browser
+deps: $(STAMP) lab-pkg browser
 
 lab-build:
 	bash tests/lab/build.sh
 
 lab-up: deps lab-build
-	$(LABPY) -m kvqlab up --run-dir $(LAB_RUN_DIR) --scenario $(or $(SCENARIO),a)
+	$(PY) -m kvqlab up --run-dir $(LAB_RUN_DIR) --scenario $(or $(SCENARIO),a)
 
-lab-down:
-	$(LABPY) -m kvqlab down --run-dir $(LAB_RUN_DIR)
+lab-down: lab-pkg
+	$(PY) -m kvqlab down --run-dir $(LAB_RUN_DIR)
 
-lab-status:
-	$(LABPY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
+lab-status: lab-pkg
+	$(PY) -m kvqlab status --run-dir $(LAB_RUN_DIR)
 
 # The main job end to end: lab + scenario (a) + node_maintenance on the VM's node.
 demo: deps lab-build
@@ -272,4 +284,4 @@ roles-empty-paths: deps lab-build venv-core-newest
 	KVQ_EMPTY_PATHS_VENVS=$(EMPTY_PATHS_VENVS) $(PYTEST_LAB) -m empty_paths $(LAB_TEST_DIRS)
 
 clean:
-	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output
+	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output tests/lab/*.egg-info

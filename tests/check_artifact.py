@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 
 FORBIDDEN_PARTS = ("tests/output/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/",
-                   "tests/lab/.runs/", ".ansible/")
+                   "tests/lab/.runs/", ".ansible/", ".egg-info/", "tests/lab/build/")
 REQUIRED = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/modules/kvquota_check.py",
             "plugins/module_utils/kvquota/sizing.py", "rbac/clusterrole.yml",
             "rbac/operator-namespace.yml", "playbooks/install.yml", "LICENSE", "CHANGELOG.rst",

@@ -22,12 +22,9 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
-
-import kvqlab  # noqa: E402
-from kvqlab import emulator, scenarios  # noqa: E402
-from kvqlab.emulator import _rest_for  # noqa: E402
+import kvqlab   # installed from tests/lab by make deps (tests/lab/pyproject.toml)
+from kvqlab import emulator, scenarios
+from kvqlab.emulator import _rest_for
 
 KV = "/apis/kubevirt.io/v1"
 RANCHER_ANNOTATION = "field.cattle.io/resourceQuota"

@@ -50,7 +50,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 sys.path.insert(0, ROOT)
 
 __import__("conftest")   # makes the work tree importable as ansible_collections.kvquota.maintenance

@@ -9,7 +9,8 @@ these approaches are measured, each on a FRESH lab with scenario d, one lab at a
 - bound: the lower bound ceil(N / parallelOutboundMigrationsPerNode) x T (computed, not run);
 - role: the collection's playbook (ansible-playbook playbooks/node_maintenance.yml -e node_maintenance_node=node-1)
   as the least-privilege user; optionally again with role variables (--role-vars, e.g. a shorter
-  node_maintenance_poll_interval: the table says so);
+  node_maintenance_poll_interval: the table says so); role-base: the same playbook of the collection at git
+  revision --baseline (default HEAD: the committed code beside the work tree's changes), in the same run;
 - naive: expand every quota for ALL its VMs at once (headroom.batch_headroom over the whole node), create every
   VirtualMachineInstanceMigration at once and let KubeVirt queue them, release at the end;
 - serial: one VM at a time (reserve for that VM, migrate, wait for its source pod, release, next).
@@ -27,8 +28,9 @@ least-privilege user. Measured per run:
 - migrations rejected by quota: "exceeded quota" lines the emulator logged during the run;
 - quotas back at base: spec.hard byte-for-byte equal to the base and no ledger of the node's quotas left.
 
-Targets: role makespan <= 1.15 x bound; role peak extra per namespace <= that namespace's largest need in one
-batch (from kvquota_check's batches for the node and batch_headroom). The role overlaps batches (a batch of
+Targets (issue 15): role makespan <= 1.05 x bound and the whole run (the playbook process) <= 1.10 x bound; role
+peak extra per namespace <= that namespace's largest need in one batch (from kvquota_check's batches for the node
+and batch_headroom). The role overlaps batches (a batch of
 other namespaces migrates while the previous batch's reservation waits for its source pods), so the
 cluster-wide sum may exceed the largest single batch's need; it is still reported.
 Not a test: it prints a table (--json writes everything).
@@ -53,7 +55,6 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 sys.path.insert(0, ROOT)
 
 __import__("conftest")   # makes the work tree importable as ansible_collections.kvquota.maintenance
@@ -82,7 +83,7 @@ def log(msg):
 
 
 def q(value):
-    return float(parse_quantity(str(value)))
+    return float(parse_quantity(value))   # a computed (Fraction) need or a quantity string
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -323,13 +324,26 @@ def run_serial(lab, tag="serial"):
     return {"vms": len(vms), "rc": 0}
 
 
-def run_role(lab, extra_vars, out_dir):
+def baseline_collections(rev, out_dir):
+    """(collections path, playbooks dir) of the collection as it was at git revision rev: `git archive` into
+    out_dir (nothing in the work tree or its .git changes), under ansible_collections/kvquota/maintenance."""
+    tree = os.path.join(out_dir, "ansible_collections", "kvquota", "maintenance")
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], stdout=subprocess.PIPE, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    return out_dir, os.path.join(tree, "playbooks")
+
+
+def run_role(lab, extra_vars, out_dir, collections=None):
+    """ansible-playbook node_maintenance.yml as the lab's least-privilege user; collections: (path, playbooks dir)
+    of another collection tree (--baseline), else the work tree's."""
+    collections_path, playbooks = collections or (COLLECTIONS, os.path.join(ROOT, "playbooks"))
     handle, vars_file = tempfile.mkstemp(prefix="kvq-bench-vars-", suffix=".json", dir=out_dir)
     with os.fdopen(handle, "w") as fh:
         json.dump(dict({"node_maintenance_node": NODE}, **(extra_vars or {})), fh)
     env = dict(os.environ)
     env.update({
-        "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+        "ANSIBLE_COLLECTIONS_PATH": collections_path,
         "K8S_AUTH_KUBECONFIG": str(lab.lab.user_kubeconfig),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_LOCALHOST_WARNING": "0",
@@ -342,7 +356,7 @@ def run_role(lab, extra_vars, out_dir):
     })
     out_file = os.path.join(out_dir, "role-%d.out" % int(time.time()))
     with open(out_file, "w") as out:
-        proc = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "node_maintenance.yml"),
+        proc = subprocess.run(["ansible-playbook", os.path.join(playbooks, "node_maintenance.yml"),
                                "-e", "@" + vars_file], stdout=out, stderr=subprocess.STDOUT, env=env,
                               cwd=out_dir, timeout=1800, check=False)
     with open(out_file) as fh:
@@ -404,7 +418,7 @@ def measured(sampler, run, settle):
     return detail, total, makespan
 
 
-def one_run(approach, rep, args, role_vars):
+def one_run(approach, rep, args, role_vars, baseline=None):
     run_dir = tempfile.mkdtemp(prefix="kvq-benchm-%s-%d-" % (approach, rep))
     log("%s #%d: fresh lab in %s" % (approach, rep, run_dir))
     lab = Lab(run_dir, args.T, args.D)
@@ -417,15 +431,15 @@ def one_run(approach, rep, args, role_vars):
         sampler = Sampler(lab, base, args.interval)
         started_wall = time.time()
         runs = {"naive": lambda: run_naive(lab), "serial": lambda: run_serial(lab)}
-        detail, total, makespan = measured(sampler, runs.get(approach, lambda: run_role(lab, role_vars, run_dir)),
-                                           args.settle)
+        detail, total, makespan = measured(
+            sampler, runs.get(approach, lambda: run_role(lab, role_vars, run_dir, baseline)), args.settle)
         bound = math.ceil(n / float(plan["parallel_outbound_per_node"])) * args.T
         result = {
             "approach": approach, "rep": rep, "role_vars": role_vars if approach.startswith("role") else None,
             "vms": n, "migrations_succeeded": len(sampler.succeeded_at), "T": args.T, "D": args.D,
             "lower_bound_s": bound, "makespan_s": makespan,
             "makespan_ratio": (makespan / bound) if makespan else None,
-            "total_s": total, "lab_setup_s": lab.setup_seconds,
+            "total_s": total, "total_ratio": total / bound, "lab_setup_s": lab.setup_seconds,
             "peak_extra_hard": sampler.peak_hard, "peak_extra_ledger": sampler.peak_ledger,
             "peak_quotas_expanded": sampler.peak_quotas_expanded,
             "peak_extra_by_namespace": sampler.peak_by_ns,
@@ -469,7 +483,7 @@ def fmt_mem(v):
 
 def table(results):
     lines = []
-    head = ("approach", "rep", "makespan s", "x bound", "whole run s", "peak +limits.memory (hard/ledger)",
+    head = ("approach", "rep", "makespan s", "x bound", "whole run s", "x bound", "peak +limits.memory (hard/ledger)",
             "peak +limits.cpu (hard/ledger)", "per-ns peak / largest need (mem, cpu)", "quotas up", "rejected",
             "at base")
     rows = []
@@ -477,6 +491,7 @@ def table(results):
         ms = r["makespan_s"]
         rows.append((r["label"], str(r["rep"]), "-" if ms is None else "%.1f" % ms,
                      "-" if ms is None else "%.2f" % r["makespan_ratio"], "%.1f" % r["total_s"],
+                     "%.2f" % (r["total_s"] / r["lower_bound_s"]),
                      "%s / %s" % (fmt_mem(r["peak_extra_hard"]["limits.memory"]),
                                   fmt_mem(r["peak_extra_ledger"]["limits.memory"])),
                      "%.3f / %.3f" % (r["peak_extra_hard"]["limits.cpu"], r["peak_extra_ledger"]["limits.cpu"]),
@@ -495,7 +510,10 @@ def table(results):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--approaches", default="role,naive,serial",
-                    help="comma-separated: role, role-tuned (role with --tuned-vars), naive, serial")
+                    help="comma-separated: role, role-tuned (role with --tuned-vars), role-base (the role of "
+                         "--baseline), naive, serial")
+    ap.add_argument("--baseline", default="HEAD",
+                    help="git revision whose collection role-base runs (side by side with the work tree's role)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--T", type=float, default=6, help="emulated migration time (knob migration_seconds)")
     ap.add_argument("--D", type=float, default=1, help="knob source_pod_delay_seconds")
@@ -509,13 +527,22 @@ def main(argv=None):
     args = ap.parse_args(argv)
     kvqlab.find_bin_dir()
     approaches = [a.strip() for a in args.approaches.split(",") if a.strip()]
+    baseline = None
+    if "role-base" in approaches:
+        baseline = baseline_collections(args.baseline, tempfile.mkdtemp(prefix="kvq-benchm-base-"))
+        log("role-base: the collection at %s (%s)" % (args.baseline, subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", args.baseline], stdout=subprocess.PIPE, text=True,
+            check=True).stdout.strip()))
     results = []
     for rep in range(1, args.repeat + 1):
         for approach in approaches:   # interleaved: rep 1 of each, then rep 2 of each
             vars_ = json.loads(args.tuned_vars if approach == "role-tuned" else args.role_vars) \
                 if approach.startswith("role") else None
-            r = one_run("role" if approach.startswith("role") else approach, rep, args, vars_)
+            r = one_run("role" if approach.startswith("role") else approach, rep, args, vars_,
+                        baseline if approach == "role-base" else None)
             r["label"] = approach if not vars_ else "%s %s" % (approach, json.dumps(vars_, sort_keys=True))
+            if approach == "role-base":
+                r["label"] = "role @ %s" % args.baseline
             results.append(r)
             if args.json:   # write as we go: a partial run still leaves figures
                 with open(args.json, "w") as fh:
@@ -529,13 +556,14 @@ def main(argv=None):
     print(table(results))
     for r in results:
         if r["approach"] == "role":
-            ok_time = r["makespan_ratio"] is not None and r["makespan_ratio"] <= 1.15
+            ok_time = r["makespan_ratio"] is not None and r["makespan_ratio"] <= 1.05
+            ok_whole = r["total_ratio"] <= 1.10
             ok_quota = all(r["peak_extra_hard"][x] <= r["largest_batch_need"][x] + 1e-9 for x in RESOURCES)
             ok_ns = all(v is None or v <= 1 + 1e-9 for v in r["per_namespace_peak_ratio"].values())
-            print("target %s #%d: makespan <= 1.15 x bound: %s; per-namespace peak extra <= that namespace's largest "
-                  "batch need: %s (cluster-wide sum <= largest batch: %s)" % (
-                      r["label"], r["rep"], "met" if ok_time else "MISSED", "met" if ok_ns else "MISSED",
-                      "yes" if ok_quota else "no"))
+            print("target %s #%d: makespan <= 1.05 x bound: %s; whole run <= 1.10 x bound: %s; per-namespace peak "
+                  "extra <= that namespace's largest batch need: %s (cluster-wide sum <= largest batch: %s)" % (
+                      r["label"], r["rep"], "met" if ok_time else "MISSED", "met" if ok_whole else "MISSED",
+                      "met" if ok_ns else "MISSED", "yes" if ok_quota else "no"))
     return 0
 
 

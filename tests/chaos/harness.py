@@ -28,14 +28,15 @@ def _load_repo_conftest():
 
 
 _load_repo_conftest()
-for _extra in (str(REPO / "tests" / "lab"), str(REPO / "tests" / "integration")):
-    if _extra not in sys.path:
-        sys.path.insert(0, _extra)
+# the lab test helpers the campaigns reuse (test_roles_lab, modlab); kvqlab itself is installed (make deps)
+_INTEGRATION = str(REPO / "tests" / "integration")
+if _INTEGRATION not in sys.path:
+    sys.path.insert(0, _INTEGRATION)
 
 # importable only once the collection is on the path (above)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
     parse_resource_list)
-from kvqlab.procs import signal_tree  # noqa: E402 - tests/lab is on the path from here on
+from kvqlab.procs import signal_tree  # noqa: E402 - after the repository conftest: kvqlab checks the collection path
 
 
 def kill_live(*signal_args):

@@ -24,15 +24,11 @@ import time
 
 import pytest
 
-_LAB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab")
-if _LAB_DIR not in sys.path:
-    sys.path.insert(0, _LAB_DIR)
+import kvqlab   # installed from tests/lab by make deps (tests/lab/pyproject.toml)
+from kvqlab import emulator, scenarios
+from kvqlab.emulator import _rest_for
 
-import kvqlab  # noqa: E402
-from kvqlab import emulator, scenarios  # noqa: E402
-from kvqlab.emulator import _rest_for  # noqa: E402
-
-from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"

@@ -21,7 +21,7 @@ from fractions import Fraction
 import pytest
 
 import modlab as M
-from kvqlab import scenarios  # noqa: E402 - modlab puts tests/lab on sys.path
+from kvqlab import scenarios
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError  # noqa: E402

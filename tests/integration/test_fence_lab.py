@@ -20,7 +20,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 import modlab as M
-from kvqlab import emulator, tenants  # noqa: E402  (modlab puts tests/lab on sys.path)
+from kvqlab import emulator, tenants
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import Rest
 

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from modlab import require_lab_build, run_module, wait   # modlab puts tests/lab on sys.path: kvqlab after it
-
-from kvqlab import rbacusage, state  # noqa: E402
+from kvqlab import rbacusage, state
+from modlab import require_lab_build, run_module, wait
 
 REPO = Path(__file__).resolve().parents[2]
 # every request the least-privilege user made in the labs of this pytest session, read from each lab's audit log

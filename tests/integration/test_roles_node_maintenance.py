@@ -18,7 +18,7 @@ import signal
 import pytest
 
 from test_roles_lab import KV, base_fixture, lab_fixture, playbook, state
-from kvqlab.procs import signal_tree  # noqa: E402 - test_roles_lab puts tests/lab on sys.path
+from kvqlab.procs import signal_tree
 
 pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
 

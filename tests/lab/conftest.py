@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
-from pathlib import Path
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
-
-import kvqlab  # noqa: E402
+import kvqlab   # installed from tests/lab by make deps (tests/lab/pyproject.toml)
 
 
 def _required() -> bool:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 sys.path.insert(0, ROOT)
 __import__("conftest")  # the per-checkout ansible_collections farm, exported as KVQ_COLLECTIONS_PATH
 

@@ -24,8 +24,6 @@ from kvqlab import procs
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
-HERE = Path(__file__).resolve().parent
-
 
 def pod(name, cpu="100m", memory="64Mi", node_selector=None):
     spec = {"containers": [{
@@ -286,8 +284,7 @@ def test_virt_api_subresources_are_served_and_authorised(lab, lab_namespace):
 # ---------------------------------------------------------------- CLI
 
 def _cli(*args, env_extra=None):
-    env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.update(env_extra or {})
+    env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "kvqlab", *args], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
 

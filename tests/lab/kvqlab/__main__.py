@@ -1,4 +1,4 @@
-"""Command line: python3 -m kvqlab up|down|status|env (PYTHONPATH=tests/lab)."""
+"""Command line: python3 -m kvqlab up|down|status|env (kvqlab installed from tests/lab by make deps)."""
 from __future__ import annotations
 
 import argparse
@@ -76,7 +76,7 @@ def cmd_up(args) -> int:
     print(f"  user kubeconfig:  {lab.user_kubeconfig}   (user {lab.user_name}, the roles of rbac/*.yml)")
     print(f"  logs:             {lab.run_dir / 'logs'}")
     print(f"  try: kubectl --kubeconfig {lab.admin_kubeconfig} get nodes")
-    print(f"  env: eval \"$(PYTHONPATH=tests/lab python3 -m kvqlab env --run-dir {lab.run_dir})\"")
+    print(f"  env: eval \"$(python3 -m kvqlab env --run-dir {lab.run_dir})\"")
     return 0
 
 

@@ -891,7 +891,7 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
         sys.executable, "-m", "kvqlab.virtapi", "--port", str(p_virtapi),
         "--cert", str(files["serving_crt"]), "--key", str(files["serving_key"]), "--client-ca", str(ca),
         "--admin-kubeconfig", str(kc_paths["admin"]),
-    ], env={**os.environ, "PYTHONPATH": str(_TESTS_LAB) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    ])
     lab.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(virtapi.api_service(p_virtapi)))
     wait_for(lambda: lab.api_service_available(f"{virtapi.VERSION}.{virtapi.GROUP}"), 60,
              "APIService subresources.kubevirt.io to be Available",

@@ -12,7 +12,7 @@ collection's shipped roles (rbac/*.yml).
 
 Or from a shell, over everything a lab has recorded so far (e.g. after the role tests):
 
-    PYTHONPATH=tests/lab python3 -m kvqlab.rbacusage --run-dir RUN_DIR --features rancher,shutdown
+    python3 -m kvqlab.rbacusage --run-dir RUN_DIR --features rancher,shutdown   # kvqlab installed by make deps
 
 The roles are read from the files, never from this module, so the analysis follows the files when rules
 change. A rule is "used" when at least one recorded request matches it (apiGroup, resource[/subresource],

@@ -24,7 +24,6 @@ __all__ = ["start", "attach", "install_crds", "install_identities", "ensure_knob
 
 KNOBS_NAMESPACE = "kvqlab-system"
 CRD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "crds")
-LAB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/lab
 
 
 def _rest_for(target):
@@ -247,10 +246,8 @@ class EmulatorHandle:
             cmd += ["--set", "%s=%s" % (k, v)]
         if self.verbose:
             cmd.append("-v")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = LAB_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         out = open(os.path.join(self.dir, "emulator.stderr"), "ab")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         out.close()
         deadline = time.monotonic() + self.ready_timeout
