@@ -13,14 +13,15 @@ the same run, interleaved, --repeat times each:
   "Response" log lines (discovery is cached beforehand, as it would be for kubectl on a workstation);
 - core: check(cluster, {}) called directly (read + plan + report) in a fresh Python process of its own (imports
   and connection made before the clock starts), wall time, cluster.request_count and the process's peak RSS
-  (ru_maxrss right after the check, before anything is serialised; its RSS before the check is in the JSON);
+  (VmHWM right after the check, before anything is serialised; its peak before the check is in the JSON);
 - module: the kvquota_check module through ansible-playbook (wall time of the whole process, and the same
   minus the time of an identical playbook running ansible.builtin.ping, i.e. the module without Ansible's
   fixed start-up cost), its `requests` result; with its default compact result, and with `report: full`
   (every VM's entry: the result before the compact default) as the baseline of the same run. Peak RSS of the
   module's own process (the interpreter Ansible runs is a small wrapper that waits for the real one with
   wait4, which adds one Python start-up to every module run, the ping playbook's included) and of the whole
-  ansible-playbook process tree (wait4 of ansible-playbook: the largest of controller, workers, modules).
+  ansible-playbook process tree (run under the same kind of wrapper: the largest of controller, workers,
+  modules).
 
 All reads use the lab's least-privilege user. Only one lab runs at a time (it is stopped before the next
 scale starts). Not a test: it prints a table (and --json writes the figures). Targets: core time <= 1.5x the
@@ -106,6 +107,15 @@ def kubectl_floor(kubeconfig, cache_dir):
 
 
 def _peak_kb():
+    """This process's peak RSS in KiB: VmHWM, the high-water mark of its own address space. Not ru_maxrss: a process
+    started from a larger one (vfork + exec) inherits that one's peak as the floor of its ru_maxrss."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KiB on Linux
 
 
@@ -187,9 +197,12 @@ def _playbook(task, out):
                                     "| default(None), 'verdict': kvq.verdict | default(None)} | to_json }}"}}]}]
 
 
-RSS_WRAPPER = """#!%(python)s
+RSS_RUN = """#!%(python)s
+# runs %(prefix)r + its arguments, waits for it with wait4 and appends its peak RSS (ru_maxrss: the largest of it
+# and its reaped descendants) to the log; started from this small process, the measured one does not inherit a
+# larger parent's peak as the floor of its ru_maxrss (a vfork + exec keeps the parent's high-water mark)
 import json, os, subprocess, sys
-child = subprocess.Popen([%(python)r] + sys.argv[1:])
+child = subprocess.Popen(%(prefix)r + sys.argv[1:])
 _pid, status, usage = os.wait4(child.pid, 0)
 with open(%(log)r, "a") as fh:
     fh.write(json.dumps({"argv": sys.argv[1:], "peak_rss_kb": usage.ru_maxrss}) + "\\n")
@@ -197,53 +210,55 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def rss_interpreter(tmp):
-    """(path, log): an interpreter for Ansible's modules that runs this Python and logs each module process's
-    peak RSS (wait4) to log, one JSON line per module run."""
-    path = os.path.join(tmp, "python-rss")
-    log = os.path.join(tmp, "module-rss.jsonl")
+def rss_run(tmp, name, prefix):
+    """(path, log): an executable that runs prefix + its arguments and logs the peak RSS of that process (and of
+    its reaped descendants) to log, one JSON line per run."""
+    path = os.path.join(tmp, name)
+    log = os.path.join(tmp, name + ".jsonl")
     with open(path, "w") as fh:
-        fh.write(RSS_WRAPPER % {"python": sys.executable, "log": log})
+        fh.write(RSS_RUN % {"python": sys.executable, "prefix": list(prefix), "log": log})
     os.chmod(path, 0o755)
+    if os.path.exists(log):
+        os.unlink(log)
     return path, log
+
+
+def _logged(log, match=""):
+    """The largest peak RSS (KiB) logged for a command line containing match, or None."""
+    if not os.path.exists(log):
+        return None
+    with open(log) as fh:
+        seen = [run["peak_rss_kb"] for run in (json.loads(line) for line in fh if line.strip())
+                if any(match in arg for arg in run["argv"])]
+    return max(seen) if seen else None
 
 
 def ansible_run(task, kubeconfig, tmp, module=None):
     """(seconds, result, rss) of an ansible-playbook run of one task, authenticated by K8S_AUTH_KUBECONFIG. rss:
-    {"tree_kb": peak RSS of the ansible-playbook process tree (wait4), "module_kb": the peak RSS of the process of
-    `module` (its AnsiballZ run, from the interpreter wrapper; None when not given or not seen)}."""
+    {"tree_kb": peak RSS of the ansible-playbook process tree (the largest of controller, workers and modules),
+    "module_kb": the peak RSS of the process of `module` (its AnsiballZ run; None when not given or not seen)}:
+    ansible-playbook runs under an rss_run launcher, the modules under an rss_run interpreter."""
     out = os.path.join(tmp, "result.json")
     book = os.path.join(tmp, "play.yml")
     with open(book, "w") as fh:
         json.dump(_playbook(task, out), fh)
-    interpreter, rss_log = rss_interpreter(tmp)
-    if os.path.exists(rss_log):
-        os.unlink(rss_log)
+    interpreter, module_log = rss_run(tmp, "python-rss", [sys.executable])
+    launcher, tree_log = rss_run(tmp, "run-rss", [])
     env = dict((k, v) for k, v in os.environ.items() if not k.startswith("K8S_AUTH_"))
     env.update({"ANSIBLE_COLLECTIONS_PATH": COLLECTIONS, "K8S_AUTH_KUBECONFIG": kubeconfig,
                 "ANSIBLE_PYTHON_INTERPRETER": interpreter, "ANSIBLE_LOCALHOST_WARNING": "0",
                 "ANSIBLE_PIPELINING": "False",   # the module's file name is on its command line (the wrapper's log)
                 "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_DEPRECATION_WARNINGS": "0"})
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        started = time.monotonic()
-        proc = subprocess.Popen(["ansible-playbook", "-i", "localhost,", "-c", "local", book], env=env, cwd=tmp,
-                                stdout=stdout, stderr=stderr)
-        _pid, status, usage = os.wait4(proc.pid, 0)   # reaped here, for its rusage (and its children's)
-        seconds = time.monotonic() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            stdout.seek(0)
-            stderr.seek(0)
-            raise RuntimeError("ansible-playbook failed:\n%s\n%s" % (stdout.read().decode()[-2000:],
-                                                                     stderr.read().decode()[-2000:]))
-    module_kb = None
-    if module and os.path.exists(rss_log):
-        with open(rss_log) as fh:
-            runs = [json.loads(line) for line in fh if line.strip()]
-        seen = [run["peak_rss_kb"] for run in runs if any("AnsiballZ_%s.py" % module in arg for arg in run["argv"])]
-        module_kb = max(seen) if seen else None
+    started = time.monotonic()
+    proc = subprocess.run([launcher, shutil.which("ansible-playbook"), "-i", "localhost,", "-c", "local", book],
+                          env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    seconds = time.monotonic() - started
+    if proc.returncode:
+        raise RuntimeError("ansible-playbook failed:\n%s\n%s" % (proc.stdout.decode()[-2000:],
+                                                                 proc.stderr.decode()[-2000:]))
+    rss = {"tree_kb": _logged(tree_log), "module_kb": _logged(module_log, "AnsiballZ_%s.py" % module) if module else None}
     with open(out) as fh:
-        return seconds, json.load(fh), {"tree_kb": usage.ru_maxrss, "module_kb": module_kb}
+        return seconds, json.load(fh), rss
 
 
 def _mb(kb):
