@@ -197,11 +197,11 @@ report_file:
   type: str
 plan:
   description:
-    - The versioned plan (C(kind) V(kvquota.maintenance/plan), C(version) 1) for O(kvquota.maintenance.kvquota_migrate#module:plan)
-      - C(batches) as in RV(batches), and per migrating VM (C(vms), key C(namespace/name)) what its reservation is
-      computed from - C(charge) (the migration's charge), C(pod_charge) (the target pod alone), C(source) (the live
-      source pod's usage) and C(facts) (what quota scopes look at) - with the identity and C(resourceVersion) of the
-      VMI, the KubeVirt CR (C(kubevirt)), per namespace its C(labels) and the resource names its quotas C(tracks),
+    - The versioned plan (C(kind) V(kvquota.maintenance/plan), C(version) 1) for O(kvquota.maintenance.kvquota_migrate#module:plan).
+    - C(batches) as in RV(batches); per migrating VM (C(vms), key C(namespace/name)) what its reservation is computed
+      from, C(charge) (the migration's charge), C(pod_charge) (the target pod alone), C(source) (the live source
+      pod's usage) and C(facts) (what quota scopes look at), with the C(uid) and C(resourceVersion) of its VMI; the
+      KubeVirt CR's identity (C(kubevirt)), per namespace its C(labels) and the resource names its quotas C(tracks),
       the sizing overrides (C(sizing)) and C(cluster_facts).
     - Amounts are exact integers of nano-units (the value times 10^9), never formatted strings.
   returned: when O(plan=true)

@@ -21,6 +21,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import ceil_to
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
     event_stamp,
@@ -330,12 +331,6 @@ def parse_top_up_cap(cap):
     return parsed
 
 
-def _ceil(value, name):
-    """value rounded up to what a quota shows: millicores for CPU, whole units otherwise."""
-    step = Fraction(1, 1000) if "cpu" in name else Fraction(1)
-    return -((-value) // step) * step
-
-
 def cap_limit(cap, charge):
     """{name: most one top-up of a quota may add} for top_up_cap cap and the refused pods' computed charge of
     that quota; a name neither the cap nor its "*" names is absent (nothing may be added)."""
@@ -344,7 +339,8 @@ def cap_limit(cap, charge):
     for name in set(charge) | set(n for n in parsed if n != "*"):
         kind, value = parsed.get(name) or parsed.get("*") or (None, None)
         if kind == "percent":
-            limit[name] = _ceil(charge.get(name, 0) * value, name)
+            # rounded up to what a quota shows: millicores for CPU, whole units otherwise
+            limit[name] = ceil_to(charge.get(name, 0) * value, Fraction(1, 1000) if "cpu" in name else 1)
         elif kind == "quantity":
             limit[name] = value
     return limit
