@@ -195,6 +195,12 @@ report_file:
   description: The path the full report was written to.
   returned: when O(report_file) is set
   type: str
+scope_nodes:
+  description: The nodes of O(nodes), each with C(unschedulable) (cordoned) as read before anything moved.
+  returned: always
+  type: dict
+  sample: {node-1: {unschedulable: false}}
+  version_added: 0.2.0
 plan:
   description:
     - The versioned plan (C(kind) V(kvquota.maintenance/plan), C(version) 1) for O(kvquota.maintenance.kvquota_migrate#module:plan).

@@ -39,8 +39,12 @@ description:
   - With O(overlap=true) (the default) the next batch starts as soon as the previous batch's migrations are
     final; a batch whose namespaces still hold an unreleased reservation of this run waits, and a later batch
     whose namespaces are free goes first (of those, the one whose namespaces have the most batches left, so
-    that one namespace's batches are not left to follow each other at the end). So no namespace's quota is
-    ever expanded for more than one batch at once. With O(overlap=false) batches run in plan order, each after every earlier release.
+    that one namespace's batches are not left to follow each other at the end). The next batch's reservation
+    is made (and enforced in C(status.hard)) while the previous batch migrates, in namespaces that batch does
+    not touch, so that its migrations are created the moment the previous ones are final; one batch ahead at
+    most. So no namespace's quota is ever expanded for more than one batch at once; across namespaces up to
+    three batches' reservations can be held at once (the batch migrating, the one prepared, and one waiting for
+    its source pods). With O(overlap=false) batches run in plan order, each after every earlier release.
   - First it resumes an interrupted earlier run of the same node and prefix, cancelling that run's
     migrations that were never admitted and releasing its reservations C(<prefix>-b<n>) once their migrations
     are final.
@@ -362,6 +366,16 @@ mode:
   description: V(drive) or V(follow).
   returned: always
   type: str
+vms_left:
+  description:
+    - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) (C(status.nodeName)) with
+      C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason): VMs that cannot
+      live-migrate, or (in check mode) every VM the batches would move.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{namespace: tenant-a, name: db-1, migratable: false, reason: "cannot migrate VMI: PVC rootdisk is not shared"}]
+  version_added: 0.2.0
 cordon:
   description:
     - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it

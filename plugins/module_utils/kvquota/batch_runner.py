@@ -129,6 +129,15 @@ class BatchRunner(object):
         batch.vms = [k for k in batch.keys if k in keep]
 
     def start(self, batch):
+        """Reserve for the batch and create its migrations at once."""
+        self.prepare(batch)
+        if batch.state == RUNNING and batch.launched is None:
+            self.launch(batch)
+
+    def prepare(self, batch):
+        """Reserve for the batch (sized from the plan when there is one) and wait until status.hard enforces it;
+        its migrations are created by launch(). The scheduler prepares the next batch while one migrates, so that
+        it starts the moment that one's migrations are final. From here on a stop releases what it holds."""
         batch.started = self.config.clock()
         batch.order = len([b for b in self.record.batches if b.started is not None]) - 1
         if not batch.followed:
@@ -180,13 +189,17 @@ class BatchRunner(object):
             batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
             return
         self.wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
+        batch.prepared = (needs, refs)
+
+    def launch(self, batch):
+        """Create the prepared batch's migrations (or follow those already under way) and record their UIDs."""
         for migration in batch.migrations:
             if migration["reused"]:
                 self.record.reused.append("%s/%s" % (migration["namespace"], migration["name"]))
                 continue
             self._create(batch, migration)
         batch.launched = self.config.clock()
-        self._record_created(batch, needs, refs)
+        self._record_created(batch, *batch.prepared)
 
     def _record_created(self, batch, needs, refs):
         """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
@@ -331,7 +344,7 @@ class BatchRunner(object):
 
     def _watch(self, batch, seen, now):
         """The timeout and the top-up of a batch whose migrations are not all final yet."""
-        if now - batch.started > batch.timeout:
+        if now - (batch.launched or batch.started) > batch.timeout:
             raise WaitTimeoutError(
                 "%s: migrations not finished after %ss (completionTimeoutPerGiB %s x GiB + progressTimeout %s + "
                 "scheduling %s): %s" % (batch.label(), batch.timeout, self.record.per_gib_now, self.record.progress_now,
@@ -447,7 +460,7 @@ class BatchRunner(object):
         namespaces = ", ".join(sorted(set(ns for ns, _n in batch.vms)))
         return ("%s done: %d VM(s) %s | namespaces %s | headroom %s%s | batch %.1fs, elapsed %ds, remaining ~%ds "
                 "(%d batch(es) left)" % (batch.label(), len(batch.vms), vms, namespaces, headroom, tops,
-                                         batch.final_at - batch.started, int(elapsed), remaining, left))
+                                         batch.final_at - (batch.launched or batch.started), int(elapsed), remaining, left))
 
     def _raise_if_captured(self, batch, what):
         """Without the headroom fence a tenant's pod may take the room reserved for the migrations: name it

@@ -223,6 +223,10 @@ def check(cluster, scope=None, options=None):
     report = evaluate(snapshot, options, planned)
     if options.get("plan"):
         report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
+    # the named nodes as they were before anything moved (node_maintenance's state line after a failure)
+    report["scope_nodes"] = dict((name, {"unschedulable": bool(((snapshot.get("nodes") or {}).get(name, {}).get("spec") or {})
+                                                                .get("unschedulable"))})
+                                 for name in (snapshot.get("scope") or {}).get("nodes") or [])
     report["requests"] = snapshot.get("requests")
     return report
 

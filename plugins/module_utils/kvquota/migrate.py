@@ -11,7 +11,9 @@ is final, topping the reservation up when quota admission still refuses a target
 reservation once the batch's source pods are gone (reservations.release, one non-blocking check per poll).
 
 Pipelining (overlap=True, the default): one batch is in flight at a time (KubeVirt's parallel limits count
-migrations in flight), and the next one starts as soon as the previous one's migrations are final. A batch
+migrations in flight), and the next one starts as soon as the previous one's migrations are final. Its
+reservation is made while the previous batch migrates (scheduler.batch_ahead, BatchRunner.prepare), so that
+starting it is only creating its migrations (BatchRunner.launch). A batch
 that would expand a namespace whose reservation from an earlier batch is not released yet waits, and a later
 batch whose namespaces are all free goes first instead (see next_batch): so no namespace's quota is ever expanded
 for more than one batch at once, and the release of one batch (its source pods ending) overlaps the next
@@ -48,7 +50,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.follow import Follower
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import VMI_NODE_LABEL
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
     FINAL,
     PENDING,
@@ -68,6 +71,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migrat
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.scheduler import Scheduler, next_batch
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.stopper import Stopper
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.vm_entries import live_migratable
 
 
 class Executor(object):
@@ -162,7 +166,23 @@ class Executor(object):
             self.record.cordon = drain.cordon(self.cluster, node, self.config.check_mode)
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
-        return self.stopper.guarded(self._plan, self._loop)
+        result = self.stopper.guarded(self._plan, self._loop)
+        result["vms_left"] = self.vms_left()
+        return result
+
+    def vms_left(self):
+        """The Running VMIs still on the node (status.nodeName, which only KubeVirt writes; the label narrows the
+        list only), each with whether KubeVirt says it can live-migrate: what the caller does with them next."""
+        left = []
+        for vmi in self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                                            label_selector="%s=%s" % (VMI_NODE_LABEL, self.config.node)):
+            status = vmi.get("status") or {}
+            if status.get("nodeName") != self.config.node or status.get("phase") != "Running":
+                continue
+            migratable, reason = live_migratable(vmi)
+            left.append({"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],
+                         "migratable": migratable is not False, "reason": reason})
+        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
 
     def _plan(self):
         for batch in self.record.batches:
@@ -174,7 +194,7 @@ class Executor(object):
             now = self.config.clock()
             full = last_full is None or now - last_full >= self.config.poll_interval * 0.95
             for batch in self.record.batches:
-                if batch.state == RUNNING:
+                if batch.state == RUNNING and batch.launched is not None:
                     self.runner.follow(batch)
                     if batch.state == FINAL:
                         self.record.say(self.runner.progress_line(batch))
@@ -185,7 +205,14 @@ class Executor(object):
                         self.runner.try_release(batch)
             batch = self.scheduler.next()
             if batch is not None:
-                self.runner.start(batch)
+                if batch.state == RUNNING:   # prepared while the previous batch migrated
+                    self.runner.launch(batch)
+                else:
+                    self.runner.start(batch)
+                continue
+            ahead = self.scheduler.ahead()
+            if ahead is not None:
+                self.runner.prepare(ahead)
                 continue
             if self.scheduler.done():
                 return

@@ -17,17 +17,39 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migrat
 
 
 def next_batch(batches, overlap=True):
-    """The batch that may start now, or None. batches: objects with state, index, namespaces (of its VMs) and
-    held (the namespaces its reservation expanded), in plan order.
+    """The batch that may start now, or None. batches: objects with state, index, namespaces (of its VMs),
+    held (the namespaces its reservation expanded) and launched (None while only prepared), in plan order.
 
-    Nothing starts while a batch is in flight. overlap=True: of the pending batches none of whose namespaces is
+    Nothing starts while a batch is in flight (its migrations created, not all final). A batch prepared while the
+    previous one migrated (batch_ahead) goes next. overlap=True: of the pending batches none of whose namespaces is
     held by an unreleased reservation of this run, the one whose namespaces have the most pending batches
     left (then plan order): a namespace with many batches is not left for the end, where its batches could
     only follow each other, each waiting for the previous one's release. overlap=False: the first pending
     batch, once every started batch is released."""
-    if any(b.state == RUNNING for b in batches):
+    if any(b.state == RUNNING and b.launched is not None for b in batches):
         return None
-    held = set()
+    prepared = [b for b in batches if b.state == RUNNING]
+    if prepared:
+        return prepared[0]
+    return _pick(batches, overlap, set())
+
+
+def batch_ahead(batches, overlap=True):
+    """The batch to prepare (reserve for, not start) while one batch migrates, or None: so that its migrations are
+    created the moment that batch's are final, instead of after a reservation then. Only with overlap, one batch
+    ahead at most, and never in a namespace the batch in flight (or an unreleased reservation) holds: no namespace's
+    quota is expanded for two batches at once."""
+    if not overlap:
+        return None
+    running = [b for b in batches if b.state == RUNNING]
+    if len(running) != 1 or running[0].launched is None:
+        return None
+    return _pick(batches, overlap, set(running[0].namespaces) | set(running[0].held))
+
+
+def _pick(batches, overlap, busy):
+    """next_batch's choice among the pending batches; busy: namespaces held besides the finished batches'."""
+    held = set(busy)
     pending = {}
     for b in batches:
         if b.state == FINAL:
@@ -59,6 +81,9 @@ class Scheduler(object):
     def next(self):
         return next_batch(self.batches, self.config.overlap)
 
+    def ahead(self):
+        return batch_ahead(self.batches, self.config.overlap)
+
     def done(self):
         return all(b.state == RELEASED for b in self.batches)
 
@@ -87,4 +112,4 @@ class Scheduler(object):
         return poll
 
 
-__all__ = ["next_batch", "Scheduler"]
+__all__ = ["next_batch", "batch_ahead", "Scheduler"]

@@ -39,8 +39,8 @@ def _sizing_key(vmi, ns_labels, tracks):
                       sort_keys=True, default=str)
 
 
-def _live_migratable(vmi):
-    """(True/False/None, reason) from the LiveMigratable condition."""
+def live_migratable(vmi):
+    """(True/False/None, reason) from the LiveMigratable condition (KubeVirt's, in the VMI's status)."""
     live = condition(vmi, "LiveMigratable")
     if live is None:
         return None, "no LiveMigratable condition"
@@ -68,7 +68,7 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         if status.get("phase") != "Running":
             idle.append({"namespace": namespace, "name": name, "phase": status.get("phase")})
             continue
-        migratable, reason = _live_migratable(vmi)
+        migratable, reason = live_migratable(vmi)
         key = _sizing_key(vmi, ns_labels, tracks)
         if key not in cache:
             pod = sizing.launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)

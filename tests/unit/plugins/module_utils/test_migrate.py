@@ -18,6 +18,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migration_state
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduler
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, UnreachableError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
@@ -28,11 +29,13 @@ GI = 1024 ** 3
 class B(object):
     """A batch as next_batch sees it."""
 
-    def __init__(self, index, namespaces, state=m.PENDING, held=None):
+    def __init__(self, index, namespaces, state=m.PENDING, held=None, launched=True):
         self.index = index
         self.namespaces = namespaces
         self.state = state
         self.held = namespaces if held is None else held
+        # a running batch has its migrations created unless it was only prepared (launched=False)
+        self.launched = 1.0 if state == m.RUNNING and launched else None
 
 
 def _built(cluster, batches, **options):
@@ -45,6 +48,24 @@ def idx(batch):
 
 
 # -- the gate ---------------------------------------------------------------
+
+def test_the_next_batch_is_prepared_while_one_migrates_in_a_namespace_nothing_holds():
+    batches = [B(0, ["a"], m.RUNNING), B(1, ["a"]), B(2, ["c"], m.FINAL), B(3, ["c"]), B(4, ["d"])]
+    assert idx(scheduler.batch_ahead(batches)) == 4     # not a (in flight), not c (its reservation is not released)
+    assert scheduler.batch_ahead(batches, overlap=False) is None
+
+
+def test_one_batch_ahead_at_most_and_it_goes_next():
+    batches = [B(0, ["a"], m.RUNNING), B(1, ["b"], m.RUNNING, launched=False), B(2, ["c"])]
+    assert scheduler.batch_ahead(batches) is None          # b is prepared already
+    assert m.next_batch(batches) is None                   # a is in flight
+    batches[0].state = m.FINAL
+    assert idx(m.next_batch(batches)) == 1                 # the prepared one, before any pending batch
+
+
+def test_nothing_is_prepared_when_no_batch_migrates():
+    assert scheduler.batch_ahead([B(0, ["a"], m.FINAL), B(1, ["b"])]) is None
+
 
 def test_first_batch_starts_when_nothing_ran():
     assert idx(m.next_batch([B(0, ["a"]), B(1, ["b"])])) == 0
