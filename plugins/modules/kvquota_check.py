@@ -79,8 +79,9 @@ options:
     default: fail
   node_capacity:
     description:
-      - Plan the batches within the free capacity of the nodes (one more list call, of every pod). V(false)
-        plans by the migration limits and quotas alone.
+      - Plan the batches within the free capacity of the nodes, from the requests of every pod of the cluster
+        (read with the pods the check lists anyway, or one more list call when the scope is one node or one
+        namespace). V(false) plans by the migration limits and quotas alone.
     type: bool
     default: true
   report:

@@ -1682,8 +1682,8 @@ CAMPAIGNS = {"interrupt": campaign_interrupt, "interrupt-follow": campaign_inter
 
 # what the core does about control-plane blips (issue 11), the rule kvqlab.faults and the tests prove
 RETRY_NOTES = [
-    "- Control-plane blips: every API request of the core (cluster.Cluster.request, and Cluster.call for typed "
-    "reads) retries a transient failure (connection refused or reset, a timeout, 429 waiting at least its "
+    "- Control-plane blips: every API request of the core (cluster.Cluster.request, list pages included) "
+    "retries a transient failure (connection refused or reset, a timeout, 429 waiting at least its "
     "Retry-After (API Priority and Fairness asks for up to 32 s under sustained overload), 500/502/503/504) "
     "with jittered exponential backoff (about 0.5 s doubling up to 8 s) until "
     "api_outage_budget (default 60 s, an option of every module and role, counted from the request's first "

@@ -16,7 +16,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -106,7 +106,7 @@ class BatchRunner(object):
 
     def delete_vmim(self, namespace, name):
         try:
-            self.cluster.delete("/apis/%s/%s/namespaces/%s/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], namespace, VMIMS, name),
+            self.cluster.delete(custom_path(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace, name),
                                 "delete (cancel) migration %s/%s" % (namespace, name))
         except NotFoundError:
             pass
@@ -276,7 +276,7 @@ class BatchRunner(object):
                     "kvquota.io/reservation": batch.reservation}},
                 "spec": {"vmiName": migration["vm"]}}
         try:
-            made = self.cluster.create("/apis/%s/%s/namespaces/%s/%s" % (KUBEVIRT[0], KUBEVIRT[1], ns, VMIMS), body,
+            made = self.cluster.create(custom_path(KUBEVIRT[0], KUBEVIRT[1], VMIMS, ns), body,
                                        "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
         except ConflictError:
             # an earlier attempt of this very request may have created it, or anyone else may have taken the name:

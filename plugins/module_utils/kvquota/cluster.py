@@ -8,12 +8,14 @@ K8S_AUTH_* variables, proxy, impersonation) is kubernetes.core's: the module lay
 (module_utils/kvquota_module.connect) configures the client and hands it here, so the core has no
 Ansible imports.
 
-Every request goes through Cluster.request (raw JSON dicts in and out, so no typed-model conversion can
-alter an object on its way back) or Cluster.call (the typed APIs, reads only), is counted in
-Cluster.request_count, and rides through control-plane blips: a transient failure (connection refused or
-reset, a timeout, 429, 500/502/503/504) is retried with jittered exponential backoff, honouring Retry-After,
-until the outage budget (seconds since the request's first failure) runs out; nothing else is retried, but for
-the 401/403/404 an API server that is coming back gives before its /readyz says it is ready.
+Every request, read or write, goes through Cluster.request (raw JSON dicts in and out, so no typed-model
+conversion can alter an object on its way back; the paths are built here: api_path, custom_path, object_path;
+lists page by PAGE_SIZE objects with list_items). Each HTTP attempt (Cluster._send) carries the extra headers
+(impersonation) and is counted in Cluster.request_count. A request rides through control-plane blips: a
+transient failure (connection refused or reset, a timeout, 429, 500/502/503/504) is retried with jittered
+exponential backoff, honouring Retry-After, until the outage budget (seconds since the request's first failure)
+runs out; nothing else is retried, but for the 401/403/404 an API server that is coming back gives before its
+/readyz says it is ready.
 docs/reliability.md states what a retried write can and cannot do.
 """
 
@@ -29,15 +31,9 @@ import time
 from urllib.parse import quote
 
 try:
-    import kubernetes
     from kubernetes.client.rest import ApiException
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
-except ImportError as _err:  # handled at connect time
-    kubernetes = None
+except ImportError:  # handled at connect time (kvquota_module.connect)
     ApiException = None
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = str(_err)
 
 try:
     import urllib3
@@ -64,6 +60,8 @@ TLS_FIX = ("give the API server's CA with ca_cert (K8S_AUTH_SSL_CA_CERT) or in t
            "(certificate-authority-data); set validate_certs: false only for a throw-away lab")
 DEFAULT_TIMEOUT = (10, 60)
 DEFAULT_OUTAGE_BUDGET = 60
+# objects per list page (limit/continue), kubectl's default chunk size: a whole-cluster read fetches the same pages
+PAGE_SIZE = 500
 # jittered exponential backoff between attempts: first ~0.5 s, doubling, each wait at most 8 s
 BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 8.0
@@ -270,7 +268,7 @@ def _q(text):
 # the cluster
 
 class Cluster(object):
-    """One API connection: typed APIs for callers that want them, raw JSON helpers for the core."""
+    """One API connection: raw JSON requests (request), and helpers built on it."""
 
     def __init__(self, api_client, extra_headers=None, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET,
                  sleep=time.sleep, clock=time.monotonic):
@@ -291,43 +289,13 @@ class Cluster(object):
         self._count = 0
         self._facts = None
         self._resources = {}
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.custom = kubernetes.client.CustomObjectsApi(api_client)
-        self.coordination = kubernetes.client.CoordinationV1Api(api_client)
-        self._wrap_rest_client()
 
     # -- plumbing --------------------------------------------------------
-
-    def _wrap_rest_client(self):
-        rest = self.api_client.rest_client
-        original = rest.request
-        cluster = self
-
-        def counted(*args, **kwargs):
-            cluster._count += 1
-            if cluster.extra_headers:
-                headers = _header_dict(kwargs.get("headers") or {})
-                for name, value in cluster.extra_headers:
-                    if name == "Impersonate-User":
-                        headers[name] = value
-                    else:
-                        headers.add(name, value)
-                kwargs["headers"] = headers
-            return original(*args, **kwargs)
-
-        rest.request = counted
 
     @property
     def request_count(self):
         """How many HTTP requests this Cluster has sent (for the benchmark)."""
         return self._count
-
-    def call(self, fn, *args, **kwargs):
-        """fn(*args, **kwargs) (a typed API's read) with transient failures retried and failures mapped to one
-        clear error; what= names the action. Writes go through request, which knows what a retry may do."""
-        what = kwargs.pop("what", None) or getattr(fn, "__name__", "call the API")
-        kwargs.setdefault("_request_timeout", self.timeout)
-        return self._with_retries(lambda: fn(*args, **kwargs), "GET", "", what)
 
     def request(self, method, path, body=None, query=None, content_type=None, what=None):
         """One HTTP request with raw JSON in and out; returns the decoded body (or None). Transient failures are
@@ -350,21 +318,45 @@ class Cluster(object):
         return json.loads(data)
 
     def _send(self, method, path, body, query, headers):
-        """One attempt: the raw response body, or the client's exception."""
+        """One HTTP attempt, counted, with the extra headers (impersonation): the raw response body, or the
+        client's exception."""
+        self._count += 1
         client = self.api_client
         if hasattr(client, "param_serialize"):
-            serialized = client.param_serialize(method=method, resource_path=path, query_params=query,
-                                                header_params=dict(headers), body=body, auth_settings=["BearerToken"])
-            response = client.call_api(*serialized, _request_timeout=self.timeout)
+            method, url, header_params, body, post_params = client.param_serialize(
+                method=method, resource_path=path, query_params=query, header_params=dict(headers), body=body,
+                auth_settings=["BearerToken"])
+            response = client.call_api(method, url, self._headers(header_params), body, post_params,
+                                       _request_timeout=self.timeout)
             response.read()
             if not 200 <= response.status <= 299:
                 raise ApiException(http_resp=response)
             return response.data
-        # kubernetes < 36
-        response = client.call_api(path, method, query_params=query, header_params=dict(headers), body=body,
-                                   auth_settings=["BearerToken"], _preload_content=False,
-                                   _return_http_data_only=True, _request_timeout=self.timeout)
+        # kubernetes < 36: its call_api turns the headers into a dict (no repeated Impersonate-Group), so the
+        # request is assembled as call_api would (default headers, cookie, auth, host) and handed to the client
+        header_params = dict(client.default_headers)
+        header_params.update(headers)
+        if getattr(client, "cookie", None):
+            header_params["Cookie"] = client.cookie
+        header_params = self._headers(header_params)
+        query = list(query)
+        client.update_params_for_auth(header_params, query, ["BearerToken"])
+        response = client.request(method, self.configuration.host + path, query_params=query, headers=header_params,
+                                  body=body, _preload_content=False, _request_timeout=self.timeout)
         return response.data
+
+    def _headers(self, headers):
+        """headers with the extra ones added, as an HTTPHeaderDict when there are any (a header may repeat:
+        one Impersonate-Group per group)."""
+        if not self.extra_headers:
+            return headers
+        headers = _header_dict(headers)
+        for name, value in self.extra_headers:
+            if name == "Impersonate-User":
+                headers[name] = value
+            else:
+                headers.add(name, value)
+        return headers
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.
@@ -503,32 +495,29 @@ class Cluster(object):
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": resource_version}}
         return self.request("DELETE", path, body=body, what=what)
 
-    # -- typed helpers (raw dicts) --------------------------------------
+    # -- helpers (raw dicts) ---------------------------------------------
 
     def get_namespace(self, name):
-        return self.get("/api/v1/namespaces/%s" % _q(name), "get namespace %s" % name)
+        return self.get(api_path("v1", "namespaces", name=name), "get namespace %s" % name)
 
     def list_namespaces(self, label_selector=None):
-        return self.request("GET", "/api/v1/namespaces", query={"labelSelector": label_selector},
-                            what="list namespaces").get("items") or []
+        return list_items(self, api_path("v1", "namespaces"), {"labelSelector": label_selector}, "list namespaces")
 
     def get_quota(self, namespace, name):
-        return self.get("/api/v1/namespaces/%s/resourcequotas/%s" % (_q(namespace), _q(name)),
+        return self.get(api_path("v1", "resourcequotas", namespace, name),
                         "get resourcequota %s in namespace %s" % (name, namespace))
 
     def list_quotas(self, namespace=None):
-        path = "/api/v1/namespaces/%s/resourcequotas" % _q(namespace) if namespace else "/api/v1/resourcequotas"
         what = "list resourcequotas in namespace %s" % namespace if namespace else "list resourcequotas in all namespaces"
-        return self.request("GET", path, what=what).get("items") or []
+        return list_items(self, api_path("v1", "resourcequotas", namespace), None, what)
 
     def get_pod(self, namespace, name):
-        return self.get("/api/v1/namespaces/%s/pods/%s" % (_q(namespace), _q(name)),
-                        "get pod %s in namespace %s" % (name, namespace))
+        return self.get(api_path("v1", "pods", namespace, name), "get pod %s in namespace %s" % (name, namespace))
 
     def list_pods(self, namespace=None, label_selector=None, field_selector=None):
-        path = "/api/v1/namespaces/%s/pods" % _q(namespace) if namespace else "/api/v1/pods"
-        return self.request("GET", path, query={"labelSelector": label_selector, "fieldSelector": field_selector},
-                            what="list pods in namespace %s" % namespace if namespace else "list pods").get("items") or []
+        return list_items(self, api_path("v1", "pods", namespace),
+                          {"labelSelector": label_selector, "fieldSelector": field_selector},
+                          "list pods in namespace %s" % namespace if namespace else "list pods")
 
     def get_custom(self, group, version, plural, name, namespace=None):
         path = custom_path(group, version, plural, namespace, name)
@@ -536,10 +525,9 @@ class Cluster(object):
         return self.get(path, "get %s.%s %s%s" % (plural, group, name, where))
 
     def list_custom(self, group, version, plural, namespace=None, label_selector=None):
-        path = custom_path(group, version, plural, namespace)
         where = " in namespace %s" % namespace if namespace else ""
-        return self.request("GET", path, query={"labelSelector": label_selector},
-                            what="list %s.%s%s" % (plural, group, where)).get("items") or []
+        return list_items(self, custom_path(group, version, plural, namespace), {"labelSelector": label_selector},
+                          "list %s.%s%s" % (plural, group, where))
 
     def create_event(self, involved, reason, message, event_type="Normal", action="Update", namespace=None):
         """Create a core/v1 Event about involved (a dict with apiVersion, kind, metadata); returns it."""
@@ -565,7 +553,7 @@ class Cluster(object):
             "lastTimestamp": stamp,
             "count": 1,
         }
-        return self.create("/api/v1/namespaces/%s/events" % _q(ns), body,
+        return self.create(api_path("v1", "events", ns), body,
                            "create events in namespace %s" % ns)
 
     def api_groups(self):
@@ -616,15 +604,51 @@ def _is_request_error(exc):
     return isinstance(exc, _NETWORK_ERRORS)
 
 
-def custom_path(group, version, plural, namespace=None, name=None):
-    """/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]."""
-    path = "/apis/%s/%s" % (group, version)
+def api_path(api_version, plural, namespace=None, name=None):
+    """The path of a resource (a list without name, an object with it): /api/v1/... for the core group,
+    /apis/<group>/<version>/... for the others, [/namespaces/<ns>]/<plural>[/<name>]."""
+    path = _group_version_path(api_version)
     if namespace:
         path += "/namespaces/%s" % _q(namespace)
     path += "/%s" % plural
     if name:
         path += "/%s" % _q(name)
     return path
+
+
+def custom_path(group, version, plural, namespace=None, name=None):
+    """/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]."""
+    return api_path("%s/%s" % (group, version), plural, namespace, name)
+
+
+def list_items(cluster, path, query=None, what=None, page_size=PAGE_SIZE):
+    """Every item of the list at path (query: labelSelector, fieldSelector; None values left out), following
+    limit/continue pages of page_size objects (0: one request for all), as raw JSON dicts, through
+    cluster.request. A failure after the first page (a continue token that expired: 410 Gone) restarts the list
+    once from the beginning; NotFound and Forbidden never do."""
+    query = dict((key, value) for key, value in (query or {}).items() if value is not None)
+    what = what or "list %s" % path
+    for attempt in (1, 2):
+        items = []
+        token = None
+        try:
+            while True:
+                page = dict(query)
+                if page_size:
+                    page["limit"] = page_size
+                if token:
+                    page["continue"] = token
+                doc = cluster.request("GET", path, query=page, what=what) or {}
+                items.extend(doc.get("items") or ())
+                token = (doc.get("metadata") or {}).get("continue")
+                if not token:
+                    return items
+        except (NotFoundError, ForbiddenError):
+            raise
+        except KvquotaError:
+            if token is None or attempt == 2:
+                raise
+    return items  # pragma: no cover
 
 
 def _group_version_path(api_version):

@@ -29,6 +29,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -196,7 +197,7 @@ def select_evictions(impostor_pods, force=False, ignore_daemonsets=False, delete
 
 
 def eviction_path(namespace, name):
-    return "/api/v1/namespaces/%s/pods/%s/eviction" % (namespace, name)
+    return api_path("v1", "pods", namespace, name) + "/eviction"
 
 
 def _eviction_body(pod):
@@ -373,7 +374,7 @@ def cordon(cluster, node_obj, check_mode=False):
     'was_cordoned' (it already was). The write is a merge patch conditional on the node's resourceVersion; on a
     conflict the node is read again (a patch whose answer was lost and that did apply is told by its details)."""
     name = _meta(node_obj).get("name")
-    path = "/api/v1/nodes/%s" % name
+    path = api_path("v1", "nodes", name=name)
     for _attempt in range(5):
         if (node_obj.get("spec") or {}).get("unschedulable"):
             return "was_cordoned"

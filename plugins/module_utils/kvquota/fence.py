@@ -23,7 +23,7 @@ __metaclass__ = type
 import copy
 import re
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path, conditional_update
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import (
     DEFAULT_OPERATOR_NAMESPACE,
@@ -42,7 +42,7 @@ PLATFORM_KUBEVIRT_NAMESPACES = {"kubevirt": "kubevirt", "harvester": "harvester-
                                 "openshift": "openshift-cnv"}
 DEFAULT_CONTROLLER = "system:serviceaccount:kubevirt:%s" % CONTROLLER_SERVICE_ACCOUNT
 LABELS = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.maintenance/fence": "true"}
-ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+ADMISSION_API = "admissionregistration.k8s.io/v1"
 INSTALL_FIX = "kubectl apply -f rbac/fence.yml (see docs/reservations.md, Headroom fence)"
 
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
@@ -164,8 +164,7 @@ def data_changes(old, new):
 # API
 
 def configmap_path(operator_namespace, name=None):
-    path = "/api/v1/namespaces/%s/configmaps" % operator_namespace
-    return path + "/" + name if name else path
+    return api_path("v1", "configmaps", operator_namespace, name)
 
 
 def read_fence(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
@@ -259,9 +258,9 @@ def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     fence would never see what this collection writes). Needs the ClusterRole kvquota-maintenance-fence."""
     check_operator_namespace(operator_namespace)
     try:
-        cluster.get(ADMISSION_API + "/validatingadmissionpolicies/" + POLICY_NAME,
+        cluster.get(api_path(ADMISSION_API, "validatingadmissionpolicies", name=POLICY_NAME),
                     "get validatingadmissionpolicy %s" % POLICY_NAME)
-        binding = cluster.get(ADMISSION_API + "/validatingadmissionpolicybindings/" + POLICY_NAME,
+        binding = cluster.get(api_path(ADMISSION_API, "validatingadmissionpolicybindings", name=POLICY_NAME),
                               "get validatingadmissionpolicybinding %s" % POLICY_NAME)
     except NotFoundError:
         return False

@@ -37,6 +37,7 @@ import re
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import window_record
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster_settings import migration_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     KvquotaError,
@@ -277,7 +278,7 @@ class Follower(object):
         nodes = dict((n, e) for n, e in nodes.items() if n in self.config.nodes)
         if not nodes:
             return
-        uids = dict((n, uid_of(self.cluster.get("/api/v1/nodes/%s" % n, "read node %s" % n))) for n in nodes)
+        uids = dict((n, uid_of(self.cluster.get(api_path("v1", "nodes", name=n), "read node %s" % n))) for n in nodes)
         valid, stale = window_record.still_valid(nodes, uids, self.config.clock(), self.config.ttl_seconds)
         self.cordoned |= set(valid)
         self.recorded |= set(valid)
@@ -295,7 +296,7 @@ class Follower(object):
     def run(self, resume=True):
         self.record.started = self.config.clock()
         for node in self.config.nodes:
-            if self.cluster.exists("/api/v1/nodes/%s" % node, "read node %s" % node) is None:
+            if self.cluster.exists(api_path("v1", "nodes", name=node), "read node %s" % node) is None:
                 raise NotFoundError("node '%s' not found" % node, "check the name with `kubectl get nodes`; nothing was changed")
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts()
         if resume:
@@ -542,7 +543,7 @@ class Follower(object):
         (window_record.py), so that a re-run after an interruption knows it even when the node was uncordoned
         meanwhile; the record is deleted when the window ends. Read each poll, so that a cordon is seen while
         groups run."""
-        nodes = dict((n, self.cluster.get("/api/v1/nodes/%s" % n, "read node %s" % n)) for n in self.config.nodes)
+        nodes = dict((n, self.cluster.get(api_path("v1", "nodes", name=n), "read node %s" % n)) for n in self.config.nodes)
         cordoned_now = set(n for n, node in nodes.items() if (node.get("spec") or {}).get("unschedulable"))
         self.cordoned |= cordoned_now
         unrecorded = cordoned_now - self.recorded

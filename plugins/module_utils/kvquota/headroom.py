@@ -18,6 +18,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan as plan_scope
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan_of_namespace
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import ceil_to
@@ -133,7 +134,7 @@ def _from_plan(cluster, keys, options, planned):
         return None
     current = {}
     for namespace, name in keys:
-        vmi = cluster.exists("/apis/%s/%s/namespaces/%s/virtualmachineinstances/%s" % (KUBEVIRT[0], KUBEVIRT[1], namespace, name),
+        vmi = cluster.exists(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace, name),
                              "read VirtualMachineInstance %s/%s" % (namespace, name))
         current[(namespace, name)] = vmi
     _raise_missing([k for k in keys if current[k] is None])
@@ -151,7 +152,7 @@ def _from_plan(cluster, keys, options, planned):
     ledgers = None
     ns_plans, entries = {}, []
     for namespace in sorted(set(ns for ns, _n in keys)):
-        ns_obj = cluster.exists("/api/v1/namespaces/%s" % namespace, "read namespace %s" % namespace)
+        ns_obj = cluster.exists(api_path("v1", "namespaces", name=namespace), "read namespace %s" % namespace)
         if ns_obj is None:
             _raise_missing([k for k in keys if k[0] == namespace])
         raw_quotas = sorted(cluster.list_quotas(namespace), key=lambda o: meta(o).get("name"))
@@ -176,9 +177,8 @@ def refused_migrations(cluster, migrations):
     keys = _vm_keys(migrations, "migrations")
     refused = []
     for namespace, name in keys:
-        vmim = cluster.call(cluster.custom.get_namespaced_custom_object, KUBEVIRT[0], KUBEVIRT[1], namespace,
-                            "virtualmachineinstancemigrations", name,
-                            what="get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
+        vmim = cluster.get(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations", namespace, name),
+                           "get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
         condition = admission.rejected_condition(vmim)
         if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_MIGRATION_PHASES:
             continue

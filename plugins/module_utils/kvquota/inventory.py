@@ -5,8 +5,10 @@
 
 The number of API requests grows with the number of object KINDS (and pages of 500),
 never with the number of VMs, namespaces or quotas: one list per kind, narrowed by
-label and field selectors where the scope allows, filtered here otherwise. Lists are
-read as raw JSON (``_preload_content=False`` and json.loads): the client's model
+label and field selectors where the scope allows, filtered here otherwise. A whole-cluster
+read fetches exactly kubectl's pages for the kinds kubectl would list (the pods of all
+namespaces are listed once, for the launchers and for the nodes' free capacity). Lists are
+read as raw JSON through cluster.request (cluster.list_items): the client's model
 deserialisation is several times slower than the request itself on large lists.
 
 The result is an Inventory snapshot made of plain dicts (API JSON), which the pure
@@ -16,14 +18,17 @@ planning code in check.py consumes; tests build the same dicts by hand.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
-
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capacity import requests_by_node
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    PAGE_SIZE,
+    api_path,
+    custom_path,
+    list_items,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ForbiddenError,
     InputError,
-    KvquotaError,
     NotFoundError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import (
@@ -35,7 +40,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
-DEFAULT_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = PAGE_SIZE
 
 HARVESTER_SETTINGS = ("harvesterhci.io", "v1beta1", "settings")
 AAQ_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareresourcequotas")
@@ -102,57 +107,15 @@ def scope_kind(scope):
 # Listing
 # ---------------------------------------------------------------------------
 
-def _decode(response):
-    """The JSON document of a raw (or already parsed) API response."""
-    if isinstance(response, dict):
-        return response
-    data = getattr(response, "data", response)
-    if isinstance(data, bytes):
-        data = data.decode("utf-8")
-    if isinstance(data, str):
-        return json.loads(data)
-    if isinstance(data, dict):
-        return data
-    raise KvquotaError("unexpected API response of type %s" % type(response).__name__,
-                       "report this as a bug of kvquota.maintenance")
+def list_all(cluster, path, what, page_size=DEFAULT_PAGE_SIZE, label_selector=None, field_selector=None):
+    """Every item of the list at path (cluster.list_items: pages of page_size, raw JSON dicts)."""
+    return list_items(cluster, path, {"labelSelector": label_selector, "fieldSelector": field_selector}, what,
+                      page_size)
 
 
-def list_all(cluster, fn, args=(), what="list", page_size=DEFAULT_PAGE_SIZE, **params):
-    """Every item of a list call, following limit/continue pages, as raw JSON dicts.
-
-    A continue token that expired mid-way (the apiserver answers 410 Gone) restarts the
-    list once from the beginning.
-    """
-    for attempt in (1, 2):
-        items = []
-        token = None
-        try:
-            while True:
-                kwargs = dict(params)
-                kwargs["_preload_content"] = False
-                if page_size:
-                    kwargs["limit"] = page_size
-                if token:
-                    kwargs["_continue"] = token
-                doc = _decode(cluster.call(fn, *args, what=what, **kwargs))
-                items.extend(doc.get("items") or ())
-                token = (doc.get("metadata") or {}).get("continue")
-                if not token:
-                    return items
-        except (NotFoundError, ForbiddenError):
-            raise
-        except KvquotaError:
-            if token is None or attempt == 2:
-                raise
-    return items  # pragma: no cover
-
-
-def _list_custom(cluster, group, version, plural, what, page_size, namespace=None, **params):
-    if namespace:
-        return list_all(cluster, cluster.custom.list_namespaced_custom_object,
-                        (group, version, namespace, plural), what=what, page_size=page_size, **params)
-    return list_all(cluster, cluster.custom.list_cluster_custom_object,
-                    (group, version, plural), what=what, page_size=page_size, **params)
+def _list_custom(cluster, group, version, plural, what, page_size, namespace=None, label_selector=None):
+    return list_all(cluster, custom_path(group, version, plural, namespace), what, page_size,
+                    label_selector=label_selector)
 
 
 def api_groups(cluster):
@@ -222,35 +185,33 @@ def read_inventory(cluster, scope=None, options=None):
     page = options.get("page_size", DEFAULT_PAGE_SIZE)
     notes = []
     start = getattr(cluster, "request_count", 0)
-    core = cluster.core
     one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
     one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
 
     # Nodes: a single node by field selector, else the whole (small) list; all of them for node_capacity.
     capacity = bool(options.get("node_capacity"))
-    node_params = {"field_selector": "metadata.name=%s" % one_node} if one_node and not capacity else {}
-    node_list = list_all(cluster, core.list_node, what="list nodes", page_size=page, **node_params)
+    node_selector = "metadata.name=%s" % one_node if one_node and not capacity else None
+    nodes_path = api_path("v1", "nodes")
+    node_list = list_all(cluster, nodes_path, "list nodes", page, field_selector=node_selector)
     nodes = dict((_name(n), n) for n in node_list)
     missing = [n for n in scope["nodes"] if n not in nodes]
     if missing:
-        known = nodes if "field_selector" not in node_params else dict((_name(n), n) for n in list_all(
-            cluster, core.list_node, what="list nodes", page_size=page))
+        known = nodes if node_selector is None else dict(
+            (_name(n), n) for n in list_all(cluster, nodes_path, "list nodes", page))
         raise _not_found("node", missing, known, "kubectl get nodes")
 
     # Namespaces.
-    ns_params = {"field_selector": "metadata.name=%s" % one_ns} if one_ns else {}
-    all_namespaces = list_all(cluster, core.list_namespace, what="list namespaces", page_size=page, **ns_params)
+    all_namespaces = list_all(cluster, api_path("v1", "namespaces"), "list namespaces", page,
+                              field_selector="metadata.name=%s" % one_ns if one_ns else None)
     namespaces = dict((_name(n), n) for n in all_namespaces)
     missing = [n for n in scope["namespaces"] if n not in namespaces]
     if missing:
         raise _not_found("namespace", missing, namespaces if not one_ns else {}, "kubectl get namespaces")
 
     # VMIs: on the scoped nodes (label kubevirt.io/nodeName), in the scoped namespace(s).
-    vmi_params = {}
-    if scope["nodes"]:
-        vmi_params["label_selector"] = "%s in (%s)" % (VMI_NODE_LABEL, ",".join(scope["nodes"]))
+    vmi_selector = "%s in (%s)" % (VMI_NODE_LABEL, ",".join(scope["nodes"])) if scope["nodes"] else None
     vmis = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
-                        "list VirtualMachineInstances", page, namespace=one_ns, **vmi_params)
+                        "list VirtualMachineInstances", page, namespace=one_ns, label_selector=vmi_selector)
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         vmis = [v for v in vmis if ((v.get("status") or {}).get("nodeName")) in wanted]
@@ -268,38 +229,33 @@ def read_inventory(cluster, scope=None, options=None):
         covered = set(namespaces)
 
     # Quotas.
-    if one_ns:
-        quotas = list_all(cluster, core.list_namespaced_resource_quota, (one_ns,),
-                          what="list ResourceQuotas in %s" % one_ns, page_size=page)
-    else:
-        quotas = list_all(cluster, core.list_resource_quota_for_all_namespaces,
-                          what="list ResourceQuotas", page_size=page)
+    quotas = list_all(cluster, api_path("v1", "resourcequotas", one_ns),
+                      "list ResourceQuotas in %s" % one_ns if one_ns else "list ResourceQuotas", page)
     quotas = dict((ns, items) for ns, items in _by_namespace(quotas).items() if ns in covered)
 
     # virt-launcher pods (the source pods), on the scoped nodes: recognised by their controller ownerReference
     # to a VirtualMachineInstance, not by the label kubevirt.io=virt-launcher, which any tenant may set on a pod of
-    # its own (or remove from a real launcher); so the list is not narrowed by label.
-    pod_params = {}
-    if one_node:
-        pod_params["field_selector"] = "spec.nodeName=%s" % one_node
-    if one_ns:
-        pods = list_all(cluster, core.list_namespaced_pod, (one_ns,), what="list pods in %s" % one_ns,
-                        page_size=page, **pod_params)
-    else:
-        pods = list_all(cluster, core.list_pod_for_all_namespaces, what="list pods", page_size=page, **pod_params)
-    pods = [p for p in pods if launcher_vmi_uid(p)]
+    # its own (or remove from a real launcher); so the list is not narrowed by label. Without a single node or
+    # namespace to narrow it by, it is every pod of the cluster, and the nodes' free capacity is read from it too.
+    every_pod = not (one_ns or one_node)
+    listed = list_all(cluster, api_path("v1", "pods", one_ns),
+                      "list pods in %s" % one_ns if one_ns else "list pods", page,
+                      field_selector="spec.nodeName=%s" % one_node if one_node else None)
+    # node_capacity: what the non-terminal pods of every namespace request on each node, for the free capacity
+    # the target pods need (capacity.NodeCapacity): from the pods just listed when that was every pod, else one
+    # more list (of the non-terminal pods only).
+    node_requests = requests_by_node(listed) if capacity and every_pod else None
+    pods = [p for p in listed if launcher_vmi_uid(p)]
+    del listed   # every pod of the cluster, perhaps: not kept while the rest is read
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         pods = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) in wanted]
     pods = dict((ns, items) for ns, items in _by_namespace(pods).items() if ns in covered)
 
-    # node_capacity: what the non-terminal pods of every namespace request on each node (one more list), for
-    # the free capacity the target pods need (capacity.NodeCapacity).
-    node_requests = None
-    if capacity:
+    if capacity and not every_pod:
         try:
             node_requests = requests_by_node(list_all(
-                cluster, core.list_pod_for_all_namespaces, what="list pods (node capacity)", page_size=page,
+                cluster, api_path("v1", "pods"), "list pods (node capacity)", page,
                 field_selector=",".join("status.phase!=%s" % phase for phase in FINISHED_POD_PHASES)))
         except ForbiddenError as err:
             notes.append("pods of all namespaces: not readable (%s); the free capacity of the nodes is not "
@@ -356,7 +312,7 @@ def read_inventory(cluster, scope=None, options=None):
             notes.append("Rancher projects are not visible from this cluster: project limits not checked")
         elif one_ns:
             # a project's limit is shared by all its namespaces: read them all
-            all_namespaces = list_all(cluster, core.list_namespace, what="list namespaces", page_size=page)
+            all_namespaces = list_all(cluster, api_path("v1", "namespaces"), "list namespaces", page)
 
     # Ledgers: only the operator namespace's (by quota UID); nothing a tenant can write is read as one.
     ledger_store = store.Store(cluster, options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE)
@@ -399,14 +355,10 @@ def failed_create_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, 
     notes = [] if notes is None else notes
     covered = set(namespaces) if namespaces else None
     one_ns = sorted(covered)[0] if covered and len(covered) == 1 else None
-    params = {"field_selector": "involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate"}
     try:
-        if one_ns:
-            events = list_all(cluster, cluster.core.list_namespaced_event, (one_ns,),
-                              what="list migration events in %s" % one_ns, page_size=page_size, **params)
-        else:
-            events = list_all(cluster, cluster.core.list_event_for_all_namespaces,
-                              what="list migration events", page_size=page_size, **params)
+        events = list_all(cluster, api_path("v1", "events", one_ns),
+                          "list migration events in %s" % one_ns if one_ns else "list migration events", page_size,
+                          field_selector="involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate")
     except ForbiddenError as err:
         notes.append("migration events not readable (%s): the quotas that refused are not named" % err.message)
         return []
@@ -466,9 +418,8 @@ def _rancher_projects(cluster, groups, page, notes, namespaces, quotas):
     result = []
     for cluster_id, project in sorted(refs):
         try:
-            result.append(_decode(cluster.call(cluster.custom.get_namespaced_custom_object, group, version,
-                                               cluster_id, plural, project, _preload_content=False,
-                                               what="get Rancher project %s:%s" % (cluster_id, project))))
+            result.append(cluster.request("GET", custom_path(group, version, plural, cluster_id, project),
+                                          what="get Rancher project %s:%s" % (cluster_id, project)))
         except NotFoundError:
             notes.append("Rancher project %s:%s not found" % (cluster_id, project))
         except ForbiddenError as err:

@@ -26,6 +26,7 @@ import socket
 import time
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    api_path,
     conditional_update,
     retry_on_conflict,
 )
@@ -138,8 +139,7 @@ def held_message(namespace, name, status, now):
 
 
 def leases_path(namespace, name=None):
-    path = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % namespace
-    return path + ("/%s" % name if name else "")
+    return api_path("coordination.k8s.io/v1", "leases", namespace, name)
 
 
 def acquire(cluster, namespace, name, holder, duration=DEFAULT_DURATION, wait_timeout=0, poll_interval=2.0,

@@ -45,6 +45,7 @@ import re
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.batch_runner import BatchRunner
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError, NotFoundError, WaitTimeoutError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.follow import Follower
@@ -154,7 +155,7 @@ class Executor(object):
         if self.config.mode == "follow":
             return self.follower.run(resume)
         self.record.started = self.config.clock()
-        node = self.cluster.exists("/api/v1/nodes/%s" % self.config.node, "read node %s" % self.config.node)
+        node = self.cluster.exists(api_path("v1", "nodes", name=self.config.node), "read node %s" % self.config.node)
         if node is None:
             raise NotFoundError("node '%s' not found" % self.config.node,
                                 "check the name with `kubectl get nodes`; nothing was changed")

@@ -26,7 +26,11 @@ import hashlib
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import conditional_update
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
+    api_path,
+    conditional_update,
+    list_items,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     InputError,
     NotFoundError,
@@ -81,8 +85,7 @@ def ledger_name(uid):
 
 
 def configmap_path(operator_namespace, name=None):
-    path = "/api/v1/namespaces/%s/configmaps" % operator_namespace
-    return path + "/" + name if name else path
+    return api_path("v1", "configmaps", operator_namespace, name)
 
 
 def record_name(prefix, key):
@@ -222,19 +225,18 @@ class Store(object):
             return
 
     def list(self, warnings=None):
-        """{quota uid: (Ledger, ConfigMap)} of every ledger (one list request). A corrupt ledger is named in
-        warnings and left out; it never stops the others from being read."""
+        """{quota uid: (Ledger, ConfigMap)} of every ledger (one list, in pages of 500). A corrupt ledger is named
+        in warnings and left out; it never stops the others from being read."""
         try:
-            listed = self.cluster.request("GET", configmap_path(self.namespace),
-                                          query={"labelSelector": "%s=true" % LEDGER_LABEL},
-                                          what="list configmaps in namespace %s" % self.namespace)
+            listed = list_items(self.cluster, configmap_path(self.namespace), {"labelSelector": "%s=true" % LEDGER_LABEL},
+                                "list configmaps in namespace %s" % self.namespace)
         except NotFoundError:
             if warnings is not None:
                 warnings.append("the operator namespace %s does not exist: no ledger to read (create it with "
                                 "playbooks/install.yml)" % self.namespace)
             return {}
         found = {}
-        for configmap in (listed or {}).get("items") or []:
+        for configmap in listed:
             try:
                 entry = ledger_of(configmap)
             except InputError as err:

@@ -571,7 +571,7 @@ def _wait_quotas_ready(rest, quota_names, timeout):
         want.setdefault(ns, set()).add(name)
     deadline = time.monotonic() + timeout
     while want:
-        items = rest.get("/api/v1/resourcequotas")["items"]
+        items = rest.list_items("/api/v1/resourcequotas")
         for q in items:
             md = q["metadata"]
             if md["namespace"] in want and md["name"] in want[md["namespace"]]:
@@ -592,7 +592,7 @@ def _wait_running(rest, vms, timeout):
                and v.get("runStrategy", "Always") in ("Always", "RerunOnFailure", "Once")}
     deadline = time.monotonic() + timeout
     while pending:
-        items = rest.get(KV + "/virtualmachineinstances")["items"]
+        items = rest.list_items(KV + "/virtualmachineinstances")
         for vmi in items:
             k = (vmi["metadata"]["namespace"], vmi["metadata"]["name"])
             if k in pending and (vmi.get("status") or {}).get("phase") == "Running":
@@ -612,13 +612,13 @@ def _wait_quota_usage(rest, quota_names, timeout):
     namespaces = {ns for ns, _quota in quota_names}
     deadline = time.monotonic() + timeout
     while True:
-        pods = rest.get("/api/v1/pods", labelSelector="kubevirt.io=virt-launcher")["items"]
+        pods = rest.list_items("/api/v1/pods", labelSelector="kubevirt.io=virt-launcher")
         count = {}
         for p in pods:
             if p["metadata"]["namespace"] in namespaces and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 count[p["metadata"]["namespace"]] = count.get(p["metadata"]["namespace"], 0) + 1
         ok = True
-        for q in rest.get("/api/v1/resourcequotas")["items"]:
+        for q in rest.list_items("/api/v1/resourcequotas"):
             ns = q["metadata"]["namespace"]
             if (ns, q["metadata"]["name"]) not in quota_names:
                 continue

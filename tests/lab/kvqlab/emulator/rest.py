@@ -75,6 +75,17 @@ class Rest:
     def get(self, path, **query):
         return self.request("GET", path, query)
 
+    def list_items(self, path, page=500, **query):
+        """Every item of the list at path, in pages of `page` (limit/continue): each response stays small, so a
+        list of 20,000 objects does not run into the request timeout as one response would."""
+        items, token = [], None
+        while True:
+            data = self.get(path, limit=page, **dict(query, **({"continue": token} if token else {})))
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
     def get_or_none(self, path):
         try:
             return self.get(path)

@@ -16,9 +16,11 @@ from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from kubernetes.client.rest import ApiException
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import capacity as node_capacity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
@@ -227,77 +229,70 @@ def test_a_value_kvquota_did_not_write_is_the_room_without_reservations():
 # ---------------------------------------------------------------------------
 # inventory: few list calls, pagination, optional kinds
 
-class FakeCluster(object):
-    """Stands in for cluster.Cluster (its documented contract): list calls answer pages of raw JSON."""
+# the API group of each kind the fake serves; discovery (/apis) lists the groups of the kinds not `missing`
+GROUPS = {"virtualmachineinstances": "kubevirt.io", "virtualmachineinstancemigrations": "kubevirt.io",
+          "kubevirts": "kubevirt.io", "settings": "harvesterhci.io",
+          "applicationawareresourcequotas": "aaq.kubevirt.io", "projects": "management.cattle.io",
+          "priorityclasses": "scheduling.k8s.io"}
 
-    def __init__(self, objects, page_size_seen=None, missing=(), forbidden=()):
+
+class _FakeClient(object):
+    """The part of a kubernetes ApiClient a Cluster keeps (no request goes through it: _send is faked)."""
+    configuration = type("Configuration", (), {"host": "https://fake-apiserver"})()
+
+
+class FakeCluster(C.Cluster):
+    """The real cluster.Cluster (paths, list pages, retries, error mapping, request counting) over a fake API
+    server: _send answers each HTTP attempt from objects ({plural: [object]}) as the API server would, with
+    labelSelector/fieldSelector, limit/continue pages, 404 for `missing` kinds and 403 for `forbidden` ones (a
+    plural, or a predicate of (path, query)). calls: every request as (path, query)."""
+
+    def __init__(self, objects, missing=(), forbidden=()):
+        C.Cluster.__init__(self, _FakeClient(), outage_budget=0)
         self.objects = objects
-        self.request_count = 0
         self.calls = []
         self.missing = set(missing)
-        self.forbidden = set(forbidden)
-        self.core = _Api(self, "core")
-        self.custom = _Api(self, "custom")
+        self.forbidden = list(forbidden)
 
-    def request(self, method, path, body=None, query=None, content_type=None, what=None):
-        """cluster.Cluster.request for the one raw call the inventory makes: the operator namespace's ledgers."""
-        assert method == "GET" and path.endswith("/configmaps"), path
-        self.request_count += 1
-        self.calls.append(("request", (method, path), dict(query or {}), what))
-        return {"items": _select(self.objects.get("configmaps", []), (query or {}).get("labelSelector"), None)}
+    def _send(self, method, path, body, query, headers):
+        self._count += 1
+        query = dict(query)
+        self.calls.append((path, query))
+        assert method == "GET", (method, path)
+        if path == "/apis":
+            served = sorted(set(GROUPS[p] for p in GROUPS if p not in self.missing))
+            return json.dumps({"groups": [{"name": g, "versions": [{"groupVersion": g + "/v1"}]}
+                                          for g in served]}).encode()
+        parts = path.split("/")[3:] if path.startswith("/api/") else path.split("/")[4:]
+        namespace = None
+        if parts[0] == "namespaces" and len(parts) > 2:
+            namespace, parts = parts[1], parts[2:]
+        plural, name = parts[0], (parts[1] if len(parts) > 1 else None)
+        if plural in self.missing:
+            raise ApiException(status=404, reason="Not Found")
+        if any(rule(path, query) if callable(rule) else rule == plural for rule in self.forbidden):
+            raise ApiException(status=403, reason="Forbidden")
+        items = [i for i in self.objects.get(plural, [])
+                 if namespace is None or i["metadata"].get("namespace", namespace) == namespace]
+        if name is not None:
+            found = [i for i in items if i["metadata"]["name"] == name]
+            if not found:
+                raise ApiException(status=404, reason="Not Found")
+            return json.dumps(found[0]).encode()
+        items = _select(items, query.get("labelSelector"), query.get("fieldSelector"))
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or len(items) or 1)
+        meta = {"continue": str(start + limit)} if start + limit < len(items) else {}
+        return json.dumps({"items": items[start:start + limit], "metadata": meta}).encode()
 
-    def call(self, fn, *args, **kwargs):
-        what = kwargs.pop("what", "")
-        self.request_count += 1
-        self.calls.append((fn.__name__, args, dict(kwargs), what))
-        if what in self.forbidden:
-            raise ForbiddenError("%s: forbidden" % what)
-        return fn(*args, **kwargs)
+    def lists(self, what=None):
+        """The list requests made (path, query), the first pages only; what: only those of this path."""
+        return [(path, query) for path, query in self.calls
+                if "continue" not in query and path != "/apis" and (what is None or path == what)]
 
-
-class _Api(object):
-    def __init__(self, cluster, kind):
-        self._cluster = cluster
-        self._kind = kind
-
-    def __getattr__(self, name):
-        cluster = self._cluster
-
-        def method(*args, **kwargs):
-            if name.startswith("list_cluster_custom_object") or name.startswith("list_namespaced_custom_object"):
-                plural = args[-1]
-                if plural in cluster.missing:
-                    raise NotFoundError("the server could not find the requested resource")
-                if plural in cluster.forbidden:
-                    raise ForbiddenError("forbidden")
-                items = cluster.objects.get(plural, [])
-                if name.startswith("list_namespaced"):
-                    items = [i for i in items if i["metadata"].get("namespace") == args[2]]
-            else:
-                kind = {"list_node": "nodes", "list_namespace": "namespaces",
-                        "list_event_for_all_namespaces": "events", "list_namespaced_event": "events",
-                        "list_resource_quota_for_all_namespaces": "resourcequotas",
-                        "list_namespaced_resource_quota": "resourcequotas",
-                        "list_pod_for_all_namespaces": "pods", "list_namespaced_pod": "pods"}[name]
-                items = cluster.objects.get(kind, [])
-                if name.startswith("list_namespaced"):
-                    items = [i for i in items if i["metadata"].get("namespace") == args[0]]
-            items = _select(items, kwargs.get("label_selector"), kwargs.get("field_selector"))
-            start = int(kwargs.get("_continue") or 0)
-            limit = kwargs.get("limit") or len(items)
-            page = items[start:start + limit]
-            meta = {}
-            if start + limit < len(items):
-                meta["continue"] = str(start + limit)
-            assert kwargs.get("_preload_content") is False
-            return _Raw(json.dumps({"items": page, "metadata": meta}).encode())
-        method.__name__ = name
-        return method
-
-
-class _Raw(object):
-    def __init__(self, data):
-        self.data = data
+    def pages(self):
+        """The continue pages fetched."""
+        return [(path, query) for path, query in self.calls if "continue" in query]
 
 
 def _select(items, labels, fields):
@@ -365,8 +360,9 @@ def test_inventory_call_count_does_not_grow_with_objects():
     big = FakeCluster(_objects(40, 10), missing=["settings", "applicationawareresourcequotas"])
     snap_small = inv.read_inventory(small, None, {"page_size": 1000})
     snap_big = inv.read_inventory(big, None, {"page_size": 1000})
-    # 9 lists of the cluster's objects, and 1 of the operator namespace's ledgers
-    assert small.request_count == big.request_count == snap_big["requests"] == 10
+    # 7 lists of the cluster's objects, discovery (the optional kinds are not served), the operator namespace's
+    # ledgers
+    assert small.request_count == big.request_count == snap_big["requests"] == 9
     assert sum(len(v) for v in snap_big["vmis"].values()) == 400
     assert snap_big["harvester_settings"] is None and snap_big["aaq_quotas"] is None
 
@@ -377,19 +373,18 @@ def test_inventory_follows_pages():
     assert sum(len(v) for v in snap["vmis"].values()) == 100
     assert sum(len(v) for v in snap["pods"].values()) == 100   # the 100 labelled look-alikes are left out
     assert not [p for items in snap["pods"].values() for p in items if p["metadata"]["name"].startswith("fake")]
-    pages = [call for call in cluster.calls if call[3] == "list VirtualMachineInstances"]
-    assert len(pages) == 4 and pages[1][2]["_continue"] == "30"
+    pages = [query for path, query in cluster.calls if path == "/apis/kubevirt.io/v1/virtualmachineinstances"]
+    assert len(pages) == 4 and pages[1]["continue"] == "30" and all(page["limit"] == 30 for page in pages)
 
 
 def test_inventory_node_scope_uses_selectors():
     cluster = FakeCluster(_objects(6, 3, nodes=3), missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
-    calls = dict((call[3], call[2]) for call in cluster.calls)
-    assert calls["list nodes"]["field_selector"] == "metadata.name=n1"
-    assert calls["list VirtualMachineInstances"]["label_selector"] == "kubevirt.io/nodeName in (n1)"
+    calls = dict(cluster.calls)
+    assert calls["/api/v1/nodes"]["fieldSelector"] == "metadata.name=n1"
+    assert calls["/apis/kubevirt.io/v1/virtualmachineinstances"]["labelSelector"] == "kubevirt.io/nodeName in (n1)"
     # pods are not narrowed by label (anyone can set it; a launcher is known by its ownerReference)
-    assert calls["list pods"] == dict(calls["list pods"], field_selector="spec.nodeName=n1")
-    assert "label_selector" not in calls["list pods"]
+    assert calls["/api/v1/pods"] == {"fieldSelector": "spec.nodeName=n1", "limit": 500}
     nodes = set(v["status"]["nodeName"] for items in snap["vmis"].values() for v in items)
     assert nodes == {"n1"}
     assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
@@ -782,12 +777,47 @@ def test_node_scope_report_and_check_entry_point():
     report = c.check(cluster, {"nodes": ["n0"]}, {"now": NOW})
     json.dumps(report)
     # one list more than read_inventory alone: every pod, for the free capacity of the nodes
-    assert report["requests"] == cluster.request_count == 11
+    assert report["requests"] == cluster.request_count == 10
     assert report["capacity"]["checked"]
     assert sorted(report["capacity"]["nodes"]) == ["n0", "n1"]  # all nodes, not only the scope's
     assert all(vm["node"] == "n0" for ns in report["namespaces"].values() for vm in ns["vms"])
     assert report["summary"]["vms"] == 3
     assert report["verdict"] == "ok"
+
+
+def test_a_whole_cluster_check_fetches_kubectls_pages_and_one_list_per_kind():
+    """Pinned: check(cluster, {}) over 1,200 VMIs with their 1,200 launcher pods in 600 namespaces with 600
+    quotas. kubectl (get nodes,namespaces,resourcequotas,vmi,vmim -A; get pods -A) lists each kind once in pages
+    of 500: 3 requests for 1,200 pods or VMIs, 2 for 600 namespaces or quotas, 1 for the 3 nodes and the 0 VMIMs:
+    12 requests, 6 lists and 6 continue pages. The check fetches exactly those, plus one request each for what
+    kubectl does not show: discovery (/apis), the KubeVirt CR, the Harvester settings and the operator
+    namespace's ledgers. Before: a second list of every pod for the nodes' free capacity (3 more requests)."""
+    objs = _objects(600, 2, nodes=3)
+    objs["kubevirts"] = [kubevirt_cr()]
+    objs["settings"] = [{"metadata": {"name": "additional-guest-memory-overhead-ratio"}, "value": "1.5"}]
+    objs["configmaps"] = []
+    config = sizing.config_from_cluster(kubevirt_cr())
+    spec = make_vmi("x", "y")["spec"]
+    for vmi in objs["virtualmachineinstances"]:
+        vmi["spec"] = spec
+        vmi["status"]["conditions"] = [{"type": "LiveMigratable", "status": "True"}]
+    objs["pods"] = [launcher_manifest(v, config, {"limits.cpu"}, name="virt-launcher-" + v["metadata"]["name"])
+                    for v in objs["virtualmachineinstances"]]
+    cluster = FakeCluster(objs, missing=["applicationawareresourcequotas", "projects", "priorityclasses"])
+    report = c.check(cluster, {}, {"now": NOW})
+    assert report["summary"]["vms"] == 1200 and report["capacity"]["checked"]
+    kubectl = {"/api/v1/nodes": 1, "/api/v1/namespaces": 2, "/api/v1/resourcequotas": 2, "/api/v1/pods": 3,
+               "/apis/kubevirt.io/v1/virtualmachineinstances": 3,
+               "/apis/kubevirt.io/v1/virtualmachineinstancemigrations": 1}
+    others = {"/apis": 1, "/apis/kubevirt.io/v1/kubevirts": 1, "/apis/harvesterhci.io/v1beta1/settings": 1,
+              "/api/v1/namespaces/kvquota-system/configmaps": 1}
+    made = {}
+    for path, query in cluster.calls:
+        made[path] = made.get(path, 0) + 1
+        assert path == "/apis" or query["limit"] == C.PAGE_SIZE == 500
+    assert made == dict(kubectl, **others)
+    assert len(cluster.lists()) == 6 + 3 and len(cluster.pages()) == 6
+    assert report["requests"] == cluster.request_count == 12 + 4
 
 
 def test_per_namespace_resource_budget():
@@ -841,7 +871,7 @@ def test_inventory_reads_refusal_events_only_when_needed():
                     "used: limits.cpu=9, limited: limits.cpu=10"}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
-    assert snap["migration_events"] == {} and cluster.request_count == 10
+    assert snap["migration_events"] == {} and cluster.request_count == 9
     objs["virtualmachineinstancemigrations"] = [
         {"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m1", "namespace": "t0", "uid": "m1-uid"},
          "spec": {"vmiName": "vm0"},
@@ -849,7 +879,10 @@ def test_inventory_reads_refusal_events_only_when_needed():
                                                         "status": "True"}]}}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
-    assert cluster.request_count == 11
+    # the Events of the one namespace with a refused migration, never of the whole cluster
+    events = "/api/v1/namespaces/t0/events"
+    assert cluster.request_count == 10 and cluster.lists(events) == [(events, {
+        "fieldSelector": "involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate", "limit": 500})]
     # neither Event carries the migration's UID nor says virt-controller reported it: none is taken
     assert snap["migration_events"] == {}
     for e in objs["events"]:
@@ -1056,18 +1089,25 @@ def test_inventory_reads_the_nodes_free_capacity_with_node_capacity():
     objs["pods"].append(plain_pod("n1", phase="Succeeded"))
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
-    calls = dict((call[3], call[2]) for call in cluster.calls)
-    assert "field_selector" not in calls["list nodes"] and sorted(snap["nodes"]) == ["n0", "n1", "n2"]
-    assert calls["list pods (node capacity)"]["field_selector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert cluster.lists("/api/v1/nodes") == [("/api/v1/nodes", {"limit": 500})]
+    assert sorted(snap["nodes"]) == ["n0", "n1", "n2"]
+    # the launchers of the scope's node, then the non-terminal pods of every node
+    assert [query.get("fieldSelector") for _path, query in cluster.lists("/api/v1/pods")] == [
+        "spec.nodeName=n0", "status.phase!=Succeeded,status.phase!=Failed"]
     # n1 holds one launcher pod of _objects (no requests) and the plain pod; the Succeeded one does not count
     assert snap["node_requests"]["n1"] == {"requests.cpu": 1, "requests.memory": Gi, "pods": 2}
+    # the whole cluster: the same free capacity, from the one list of every pod (no second list)
+    cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
+    whole = inv.read_inventory(cluster, None, {"node_capacity": True})
+    assert whole["node_requests"] == snap["node_requests"]
+    assert cluster.lists("/api/v1/pods") == [("/api/v1/pods", {"limit": 500})]
     # without the option: no pod list and the node scope's field selector, as before
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]})
     assert snap["node_requests"] is None and list(snap["nodes"]) == ["n0"]
     # pods of all namespaces not readable: a note, and the plan goes on without capacity
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"],
-                          forbidden=["list pods (node capacity)"])
+                          forbidden=[lambda path, query: "status.phase" in query.get("fieldSelector", "")])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
     assert snap["node_requests"] is None
     assert any("free capacity of the nodes is not checked" in note for note in snap["notes"])

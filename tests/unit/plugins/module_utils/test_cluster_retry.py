@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Cluster.request / Cluster.call ride through control-plane blips: a fake rest client answers from a script,
-a fake clock advances only by the injected sleep (no real sleeping)."""
+"""Cluster.request (every read and write, list pages included) rides through control-plane blips: a fake rest
+client answers from a script, a fake clock advances only by the injected sleep (no real sleeping)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -71,12 +71,14 @@ class Script(object):
     def __init__(self, outcomes, attempt_cost=0.0):
         self.outcomes = list(outcomes)
         self.requests = []
+        self.headers = []
         self.sleeps = []
         self.now = 1000.0
         self.attempt_cost = attempt_cost
 
     def request(self, method, url, **kwargs):
         self.requests.append((method, url, kwargs.get("body")))
+        self.headers.append(kwargs.get("headers"))
         self.now += self.attempt_cost
         outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
         if isinstance(outcome, BaseException):
@@ -92,12 +94,13 @@ class Script(object):
         return self.now
 
 
-def cluster_for(script, budget=60):
+def cluster_for(script, budget=60, extra_headers=None):
     configuration = kubernetes.client.Configuration()
     configuration.host = HOST
     api_client = kubernetes.client.ApiClient(configuration)
     api_client.rest_client.request = script.request
-    return C.Cluster(api_client, outage_budget=budget, sleep=script.sleep, clock=script.clock)
+    return C.Cluster(api_client, outage_budget=budget, sleep=script.sleep, clock=script.clock,
+                     extra_headers=extra_headers)
 
 
 OK_NAMESPACE = FakeResponse(200, {"kind": "Namespace", "metadata": {"name": "a", "resourceVersion": "7"}})
@@ -281,12 +284,48 @@ def test_a_delete_whose_answer_was_lost_then_404_says_it_may_have_been_ours():
     assert caught.value.details["maybe_applied"] is True
 
 
-def test_typed_api_reads_through_call_are_retried():
-    script = Script([reset(), FakeResponse(200, {"kind": "NamespaceList", "items": []})])
+def test_a_list_follows_its_pages_and_each_page_is_retried():
+    first = FakeResponse(200, {"kind": "PodList", "metadata": {"continue": "tok"}, "items": [{"metadata": {"name": "a"}}]})
+    last = FakeResponse(200, {"kind": "PodList", "metadata": {}, "items": [{"metadata": {"name": "b"}}]})
+    script = Script([first, reset(), last])
     cluster = cluster_for(script)
-    listed = cluster.call(cluster.core.list_namespace, what="list namespaces")
-    assert listed.items == []
-    assert len(script.requests) == 2
+    listed = cluster.list_pods(label_selector="kubevirt.io=virt-launcher")
+    assert [pod["metadata"]["name"] for pod in listed] == ["a", "b"]
+    assert [url for _method, url, _body in script.requests] == [
+        HOST + "/api/v1/pods?labelSelector=kubevirt.io%3Dvirt-launcher&limit=500"] + [
+        HOST + "/api/v1/pods?labelSelector=kubevirt.io%3Dvirt-launcher&limit=500&continue=tok"] * 2
+    assert cluster.request_count == 3 and len(script.sleeps) == 1
+
+
+def test_a_continue_token_that_expired_restarts_the_list_once():
+    first = FakeResponse(200, {"metadata": {"continue": "tok"}, "items": [{"metadata": {"name": "a"}}]})
+    gone = FakeResponse(410, status_body(410, "Expired", "The provided continue parameter is too old"))
+    last = FakeResponse(200, {"metadata": {}, "items": [{"metadata": {"name": "b"}}]})
+    script = Script([first, gone, first, last])
+    listed = C.list_items(cluster_for(script), "/api/v1/namespaces", what="list namespaces")
+    assert [ns["metadata"]["name"] for ns in listed] == ["a", "b"]
+    assert len(script.requests) == 4
+    script = Script([first, gone, first, gone])
+    with pytest.raises(C.KvquotaError) as caught:
+        C.list_items(cluster_for(script), "/api/v1/namespaces", what="list namespaces")
+    assert "410" in str(caught.value) and len(script.requests) == 4
+
+
+def test_the_extra_headers_go_with_every_request_and_a_group_header_repeats():
+    """Impersonation: Cluster._send adds the headers (no wrapped rest client); Impersonate-Group once per group."""
+    script = Script([OK_NAMESPACE])
+    cluster = cluster_for(script, extra_headers=[("Impersonate-User", "alice"), ("Impersonate-Group", "g1"),
+                                                 ("Impersonate-Group", "g2")])
+    cluster.get_namespace("a")
+    cluster.create("/api/v1/namespaces/t/events", {"metadata": {"name": "e1"}}, "create events in namespace t")
+    for headers in script.headers:
+        assert headers.getlist("Impersonate-Group") == ["g1", "g2"]
+        assert headers.getlist("Impersonate-User") == ["alice"]
+        assert headers["Accept"] == "application/json"
+    assert cluster.request_count == 2
+    script = Script([OK_NAMESPACE])
+    cluster_for(script).get_namespace("a")
+    assert "Impersonate-User" not in script.headers[0]
 
 
 def test_a_bad_budget_is_one_clear_error():

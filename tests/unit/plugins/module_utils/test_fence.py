@@ -226,8 +226,8 @@ def test_bad_inputs_name_problem_and_fix():
 
 
 def test_installed():
-    policy = F.ADMISSION_API + "/validatingadmissionpolicies/kvquota-headroom-fence"
-    binding = F.ADMISSION_API + "/validatingadmissionpolicybindings/kvquota-headroom-fence"
+    policy = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/kvquota-headroom-fence"
+    binding = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/kvquota-headroom-fence"
     bound = {"metadata": {"name": "kvquota-headroom-fence"},
              "spec": {"paramRef": {"name": "kvq-fence", "namespace": "kvquota-system"}}}
     assert not F.installed(FakeCluster())
