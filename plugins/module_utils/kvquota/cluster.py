@@ -26,6 +26,7 @@ import contextlib
 import json
 import random
 import socket
+import threading
 import time
 
 from urllib.parse import quote
@@ -287,6 +288,7 @@ class Cluster(object):
         self.timeout = timeout
         self.extra_headers = list(extra_headers or [])
         self._count = 0
+        self._count_lock = threading.Lock()
         self._facts = None
         self._resources = {}
 
@@ -320,7 +322,8 @@ class Cluster(object):
     def _send(self, method, path, body, query, headers):
         """One HTTP attempt, counted, with the extra headers (impersonation): the raw response body, or the
         client's exception."""
-        self._count += 1
+        with self._count_lock:   # read_inventory lists the pods on a second thread
+            self._count += 1
         client = self.api_client
         if hasattr(client, "param_serialize"):
             method, url, header_params, body, post_params = client.param_serialize(

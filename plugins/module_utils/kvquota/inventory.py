@@ -16,6 +16,8 @@ planning code in check.py consumes; tests build the same dicts by hand.
 """
 
 from __future__ import (absolute_import, division, print_function)
+
+from concurrent.futures import ThreadPoolExecutor
 __metaclass__ = type
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
@@ -182,11 +184,31 @@ def read_inventory(cluster, scope=None, options=None):
     """
     options = options or {}
     scope = normalize_scope(scope)
-    page = options.get("page_size", DEFAULT_PAGE_SIZE)
-    notes = []
     start = getattr(cluster, "request_count", 0)
+    # The pods are the largest list (every pod of the cluster without a node or namespace scope): listed on a
+    # second thread while the rest is read, so the API server serves one list while this process decodes another.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        snapshot = _read(cluster, scope, options, pool)
+    snapshot["requests"] = getattr(cluster, "request_count", 0) - start
+    return snapshot
+
+
+def _list_pods(cluster, scope, page):
+    """The pods of the scope, listed by its node or namespace when it names exactly one, else every pod (a
+    launcher pod is recognised by its ownerReference afterwards, never by a label selector)."""
     one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
     one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
+    return list_all(cluster, api_path("v1", "pods", one_ns), "list pods in %s" % one_ns if one_ns else "list pods", page,
+                    field_selector="spec.nodeName=%s" % one_node if one_node else None)
+
+
+def _read(cluster, scope, options, pool):
+    """read_inventory's snapshot; the pods are listed on pool while the rest is read."""
+    page = options.get("page_size", DEFAULT_PAGE_SIZE)
+    notes = []
+    one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
+    one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
+    pods_listed = pool.submit(_list_pods, cluster, scope, page)
 
     # Nodes: a single node by field selector, else the whole (small) list; all of them for node_capacity.
     capacity = bool(options.get("node_capacity"))
@@ -238,9 +260,7 @@ def read_inventory(cluster, scope=None, options=None):
     # its own (or remove from a real launcher); so the list is not narrowed by label. Without a single node or
     # namespace to narrow it by, it is every pod of the cluster, and the nodes' free capacity is read from it too.
     every_pod = not (one_ns or one_node)
-    listed = list_all(cluster, api_path("v1", "pods", one_ns),
-                      "list pods in %s" % one_ns if one_ns else "list pods", page,
-                      field_selector="spec.nodeName=%s" % one_node if one_node else None)
+    listed = pods_listed.result()
     # node_capacity: what the non-terminal pods of every namespace request on each node, for the free capacity
     # the target pods need (capacity.NodeCapacity): from the pods just listed when that was every pod, else one
     # more list (of the non-terminal pods only).
@@ -336,7 +356,6 @@ def read_inventory(cluster, scope=None, options=None):
         "rancher_projects": rancher_projects,
         "namespaces_all": all_namespaces if rancher_projects is not None else None,
         "notes": notes,
-        "requests": getattr(cluster, "request_count", 0) - start,
     }
 
 
