@@ -98,8 +98,9 @@ class Scheduler(object):
         return []
 
     def nap(self, now):
-        """poll_interval, but a fifth of it around the time the batch in flight should end (the shortest batch so
-        far): the next batch starts within a fraction of a poll, without polling fast all the time."""
+        """poll_interval, but a tenth of it (at least 50 ms) around the time the batch in flight should end (the
+        shortest batch so far): the next batch, prepared meanwhile, starts within a fraction of a poll, without
+        polling fast all the time."""
         poll = self.config.poll_interval
         took = [b.final_at - b.launched for b in self.batches if b.final_at is not None and b.launched is not None
                 and b.state in (FINAL, RELEASED)]
@@ -108,7 +109,7 @@ class Scheduler(object):
             return poll
         expected = flying[0].launched + min(took)
         if expected - poll <= now <= expected + 3 * poll:
-            return max(0.05, poll / 5.0)
+            return max(0.05, poll / 10.0)
         return poll
 
 
