@@ -627,3 +627,13 @@ def test_a_malformed_safety_margin_is_refused_before_anything_is_read():
     with pytest.raises(InputError) as err:
         m.ExecutorConfig.build("node-1", safety_margin="ten percent")
     assert "malformed margin 'ten percent'" in err.value.message
+
+
+def test_the_nap_is_a_tenth_of_the_poll_around_the_expected_end_of_the_batch_in_flight():
+    done, flying = B(0, ["a"], m.RELEASED), B(1, ["b"], m.RUNNING)
+    done.launched, done.final_at = 0.0, 6.0      # the shortest batch so far took 6 s
+    flying.launched, flying.final_at = 10.0, None  # so this one should end at 16 s
+    plan = scheduler.Scheduler(m.ExecutorConfig.build("node-1", poll_interval=1.0), [done, flying])
+    assert plan.nap(12.0) == 1.0                 # long before: the poll interval
+    assert plan.nap(15.5) == pytest.approx(0.1)  # from one poll before to three after: a tenth of it
+    assert plan.nap(20.0) == 1.0
