@@ -624,11 +624,12 @@ def custom_path(group, version, plural, namespace=None, name=None):
     return api_path("%s/%s" % (group, version), plural, namespace, name)
 
 
-def list_items(cluster, path, query=None, what=None, page_size=PAGE_SIZE):
+def list_items(cluster, path, query=None, what=None, page_size=PAGE_SIZE, each=None):
     """Every item of the list at path (query: labelSelector, fieldSelector; None values left out), following
     limit/continue pages of page_size objects (0: one request for all), as raw JSON dicts, through
-    cluster.request. A failure after the first page (a continue token that expired: 410 Gone) restarts the list
-    once from the beginning; NotFound and Forbidden never do."""
+    cluster.request; each(item), when given, is applied to every item as its page arrives (to keep less of it).
+    A failure after the first page (a continue token that expired: 410 Gone) restarts the list once from the
+    beginning; NotFound and Forbidden never do."""
     query = dict((key, value) for key, value in (query or {}).items() if value is not None)
     what = what or "list %s" % path
     for attempt in (1, 2):
@@ -642,7 +643,7 @@ def list_items(cluster, path, query=None, what=None, page_size=PAGE_SIZE):
                 if token:
                     page["continue"] = token
                 doc = cluster.request("GET", path, query=page, what=what) or {}
-                items.extend(doc.get("items") or ())
+                items.extend(map(each, doc.get("items") or ()) if each else doc.get("items") or ())
                 token = (doc.get("metadata") or {}).get("continue")
                 if not token:
                     return items
