@@ -82,7 +82,8 @@ class NodeCapacity(object):
         node, best = None, None
         for name in self.candidates(vm.get("node")):  # by name: the first of equals wins
             key = (self.free[name].get("requests.memory", 0), self.free[name].get("requests.cpu", 0))
-            if self.fits(name, need) and (best is None or key > best):
+            # fits() only for a node roomier than the best so far (the same choice; fits() is the costly part)
+            if (best is None or key > best) and self.fits(name, need):
                 node, best = name, key
         if node is None:
             return None

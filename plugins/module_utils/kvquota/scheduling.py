@@ -154,8 +154,12 @@ def _plan_with_capacity(vms, limits, capacity):
     while remaining:
         room = _BatchRoom(*limits)
         batch, waiting = [], []
-        for vm in remaining:
-            if not room.full() and room.admits(vm) and capacity.place(vm):
+        for position, vm in enumerate(remaining):
+            if room.full():
+                # nothing more fits this batch: the rest waits as it is (scanning on made this quadratic)
+                waiting.extend(remaining[position:])
+                break
+            if room.admits(vm) and capacity.place(vm):
                 batch.append(vm)
                 room.add(vm)
             else:
