@@ -35,7 +35,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capaci
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_datetime
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import remove_zeros
 
 
 def _now(options):
@@ -90,10 +89,6 @@ class NamespacePlan(object):
     def __init__(self, name, ns_obj, vms, idle, raw_quotas, quotas, quota_plans, not_matching):
         self.name, self.ns_obj, self.vms, self.idle = name, ns_obj, vms, idle
         self.raw_quotas, self.quotas, self.quota_plans, self.not_matching = raw_quotas, quotas, quota_plans, not_matching
-
-    def needed(self):
-        """{quota name: ResourceList} of the quotas whose headroom must grow (exact, zeros left out)."""
-        return dict((p.name, remove_zeros(p.plan["needed"])) for p in self.quota_plans if remove_zeros(p.plan["needed"]))
 
 
 class ScopePlan(object):

@@ -130,7 +130,7 @@ def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
 def _from_plan(cluster, keys, options, planned):
     """batch_headroom from the plan (reading only the batch's objects), or None when something a planned charge
     was computed from has changed since (the caller then sizes the batch from a full read)."""
-    if not planned.sizing_matches(options) or any(planned.entry(ns, name) is None for ns, name in keys):
+    if not planned.sizing_matches(options) or any("%s/%s" % key not in planned.vms for key in keys):
         return None
     current = {}
     for namespace, name in keys:
