@@ -16,9 +16,9 @@ planning code in check.py consumes; tests build the same dicts by hand.
 """
 
 from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
-__metaclass__ = type
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capacity import requests_by_node
@@ -42,7 +42,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
-DEFAULT_PAGE_SIZE = PAGE_SIZE
 
 HARVESTER_SETTINGS = ("harvesterhci.io", "v1beta1", "settings")
 AAQ_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareresourcequotas")
@@ -109,7 +108,7 @@ def scope_kind(scope):
 # Listing
 # ---------------------------------------------------------------------------
 
-def list_all(cluster, path, what, page_size=DEFAULT_PAGE_SIZE, label_selector=None, field_selector=None):
+def list_all(cluster, path, what, page_size=PAGE_SIZE, label_selector=None, field_selector=None):
     """Every item of the list at path (cluster.list_items: pages of page_size, raw JSON dicts), without
     metadata.managedFields."""
     return list_items(cluster, path, {"labelSelector": label_selector, "fieldSelector": field_selector}, what,
@@ -213,7 +212,7 @@ def _list_pods(cluster, scope, page):
 
 def _read(cluster, scope, options, pool):
     """read_inventory's snapshot; the pods are listed on pool while the rest is read."""
-    page = options.get("page_size", DEFAULT_PAGE_SIZE)
+    page = options.get("page_size", PAGE_SIZE)
     notes = []
     one_node = scope["nodes"][0] if len(scope["nodes"]) == 1 else None
     one_ns = scope["namespaces"][0] if len(scope["namespaces"]) == 1 else None
@@ -376,7 +375,7 @@ def _rejected(vmim):
                for c in status.get("conditions") or ())
 
 
-def failed_create_events(cluster, namespaces=None, page_size=DEFAULT_PAGE_SIZE, notes=None):
+def failed_create_events(cluster, namespaces=None, page_size=PAGE_SIZE, notes=None):
     """The FailedCreate Events about VirtualMachineInstanceMigrations in these namespaces (all when None), as
     raw JSON, unverified: anyone who may create Events in a namespace may post one (see ownership.event_is_about).
     One list call (namespaced when exactly one namespace is given); Forbidden gives [] and a note."""
@@ -406,7 +405,7 @@ def verified_events(events, vmim):
     return sorted((e for e in events if event_is_about(e, vmim)), key=event_stamp)
 
 
-def migration_events(cluster, vmims, page_size=DEFAULT_PAGE_SIZE, notes=None):
+def migration_events(cluster, vmims, page_size=PAGE_SIZE, notes=None):
     """{namespace: {migration name: newest FailedCreate message}} for the VMIMs given ({namespace: [vmim]}),
     from the Events whose involvedObject carries the migration's UID and whose reporting component is
     virt-controller. Only ever shown, or used to name the quota that refused: a tenant can post such an Event,
