@@ -649,6 +649,11 @@ class Emulator(EvacuationMixin):
                 if phase != "Scheduling":
                     self.patch_status("vmi", ns, name, {"phase": "Scheduling"}, self.vmis)
                 return None
+            if (md.get("labels") or {}).get(NODE_LABEL) != node:
+                # virt-controller labels the VMI with its node when the pod is scheduled, in the
+                # same sync that records status.nodeName; the label goes first here so that no
+                # reader sees a Scheduled or Running VMI without it
+                self.patch_meta("vmi", ns, name, {"labels": {NODE_LABEL: node}}, self.vmis)
             if (pod.get("status") or {}).get("phase") != "Running":
                 if phase != "Scheduled":
                     self.patch_status("vmi", ns, name, {"phase": "Scheduled", "nodeName": node}, self.vmis)
@@ -714,7 +719,6 @@ class Emulator(EvacuationMixin):
             [{"phase": "Running", "phaseTransitionTimestamp": now_iso()}],
         }
         self.patch_status("vmi", ns, name, status, self.vmis)
-        self.patch_meta("vmi", ns, name, {"labels": {NODE_LABEL: node}}, self.vmis)
         vhlog.info("VMI %s/%s is Running on %s (pod %s)", ns, name, node, pod["metadata"]["name"])
 
     def sync_running_vmi(self, vmi, pods):
