@@ -43,6 +43,11 @@ except ImportError:  # comes with kubernetes
     urllib3 = None
     HAS_URLLIB3 = False
 
+# a header dict that can repeat a header (Impersonate-Group needs that): urllib3 2 exports it, urllib3 1 hides it
+HTTPHeaderDict = getattr(urllib3, "HTTPHeaderDict", None)
+if HAS_URLLIB3 and HTTPHeaderDict is None:  # urllib3 < 2
+    from urllib3._collections import HTTPHeaderDict
+
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     ForbiddenError,
@@ -353,7 +358,7 @@ class Cluster(object):
         one Impersonate-Group per group)."""
         if not self.extra_headers:
             return headers
-        headers = _header_dict(headers)
+        headers = HTTPHeaderDict(headers)
         for name, value in self.extra_headers:
             if name == "Impersonate-User":
                 headers[name] = value
@@ -589,14 +594,6 @@ class Cluster(object):
                 pass
         self._facts = facts
         return dict(facts)
-
-
-def _header_dict(headers):
-    """A urllib3 HTTPHeaderDict (which can repeat a header, as Impersonate-Group needs) holding headers."""
-    kind = getattr(urllib3, "HTTPHeaderDict", None)
-    if kind is None:  # urllib3 < 2
-        from urllib3._collections import HTTPHeaderDict as kind  # pylint: disable=import-outside-toplevel
-    return kind(headers)
 
 
 def _is_request_error(exc):
