@@ -1694,7 +1694,7 @@ RETRY_NOTES = [
     "too, except right after a transient failure while the API server's /readyz says it is not ready: a restarted "
     "API server serves requests before its authorizer and CRD caches are filled, and denies or misses what "
     "exists.",
-    "- The roles' kubernetes.core tasks (the k8s_info reads, the k8s_drain cordon, drain and uncordon, "
+    "- The roles' kubernetes.core tasks (the k8s_info reads, the k8s_drain drain and uncordon, "
     "kubevirt_update's k8s create of a migration) ride through the same blips: each retries until its result is "
     "not a kvquota.maintenance.api_outage (a Jinja test; its rules, module_utils/kvquota/outage.py, are the "
     "core's, read from the result's status, msg and, for a module that crashed, its traceback or ansible-core "
@@ -1706,8 +1706,9 @@ RETRY_NOTES = [
     "poll's attempt after its first (any of them may follow a blip; the poll's own timeout bounds it, so a real "
     "denial appearing mid-poll is reported at that timeout; found by the full campaign: a health gate met a 403 "
     "from an API server whose authorizer cache was still filling). A k8s_info read of a kind discovery does not list (api_found false: a restarted API server "
-    "serves discovery before its CRD handlers) counts as a blip, never as \"no objects\". A retried cordon or "
-    "uncordon sets the same field again, a retried create of a migration finds it by its name. So a "
+    "serves discovery before its CRD handlers) counts as a blip, never as \"no objects\". A retried uncordon "
+    "sets the same field again (the cordon is kvquota_migrate's own, a merge patch conditional on the node's "
+    "resourceVersion, retried by the core), a retried create of a migration finds it by its name. So a "
     "rolling_upgrade whose hook restarts the API server (the node hosts the control plane) completes "
     "(tests/integration/test_faults_lab.py). The caller's hook tasks retry nothing of their own.",
     "- A repeated write never applies twice and never proves who wrote: PUTs are conditional on resourceVersion "
