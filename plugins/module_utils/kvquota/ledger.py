@@ -525,7 +525,17 @@ def intend(ledger):
     until now. If the quota write then never happens, observe() sees previous on the quota and writes again;
     if it happens, observe() sees written. Either way nothing is taken for an external change."""
     result = mark_written(ledger)
-    result.previous = dict(ledger.written) if result.written != ledger.written else None
+    if result.written == ledger.written:
+        result.previous = None
+        return result
+    previous = dict(ledger.written)
+    for name in result.written:
+        # a value kvquota has not written yet is still the base on the quota (recorded as found by this change):
+        # a fresh ledger's first write, interrupted before the quota, is then rolled back silently instead of
+        # being taken for someone reverting the quota to its base
+        if name not in previous and ledger.base.get(name) is not None:
+            previous[name] = ledger.base[name]
+    result.previous = previous
     return result
 
 

@@ -227,6 +227,30 @@ def test_revert_to_base_is_reapplied():
     assert observed.history[-1]["kind"] == L.REVERTED
 
 
+def test_a_fresh_ledgers_first_write_records_the_base_as_what_the_quota_held():
+    ledger, _ignored = L.reserve(L.new_ledger("tenant-a", "compute"), "node-1", FIELD_REPORT, HARD, T0,
+                                 owner="awx-job-42", reason="drain node-1", ttl_seconds=3600)
+    intent = L.intend(ledger)
+    assert intent.written == {"limits.cpu": "34015m", "limits.memory": "14182919936"}
+    # not empty: the quota still holds its base until the write lands (a sampler or a re-run compares with it)
+    assert intent.previous == {"limits.cpu": "30", "limits.memory": "5000Mi"}
+    assert L.load(L.dump(intent), "tenant-a", "compute").previous == intent.previous
+
+
+def test_a_fresh_ledgers_write_interrupted_before_the_quota_is_rolled_back_silently():
+    ledger, _ignored = L.reserve(L.new_ledger("tenant-a", "compute"), "node-1", FIELD_REPORT, HARD, T0,
+                                 owner="awx-job-42", reason="drain node-1", ttl_seconds=3600)
+    intent = L.intend(ledger)
+    observed, changes = L.observe(intent, {"limits.cpu": "30", "limits.memory": "5000Mi"}, T0 + 1)
+    assert changes == [] and observed.history == intent.history   # nobody reverted anything
+    assert observed.base == {"limits.cpu": "30", "limits.memory": "5000Mi"}
+    assert observed.previous is None
+    assert L.needs_write(observed, {"limits.cpu": "30", "limits.memory": "5000Mi"})
+    # the write that landed is taken as such
+    landed, changes = L.observe(intent, {"limits.cpu": "34015m", "limits.memory": "14182919936"}, T0 + 1)
+    assert changes == [] and landed.written == intent.written
+
+
 def test_admin_change_becomes_the_new_base_with_deltas_on_top():
     ledger, _ignored = reserved()
     observed, changes = L.observe(ledger, {"limits.cpu": "40", "limits.memory": "14182919936"}, T0 + 1)
