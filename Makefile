@@ -124,8 +124,9 @@ molecule: deps lab-build
 	$(PY) extensions/molecule/run_all.py --json $(CACHE)/molecule.json $(MOLECULE_ARGS)
 
 # Chaos campaigns (docs/reliability.md, tests/chaos/chaos.py): every campaign of issues 5 and 10 (the tenant
-# campaign, tests/chaos/tenant.py), about 40 min; `make chaos-quick` is the reduced set (a few points, cases and
-# attacks of each, about 14 min), the last step of make test's modules stream.
+# campaign, tests/chaos/tenant.py), about an hour on 2 cores (2026-11-25: 16 + 45 min, run as two streams side by
+# side in 45 min); `make chaos-quick` is the reduced set (a few points, cases and attacks of each, about 14 min),
+# the last step of make test's modules stream.
 chaos: deps lab-build lab-tests-faults
 	$(PY) tests/chaos/chaos.py --json $(CACHE)/chaos.json
 

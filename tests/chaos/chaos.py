@@ -1063,11 +1063,12 @@ def _races_result(rows, evidence, rounds):
     pairs = sorted(set(tuple(r["owners"]) for r in rows if r["waits_naming_holder"]))
     mismatches = sum(len([p for p in r["problems"] if "differed" in p]) for r in rows)
     line = ("races: %d/%d concurrent pairs (two AWX jobs, node-1 and node-2, %s shared namespaces) ended at base "
-            "(%s), %d quota above base without a reservation in %d samples, no lost update (%d ledger/value mismatches "
+            "(%s), %d quota above base without a reservation in %d samples, %s (%d ledger/value mismatches "
             "in %d comparisons sampled), %d Rancher agent restarts injected; a wait naming the lease holder seen in "
             "%d/%d pairs (%d/%d rounds)%s"
             % (len(ok), len(rows), "/".join(str(len(r["shared_namespaces"])) for r in rows), ", ".join(variants),
-               sum(r["uncovered"] for r in rows), sum(r["samples"] for r in rows), mismatches,
+               sum(r["uncovered"] for r in rows), sum(r["samples"] for r in rows),
+               "no lost update" if not mismatches else "A LOST UPDATE OR A LEDGER NOT DESCRIBING ITS QUOTA", mismatches,
                sum(r.get("ledger_compared", 0) for r in rows), sum(r["agent_restarts"] for r in rows), waited,
                len(rows), len(pairs), len(rounds), "" if len(pairs) == len(rounds) else " (NOT SEEN in every round)"))
     return {"name": "races", "line": line, "ok": len(ok) == len(rows) and bool(rows) and len(pairs) == len(rounds),
@@ -1765,6 +1766,17 @@ NOTES = [
     "than the default lock_timeout (120 s), so the "
     "re-run waits for it with a warning naming the dead run as holder, then goes on. (The first full campaign "
     "found this point failing with the earlier 300 s Lease.)",
+    "- A fresh ledger's intent (2026-11-25, the races campaign after issue 15): the ledger is saved before the "
+    "quota, with written (the value about to be written) and previous (the value the quota holds until the write "
+    "lands). A quota's first ledger recorded previous empty, so for the moment between the two writes it said "
+    "written X while the quota held its base: the sampler counted one such sample as a lost update (1 of 445 "
+    "comparisons; every quota ended at its base), and a run killed in that moment was resumed as if someone had "
+    "reverted the quota (a REVERTED entry in its history, then the same value written again). previous now "
+    "holds the base for a value not written before (ledger.intend). The races and interrupt campaigns were run "
+    "again on that code (the first command above; its interrupt section replaces the one of the second command, "
+    "which also passed, 35/35): races 6/6, 0 mismatches in 292 comparisons (the first races section below; the "
+    "second is the run that found it). The campaign line of that run says \"no lost update\" beside its one "
+    "mismatch: the line's wording, now fixed.",
     "- Pods larger than planned: when every pod is rendered larger (a real overhead the formula misses), the "
     "reservation is topped up by exactly what admission refused, within node_maintenance_top_up_cap; past the "
     "cap the play stops with the numbers and the resume advice, and the reservation of the refused batch is "
