@@ -38,6 +38,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
     KUBEVIRT,
     event_is_about,
     launcher_vmi_uid,
+    uid_of,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
@@ -201,6 +202,37 @@ def read_inventory(cluster, scope=None, options=None):
     return snapshot
 
 
+def vmis_missing_label(cluster, pods, known_uids, nodes):
+    """The VMIs running on nodes that a list narrowed by the label kubevirt.io/nodeName missed: a VMI's labels
+    are its owner's to edit, so a tenant can remove or change that label on its own VMI. Found through the
+    non-finished pods on nodes whose controller ownerReference names a VMI not in known_uids: that VMI is read
+    by name in the pod's namespace and kept when its UID is the one named and its status.nodeName (which only
+    KubeVirt writes) is one of nodes. One GET per such VMI, none when every label is in place."""
+    found, asked = [], set()
+    for pod in pods:
+        if ((pod.get("spec") or {}).get("nodeName")) not in nodes:
+            continue
+        if ((pod.get("status") or {}).get("phase")) in FINISHED_POD_PHASES:
+            continue   # a finished launcher (a migration's source) runs nothing
+        uid = launcher_vmi_uid(pod)
+        if not uid or uid in known_uids or uid in asked:
+            continue
+        asked.add(uid)
+        meta = pod.get("metadata") or {}
+        name = next((ref.get("name") for ref in meta.get("ownerReferences") or () if isinstance(ref, dict)
+                     and ref.get("uid") == uid), None)
+        if not name:
+            continue
+        try:
+            vmi = cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", name,
+                                     namespace=meta.get("namespace"))
+        except NotFoundError:
+            continue
+        if uid_of(vmi) == uid and ((vmi.get("status") or {}).get("nodeName")) in nodes:
+            found.append(vmi)
+    return found
+
+
 def _list_pods(cluster, scope, page):
     """The pods of the scope, listed by its node or namespace when it names exactly one, else every pod (a
     launcher pod is recognised by its ownerReference afterwards, never by a label selector)."""
@@ -245,6 +277,16 @@ def _read(cluster, scope, options, pool):
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         vmis = [v for v in vmis if ((v.get("status") or {}).get("nodeName")) in wanted]
+    listed = None
+    if scope["nodes"]:
+        # the label only narrows the list: a VMI whose owner removed it is found through its launcher pod
+        listed = pods_listed.result()
+        missed = vmis_missing_label(cluster, listed, set(uid_of(v) for v in vmis), wanted)
+        if missed:
+            notes.append("VMI(s) %s on the node(s) without their label %s=<node> (found through their launcher "
+                         "pods)" % (", ".join(sorted("%s/%s" % (v["metadata"].get("namespace"), _name(v))
+                                                     for v in missed)), VMI_NODE_LABEL))
+            vmis += missed
     if scope["namespaces"]:
         wanted = set(scope["namespaces"])
         vmis = [v for v in vmis if (v.get("metadata") or {}).get("namespace") in wanted]
@@ -268,7 +310,8 @@ def _read(cluster, scope, options, pool):
     # its own (or remove from a real launcher); so the list is not narrowed by label. Without a single node or
     # namespace to narrow it by, it is every pod of the cluster, and the nodes' free capacity is read from it too.
     every_pod = not (one_ns or one_node)
-    listed = pods_listed.result()
+    if listed is None:
+        listed = pods_listed.result()
     # node_capacity: what the non-terminal pods of every namespace request on each node, for the free capacity
     # the target pods need (capacity.NodeCapacity): from the pods just listed when that was every pod, else one
     # more list (of the non-terminal pods only).

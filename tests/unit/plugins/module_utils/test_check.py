@@ -390,6 +390,39 @@ def test_inventory_node_scope_uses_selectors():
     assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
 
 
+def test_inventory_node_scope_finds_a_vmi_whose_owner_removed_its_node_label():
+    objects = _objects(6, 3, nodes=3)
+    on_n1 = [v for v in objects["virtualmachineinstances"] if v["status"]["nodeName"] == "n1"]
+    hidden, moved = on_n1[0], on_n1[1]
+    del hidden["metadata"]["labels"]["kubevirt.io/nodeName"]        # the tenant's own VMI: its labels are its own
+    moved["metadata"]["labels"]["kubevirt.io/nodeName"] = "n2"      # a label pointing elsewhere
+    # a pod bound to n1 naming a VMI that runs elsewhere (a tenant's pod, or a finished source pod) adds nothing
+    elsewhere = [v for v in objects["virtualmachineinstances"] if v["status"]["nodeName"] == "n2"][0]
+    objects["pods"].append({"metadata": {"name": "poser", "namespace": elsewhere["metadata"]["namespace"],
+                                         "ownerReferences": [{"apiVersion": "kubevirt.io/v1",
+                                                              "kind": "VirtualMachineInstance",
+                                                              "name": elsewhere["metadata"]["name"],
+                                                              "uid": elsewhere["metadata"]["uid"],
+                                                              "controller": True}]},
+                            "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    cluster = FakeCluster(objects, missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
+    found = sorted(v["metadata"]["uid"] for items in snap["vmis"].values() for v in items)
+    assert found == sorted(v["metadata"]["uid"] for v in on_n1)
+    assert hidden["metadata"]["uid"] in found and moved["metadata"]["uid"] in found
+    assert any("without their label kubevirt.io/nodeName" in note and hidden["metadata"]["name"] in note
+               for note in snap["notes"])
+    gets = [path for path, query in cluster.calls if "/virtualmachineinstances/" in path]
+    assert len(gets) == 3   # the two unlabelled VMIs and the one the poser names (read, then left out)
+
+
+def test_inventory_node_scope_reads_no_vmi_one_by_one_when_every_label_is_in_place():
+    cluster = FakeCluster(_objects(6, 3, nodes=3), missing=["settings", "applicationawareresourcequotas"])
+    snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
+    assert not [path for path, query in cluster.calls if "/virtualmachineinstances/" in path]
+    assert not [note for note in snap["notes"] if "without their label" in note]
+
+
 def test_inventory_unknown_names():
     cluster = FakeCluster(_objects(2, 1), missing=["settings", "applicationawareresourcequotas"])
     with pytest.raises(NotFoundError) as info:

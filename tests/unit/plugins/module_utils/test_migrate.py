@@ -605,6 +605,9 @@ class _Node(object):
     def list_custom(self, *args, **kwargs):
         return []
 
+    def list_pods(self, *args, **kwargs):
+        return []
+
     def list_quotas(self, namespace=None):
         return []
 
@@ -621,6 +624,47 @@ def test_without_cordon_the_node_is_untouched():
     cluster = _Node()
     result = _built(cluster, [], clock=lambda: 0.0).run()
     assert result["cordon"] == "untouched" and cluster.writes == [] and result["changed"] is False
+
+
+class _NodeWithVMs(_Node):
+    """_Node with Running VMIs: labelled as their owners left them, launcher pods bound to their nodes."""
+
+    def __init__(self, vmis):
+        _Node.__init__(self)
+        self.vmis = vmis
+        self.gets = []
+
+    def list_custom(self, group, version, plural, namespace=None, label_selector=None):
+        if plural != "virtualmachineinstances":
+            return []
+        key, value = label_selector.split("=")
+        return [v for v in self.vmis if v["metadata"].get("labels", {}).get(key) == value]
+
+    def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+        node = field_selector.split("=")[1]
+        return [{"metadata": {"name": "virt-launcher-" + v["metadata"]["name"], "namespace": v["metadata"]["namespace"],
+                              "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                                   "name": v["metadata"]["name"], "uid": v["metadata"]["uid"],
+                                                   "controller": True}]},
+                 "spec": {"nodeName": v["status"]["nodeName"]}, "status": {"phase": "Running"}}
+                for v in self.vmis if v["status"]["nodeName"] == node]
+
+    def get_custom(self, group, version, plural, name, namespace=None):
+        self.gets.append((namespace, name))
+        return [v for v in self.vmis if v["metadata"]["name"] == name and v["metadata"]["namespace"] == namespace][0]
+
+
+def test_vms_left_finds_a_vm_whose_owner_removed_its_node_label():
+    def vmi(name, node, labels):
+        return {"metadata": {"name": name, "namespace": "t1", "uid": "uid-" + name, "labels": labels},
+                "status": {"phase": "Running", "nodeName": node,
+                           "conditions": [{"type": "LiveMigratable", "status": "True"}]}}
+    cluster = _NodeWithVMs([vmi("labelled", "node-1", {"kubevirt.io/nodeName": "node-1"}),
+                            vmi("unlabelled", "node-1", {}),
+                            vmi("elsewhere", "node-2", {"kubevirt.io/nodeName": "node-2"})])
+    result = _built(cluster, [], clock=lambda: 0.0).run()
+    assert [vm["name"] for vm in result["vms_left"]] == ["labelled", "unlabelled"]
+    assert cluster.gets == [("t1", "unlabelled")]   # read one by one only where the label is missing
 
 
 def test_a_malformed_safety_margin_is_refused_before_anything_is_read():
