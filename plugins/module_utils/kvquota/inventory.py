@@ -37,6 +37,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
     FINAL_MIGRATION_PHASES,
     KUBEVIRT,
     event_is_about,
+    launcher_vmi_ref,
     launcher_vmi_uid,
     uid_of,
 )
@@ -203,32 +204,28 @@ def read_inventory(cluster, scope=None, options=None):
 
 
 def vmis_missing_label(cluster, pods, known_uids, nodes):
-    """The VMIs running on nodes that a list narrowed by the label kubevirt.io/nodeName missed: a VMI's labels
-    are its owner's to edit, so a tenant can remove or change that label on its own VMI. Found through the
-    non-finished pods on nodes whose controller ownerReference names a VMI not in known_uids: that VMI is read
-    by name in the pod's namespace and kept when its UID is the one named and its status.nodeName (which only
-    KubeVirt writes) is one of nodes. One GET per such VMI, none when every label is in place."""
+    """The VMIs running on nodes that a list narrowed by the label kubevirt.io/nodeName missed. KubeVirt's virt-api
+    refuses a user's change of that label, but a cluster may lack that webhook, and the label comes a moment
+    after the pod is bound. Found through the non-finished pods on nodes whose controller ownerReference names a
+    VMI not in known_uids: that VMI is read by name in the pod's namespace and kept when its UID is the one named
+    and its status.nodeName (which only KubeVirt writes) is one of nodes. One GET per such VMI, none when every
+    label is in place."""
     found, asked = [], set()
     for pod in pods:
         if ((pod.get("spec") or {}).get("nodeName")) not in nodes:
             continue
         if ((pod.get("status") or {}).get("phase")) in FINISHED_POD_PHASES:
             continue   # a finished launcher (a migration's source) runs nothing
-        uid = launcher_vmi_uid(pod)
-        if not uid or uid in known_uids or uid in asked:
+        ref = launcher_vmi_ref(pod)
+        if ref is None or ref["uid"] in known_uids or ref["uid"] in asked or not ref.get("name"):
             continue
-        asked.add(uid)
-        meta = pod.get("metadata") or {}
-        name = next((ref.get("name") for ref in meta.get("ownerReferences") or () if isinstance(ref, dict)
-                     and ref.get("uid") == uid), None)
-        if not name:
-            continue
+        asked.add(ref["uid"])
         try:
-            vmi = cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", name,
-                                     namespace=meta.get("namespace"))
+            vmi = cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", ref["name"],
+                                     namespace=(pod.get("metadata") or {}).get("namespace"))
         except NotFoundError:
             continue
-        if uid_of(vmi) == uid and ((vmi.get("status") or {}).get("nodeName")) in nodes:
+        if uid_of(vmi) == ref["uid"] and ((vmi.get("status") or {}).get("nodeName")) in nodes:
             found.append(vmi)
     return found
 
@@ -274,12 +271,11 @@ def _read(cluster, scope, options, pool):
     vmi_selector = "%s in (%s)" % (VMI_NODE_LABEL, ",".join(scope["nodes"])) if scope["nodes"] else None
     vmis = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
                         "list VirtualMachineInstances", page, namespace=one_ns, label_selector=vmi_selector)
+    listed = None
     if scope["nodes"]:
         wanted = set(scope["nodes"])
         vmis = [v for v in vmis if ((v.get("status") or {}).get("nodeName")) in wanted]
-    listed = None
-    if scope["nodes"]:
-        # the label only narrows the list: a VMI whose owner removed it is found through its launcher pod
+        # the label only narrows the list: a VMI without it is found through its launcher pod
         listed = pods_listed.result()
         missed = vmis_missing_label(cluster, listed, set(uid_of(v) for v in vmis), wanted)
         if missed:

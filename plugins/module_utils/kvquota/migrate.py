@@ -51,7 +51,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.execut
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.follow import Follower
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.headroom import over_cap
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import VMI_NODE_LABEL, vmis_missing_label
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT, uid_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
     FINAL,
     PENDING,
@@ -172,17 +172,17 @@ class Executor(object):
 
     def vms_left(self):
         """The Running VMIs still on the node (status.nodeName, which only KubeVirt writes; the label narrows the
-        list only, and a VMI whose owner removed it is found through its launcher pod on the node), each with
-        whether KubeVirt says it can live-migrate: what the caller does with them next."""
+        list only, and a VMI without it is found through its launcher pod on the node), each with whether
+        KubeVirt says it can live-migrate: what the caller does with them next."""
         left = []
         node = self.config.node
         labelled = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
                                             label_selector="%s=%s" % (VMI_NODE_LABEL, node))
         pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % node)
-        known = set((vmi.get("metadata") or {}).get("uid") for vmi in labelled)
+        known = set(uid_of(vmi) for vmi in labelled)
         for vmi in labelled + vmis_missing_label(self.cluster, pods, known, {node}):
             status = vmi.get("status") or {}
-            if status.get("nodeName") != self.config.node or status.get("phase") != "Running":
+            if status.get("nodeName") != node or status.get("phase") != "Running":
                 continue
             migratable, reason = live_migratable(vmi)
             left.append({"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],

@@ -30,17 +30,23 @@ def uid_of(obj):
     return _meta(obj).get("uid") or None
 
 
-def launcher_vmi_uid(pod):
-    """The UID of the VirtualMachineInstance a pod's controller ownerReference names (kind
-    VirtualMachineInstance, API group kubevirt.io), or None: the pod is no virt-launcher pod."""
+def launcher_vmi_ref(pod):
+    """The pod's controller ownerReference to a VirtualMachineInstance (kind VirtualMachineInstance, API group
+    kubevirt.io, with a uid), or None: the pod is no virt-launcher pod."""
     for ref in _meta(pod).get("ownerReferences") or ():
         if not isinstance(ref, dict) or ref.get("kind") != VMI_KIND or not ref.get("controller"):
             continue
         if str(ref.get("apiVersion") or "").split("/", 1)[0] != KUBEVIRT_GROUP:
             continue
         if ref.get("uid"):
-            return ref["uid"]
+            return ref
     return None
+
+
+def launcher_vmi_uid(pod):
+    """The UID of the VirtualMachineInstance a pod's controller ownerReference names, or None (launcher_vmi_ref)."""
+    ref = launcher_vmi_ref(pod)
+    return ref["uid"] if ref else None
 
 
 def is_launcher_of(pod, vmi):
