@@ -248,9 +248,39 @@ findings:
   description:
     - Findings that do not block (Harvester or AAQ present, migrations in progress, ...), each with kind,
       namespace and message (the C(warnings) of the core report; the first ones are also shown as Ansible warnings).
+    - The VMs blocked alone (RV(blocked_vms)) are findings too, with C(vm), C(field) and C(blocks) V(vm).
   returned: always
   type: list
   elements: dict
+blocked_vms:
+  description:
+    - The VMs blocked alone, which stay where they are while the other VMs of their node and namespace are planned
+      (they are in no batch, and neither in RV(blockers) nor in the verdict). Each with C(namespace), C(vm),
+      C(kind), C(field), C(scope) (V(vm), or V(namespace) when the input is the namespace's), C(message) (naming
+      the namespace, the VM and the field) and C(fix).
+    - C(kind) V(vm_input_invalid), input the VM's owner writes cannot be sized (for example annotation
+      C(hooks.kubevirt.io/hookSidecars) that is not valid JSON, a quantity in the VM's spec, or a namespace label
+      C(alpha.kubevirt.io/auto-memory-limits-ratio) that gives KubeVirt no valid memory limit (NaN, Inf, or a limit
+      beyond int64; a value KubeVirt reads as its default 2.0, below 1.0 or not a number, is sized as 2.0 like KubeVirt
+      does), or a Rancher quota annotation C(field.cattle.io/resourceQuota) that is not valid JSON.
+    - C(kind) V(vm_grows), its owner changed it since it started (a hook sidecar annotation, the namespace's
+      memory-limit ratio label, a pending CPU or memory hotplug) so that its target pod would charge more than its
+      running pod and a quota of its namespace would end above its hard after the migrations. No fix raises the
+      quota for it. Growth kvquota cannot attribute to the VM's owner (a KubeVirt configuration or version change)
+      stays the quota's C(usage_above_hard) blocker.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: tenant-a
+      vm: db-1
+      kind: vm_input_invalid
+      field: metadata.annotations[hooks.kubevirt.io/hookSidecars]
+      scope: vm
+      message: "VM tenant-a/db-1 cannot be sized, metadata.annotations[hooks.kubevirt.io/hookSidecars]: annotation
+        hooks.kubevirt.io/hookSidecars is not valid JSON"
+      fix: "fix the VM's hook sidecar annotation ...; the VM stays where it is until then, the other VMs are not held up"
+  version_added: 0.2.0
 fixes:
   description: The changes an operator should make, as text and data, for example raising a quota.
   returned: always
@@ -275,7 +305,7 @@ capacity:
       node-2: {schedulable: true, free: {pods: "108", requests.cpu: 63595m, requests.memory: 251Gi}}
     not_modelled: node affinity and nodeSelector, taints and tolerations, ...
 summary:
-  description: Counts of namespaces per verdict, VMs, migrating VMs, batches and blockers.
+  description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers and VMs blocked alone (C(blocked_vms)).
   returned: always
   type: dict
 scope:

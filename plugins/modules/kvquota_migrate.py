@@ -24,6 +24,14 @@ description:
     An Event verified to be about the migration (its UID, reported by virt-controller) may only name which
     quota refused. A batch's top-ups of a quota never add up to more than the refused pods' computed charge;
     at most O(top_up_max_rounds) per batch; past that the module fails with the numbers.
+  - Sizes are pinned to the plan (O(plan)), or, without one, to the run's first sizing of each VM. A VM sized again
+    (its VMI, its namespace's labels, the names its quotas track or the KubeVirt CR changed) whose migration now
+    charges more in any resource than its pin - a hook sidecar annotation added to the running VMI, the namespace's
+    C(alpha.kubevirt.io/auto-memory-limits-ratio) label, a hotplug - is left out of its batch (or followed group)
+    and stays where it is, named in a progress line and in RV(vms_left) with both charges and what changed; the
+    others are sized again without it. A VM whose own input cannot be sized (an annotation that is not valid JSON)
+    is left out the same way. A top-up never adds what such a change asks for; a refused target pod larger than its
+    pin stops the run, naming the VM and the change.
   - Quota admission checks a quota's C(status.hard), which kube-controller-manager copies from C(spec.hard) (it
     can lag after an API server restart). After writing a reservation or a top-up the module waits, up to
     O(api_outage_budget) + 60 s (client-go informers, the controller's included, retry a lost API server at
@@ -352,6 +360,17 @@ resumed:
       reservations released.
   returned: always
   type: dict
+overuse:
+  description:
+    - The quotas a release of this run restored to their base although the namespace uses more than that (a VM
+      that came back bigger, a pod, PVC or migration of the tenant that took the room), as
+      M(kvquota.maintenance.kvquota_release) returns them in its C(overuse), each with the C(reservation) id. A
+      tenant's over-use never fails nor stalls the run (its reservation is given back all the same; the warning
+      names the objects); on Harvester the quota stays at its usage until the reaper restores the base.
+  returned: always
+  type: list
+  elements: dict
+  version_added: 0.2.0
 peak_extra:
   description:
     - The most extra quota this run held at once per namespace (from its reservations, top-ups included), as a
@@ -371,10 +390,20 @@ vms_left:
     - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) (C(status.nodeName)) with
       C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason). These are VMs that
       cannot live-migrate, or (in check mode) every VM the batches would move.
+    - C(left_out), when this run left the VM out of its batch, says why (grown past its planned size since the
+      plan, with both charges and what changed, or its own input cannot be sized). The node_maintenance role fails
+      naming it.
   returned: success
   type: list
   elements: dict
-  sample: [{namespace: tenant-a, name: db-1, migratable: false, reason: "cannot migrate VMI: PVC rootdisk is not shared"}]
+  sample:
+    - {namespace: tenant-a, name: db-1, migratable: false, reason: "cannot migrate VMI: PVC rootdisk is not shared"}
+    - namespace: tenant-a
+      name: web-2
+      migratable: true
+      reason: ""
+      left_out: "tenant-a/web-2: its target pod now charges limits.cpu=1625m instead of the planned limits.cpu=1025m
+        (changed: annotation hooks.kubevirt.io/hookSidecars=[...]; the VMI (resourceVersion 5521, then 5602))"
   version_added: 0.2.0
 cordon:
   description:

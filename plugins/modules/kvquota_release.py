@@ -17,17 +17,23 @@ description:
   - Each quota is written back to its recorded base plus the other active reservations, from the in-cluster
     ledger, never by subtracting from whatever C(spec.hard) happens to be. When the last reservation goes,
     the quota is exactly its base, byte for byte, and the ledger annotation is removed.
-  - A quota is released only when the reservation's migrations are final, their source pods are terminal or
-    gone, and C(status.used) fits under the value to write. With O(wait=true) the module waits for that up
-    to O(wait_timeout) seconds and then fails naming the pods that still count.
-  - When usage stays above the value to write for good (every migration in the namespace final, no pod
-    terminating or left by its VM, C(status.used) exactly what the running pods charge; for example target
-    pods larger than planned), it fails early instead, with the numbers and the value to raise the base to.
-    The reservation stays, so the namespace is never left over its quota silently; once an administrator
-    raises C(spec.hard), that value is kept as the new base and a re-run releases to it.
+  - A quota is released once the reservation's migrations are final and their source pods are terminal or
+    gone. Usage above the value to write that is about to drop by itself (C(status.used) not caught up with
+    the pods that ended, a launcher pod a finished migration left) is waited for. With O(wait=true) the module
+    waits up to O(wait_timeout) seconds and then fails naming the migrations still running and the source pods
+    still counted (a source pod ends by itself once its migration completed; a migration can be cancelled by
+    name).
+  - Usage above the base that lasts (a VM that came back bigger, a pod or PVC created during the reservation, a
+    migration the run did not create) never keeps the reservation. The quota goes back to its base all the same
+    (Kubernetes keeps a quota below its usage; the namespace's new pods are refused until usage is within it),
+    the module succeeds, and the over-use is reported in RV(overuse), as a warning and as a Warning Event
+    C(QuotaOverUse), naming the objects that make it.
+  - Harvester refuses a quota below usage (its namespace webhook). There the quota is written at its usage and
+    what is still to give back stays in the ledger as the reservation C(<id>.held) (RV(quotas[].outcome)
+    C(held-at-usage)); O(expired=true) (the reaper) restores the base once usage dropped.
   - Releasing an unknown or already released id changes nothing and says so.
-  - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose pods
-    still count are reported as deferred, not failed.
+  - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose migrations
+    or source pods are not over yet are reported as deferred, not failed.
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
@@ -44,7 +50,8 @@ options:
     default: false
   wait:
     description:
-      - Wait until the source pods of the reservation's migrations are gone and usage fits.
+      - Wait until the reservation's migrations are final, their source pods gone, and C(status.used) has caught up
+        with what the pods there charge (a tenant's lasting usage above the base is never waited for).
       - With V(false) the module checks once and fails if the quota cannot be restored yet.
     type: bool
     default: true
@@ -106,40 +113,62 @@ released:
   type: list
   elements: dict
 deferred:
-  description: With O(expired=true), expired reservations not released yet because pods still count.
+  description: With O(expired=true), expired reservations not released yet because their migrations or source pods
+    are not over.
   returned: when O(expired=true)
   type: list
   elements: dict
 pending:
-  description: Quotas not restored yet and why (pods still counting, migrations not final).
+  description: Quotas not restored yet and why (migrations not final, source pods still counting, status.used not
+    caught up yet).
   returned: when O(reservation_id) is given
   type: list
   elements: dict
-lasting_overuse:
+overuse:
   description:
-    - When the release stopped because usage stays above the value to write for good, per quota and resource the
-      usage, the value it would restore, the base, and the base that would fit (what the message says to raise).
-  returned: on that failure
+    - The quotas restored to their base (plus the other reservations) although the namespace uses more, because
+      that usage lasts. Per quota and resource the usage (C(status.used)), what the pods and PVCs there charge
+      (C(charged), where counted), the base and the value restored; and the objects that make it, each with kind,
+      namespace, name, controller owner, creation time, the clients that wrote it (C(managers), from its
+      managedFields), what it charges, and why (C(why) is C(grew) for a VM whose new launcher pod charges more
+      than its source pod did, with C(grew); C(created-during-reservation) for a pod or PVC that took the room;
+      C(migration-not-of-this-run) for a migration the run did not create, with its target C(pod)).
+    - On Harvester also C(held) (what stays in the ledger, at usage) and C(held_as) (the remainder's id).
+  returned: always (empty when nothing is over-used); with O(expired=true) each item also has C(id)
   type: list
   elements: dict
-  sample: [{namespace: tenant-a, quota: compute, resources: {limits.memory: {used: "5113225521",
-            restore: "5067874616", base: "5067874616", base_that_fits: "5113225521"}}}]
+  sample: [{namespace: tenant-a, quota: compute, resources: {limits.memory: {used: "5113225521", charged:
+            "5113225521", base: "5067874616", restored: "5067874616"}}, objects: [{kind: Pod, namespace: tenant-a,
+            name: virt-launcher-vm-1-x7k2p, owner: VirtualMachineInstance/vm-1, created: "2026-11-24T03:00:12Z",
+            managers: [virt-controller], why: grew, vm: tenant-a/vm-1, grew: {limits.memory: "2836783056 ->
+            2882133961"}, charges: {limits.memory: "2882133961"}}]}]
+held_at_usage:
+  description:
+    - With O(expired=true), the Harvester quotas written at their usage rather than their base (Harvester refuses
+      a quota below usage), with what stays in the ledger (C(held)) under which id (C(held_as)); a later run
+      restores the base once usage dropped. Never a failure.
+  returned: when O(expired=true)
+  type: list
+  elements: dict
 captured:
   description:
-    - Per quota, the pods created after the reservation that are no migration of its VMs (by the VMI UID of their
-      controller ownerReference) and hold its headroom, each with its owner and creation time. Only possible while
-      the headroom fence is not installed.
-  returned: when such pods hold a quota above the value to restore
+    - Per quota, the objects created after the reservation that are no migration of its VMs (by the VMI UID of their
+      controller ownerReference) and hold its headroom - pods, PVCs, the target pods of migrations the run did not
+      create - each as text with its kind, namespace/name, owner, creation time and the clients that wrote it. Only
+      possible where the headroom fence does not cover them.
+  returned: when such objects hold a quota above the value to restore
   type: list
   elements: dict
-  sample: [{namespace: tenant-a, quota: compute, pods: ["grab-1a2b3c (owner none, created 2026-11-24T03:00:05Z,
-            after the reservation of 2026-11-24T03:00:00Z)"]}]
+  sample: [{namespace: tenant-a, quota: compute, pods: ["Pod tenant-a/grab-1a2b3c (owner none, created
+            2026-11-24T03:00:05Z by kubectl-run, after the reservation of 2026-11-24T03:00:00Z) charges limits.memory
+            64Mi"]}]
 message:
   description: Why nothing changed, for example that the id is unknown or already released.
   returned: sometimes
   type: str
 warnings:
-  description: External changes found on the way (a Rancher revert re-applied, an administrator's new base kept).
+  description: External changes found on the way (a Rancher revert re-applied, an administrator's new base kept),
+    and every over-use (see RV(overuse)).
   returned: always
   type: list
   elements: str

@@ -277,3 +277,37 @@ def test_drain_within_the_free_capacity_of_the_other_nodes(lab, emu, r):
         scenarios.delete(lab, sc)
         for name in (src, dst):
             lab.delete_node(name)
+
+
+def test_a_malformed_hook_sidecar_annotation_on_one_vm_blocks_only_that_vm(lab, emu, r):
+    """A tenant writes annotation hooks.kubevirt.io/hookSidecars "{" on its running VMI (virt-api lets it):
+    kvquota_check (the module, as the least-privilege user, with the plan node_maintenance asks for) names that VM,
+    its namespace and the field, and plans the node's other VMs, of the same namespace and another one; nothing
+    blocks the node (before issue 24: the check failed for the whole scope naming no VM)."""
+    tag = secrets.token_hex(2)
+    node, ns, other = "hook-node-" + tag, "hook-" + tag, "hook-other-" + tag
+    quota = {"name": "compute", "hard": {"limits.memory": "40Gi", "limits.cpu": "40", "pods": "20"}}
+    sc = scenarios.from_dict({
+        "name": ns, "kubevirt": M.KUBEVIRT_A, "nodes": [{"name": node, "cpu": "16", "memory": "64Gi"}],
+        "namespaces": [{"name": n, "labels": {"kvqlab/test": "true"}, "quotas": [dict(quota)]} for n in (ns, other)],
+        "vms": [{"name": name, "namespace": n, "node": node, "cpu": 2, "memory": "4Gi",
+                 "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "200m"}}
+                for n, name in ((ns, "vm-1"), (ns, "vm-2"), (other, "vm-3"))]})
+    scenarios.apply(lab, sc, timeout=120)
+    try:
+        wait(lambda: settled(r, ns, 2) and settled(r, other, 1), 30, "tenants settled")
+        r.patch(KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns,
+                {"metadata": {"annotations": {"hooks.kubevirt.io/hookSidecars": "{"}}})
+        report = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node], "plan": True}, lab.user_kubeconfig))
+        (blocked,) = report["blocked_vms"]
+        assert (blocked["namespace"], blocked["vm"], blocked["kind"]) == (ns, "vm-1", "vm_input_invalid")
+        assert blocked["field"] == "metadata.annotations[hooks.kubevirt.io/hookSidecars]"
+        assert "VM %s/vm-1" % ns in blocked["message"] and "not valid JSON" in blocked["message"]
+        assert report["summary"]["blocked_vms"] == 1
+        assert report["blockers"] == []
+        assert sorted(k for batch in report["batches"] for k in batch["vms"]) == ["%s/vm-2" % ns, "%s/vm-3" % other]
+        assert sorted(report["plan"]["vms"]) == ["%s/vm-2" % ns, "%s/vm-3" % other]
+        assert [f["vm"] for f in report["findings"] if f.get("blocks") == "vm"] == ["vm-1"]
+    finally:
+        scenarios.delete(lab, sc)
+        lab.delete_node(node)

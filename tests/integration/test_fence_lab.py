@@ -6,12 +6,14 @@
 The fence's parameters are written by fence.py as the least-privilege identity (the lab user, given here what
 the operator namespace's Role and the ClusterRole kvquota-maintenance-fence grant); pods are tried as a tenant
 (a ServiceAccount bound to edit, kvqlab.tenants), as KubeVirt's controller (the emulator's identity) and as the
-lab admin. Pod creations that only probe admission are server-side dry runs (nothing is stored).
+lab admin. Pod and PVC creations that only probe admission are server-side dry runs (nothing is stored). Only the
+run's own migrations (listed by name and UID) get target pods and backend-storage PVCs in a fenced namespace.
 """
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import json
 import os
 import secrets
 
@@ -82,7 +84,10 @@ def tenant_ns(lab, emu, r, request):
     M.delete_namespace(r, ns)
 
 
-def pod_body(ns, owner=None, name=None):
+def pod_body(ns, owner=None, name=None, migration=None):
+    """A pod; owner: {name, uid} of a VMI (controller ownerReference); migration: (name, uid) of the migration it
+    is the target pod of, as virt-controller marks one (annotation kubevirt.io/migrationJobName, label
+    kubevirt.io/migrationJobUID)."""
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name or "probe-" + secrets.token_hex(3), "namespace": ns},
             "spec": {"containers": [{"name": "c", "image": "example.invalid/pause",
@@ -90,17 +95,39 @@ def pod_body(ns, owner=None, name=None):
     if owner is not None:
         body["metadata"]["ownerReferences"] = [dict({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
                                                      "controller": True, "blockOwnerDeletion": True}, **owner)]
+    if migration is not None:
+        body["metadata"]["annotations"] = {"kubevirt.io/migrationJobName": migration[0]}
+        body["metadata"]["labels"] = {"kubevirt.io/migrationJobUID": migration[1]}
     return body
 
 
-def try_pod(rest, ns, owner=None):
-    """None when admission admits the pod (server-side dry run), else the refusal's message."""
+def _refusal(fn):
+    """None when admission admits (server-side dry run), else the refusal's message."""
     try:
-        rest.request("POST", "/api/v1/namespaces/%s/pods" % ns, {"dryRun": "All"}, body=pod_body(ns, owner))
+        fn()
         return None
     except ApiException as exc:
         assert exc.status in (403, 422), exc
         return " ".join(str(exc.body).split())
+
+
+def try_pod(rest, ns, owner=None, migration=None):
+    """None when admission admits the pod (server-side dry run), else the refusal's message."""
+    return _refusal(lambda: rest.request("POST", "/api/v1/namespaces/%s/pods" % ns, {"dryRun": "All"},
+                                         body=pod_body(ns, owner, migration=migration)))
+
+
+def try_pvc(rest, ns, migration_name=None, vm="vm-1"):
+    """None when admission admits the PVC (server-side dry run), else the refusal's message. migration_name: the
+    label kubevirt.io/migrationName virt-controller puts on a migration target's backend-storage PVC (generateName
+    persistent-state-for-<vm>-, as in KubeVirt's backend-storage.go)."""
+    body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"generateName": "persistent-state-for-%s-" % vm, "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}}
+    if migration_name is not None:
+        body["metadata"]["labels"] = {"kubevirt.io/migrationName": migration_name}
+    return _refusal(lambda: rest.request("POST", "/api/v1/namespaces/%s/persistentvolumeclaims" % ns,
+                                         {"dryRun": "All"}, body=body))
 
 
 def vmi_ref(r, ns, name):
@@ -124,6 +151,7 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
     kubevirt = emulator.as_identity(r, CONTROLLER)
     vm1, vm2 = vmi_ref(r, ns, "vm-1"), vmi_ref(r, ns, "vm-2")
     note = F.fence_note("2026-01-01T00:00:00Z", "2026-01-01T02:00:00Z", "platform team (#ops)")
+    own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-000000000001")
 
     assert try_pod(tenant, ns) is None                       # not fenced yet: the tenant may start pods
     resizable = pod_body(ns, name="resizable")
@@ -134,8 +162,10 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
     tenant.create("/api/v1/namespaces/%s/pods" % ns, resizable)
     dry = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER, check_mode=True)
     assert dry["changed"] and r.get_or_none("/api/v1/namespaces/%s/configmaps/kvq-fence" % OPERATOR_NS) is None
-    result = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER)
+    result = F.fence(operator, OPERATOR_NS, ns, [vm1], note=note, controller=CONTROLLER,
+                     migrations=[{"name": own[0], "uid": own[1], "vm": "vm-1"}])
     assert result["changed"] and result["vmis"] == {vm1["uid"]: "vm-1"}
+    assert result["migrations"] == {own[0]: {"vmi": vm1["uid"], "uid": own[1]}}
     assert F.installed(operator, OPERATOR_NS)
 
     refusal = M.wait(lambda: try_pod(tenant, ns), 20, "the fence to refuse the tenant's pod")
@@ -144,15 +174,17 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
                      "contact: platform team (#ops)", "ask your cluster administrator"):
         assert fragment in refusal, (fragment, refusal)
     # a tenant cannot pass for a target pod by naming the reserved VMI as owner: the identity counts
-    assert "is fenced" in try_pod(tenant, ns, owner=vm1)
-    assert "is fenced" in try_pod(Rest(team["admin"].api_client()), ns, owner=vm1)
-    # KubeVirt's controller: the reserved VMI's pod is admitted, the other VMI's is not, nor a forged name
-    assert try_pod(kubevirt, ns, owner=vm1) is None
-    assert "is fenced" in try_pod(kubevirt, ns, owner=vm2)
-    assert "is fenced" in try_pod(kubevirt, ns, owner={"name": "vm-2", "uid": vm1["uid"]})
+    assert "is fenced" in try_pod(tenant, ns, owner=vm1, migration=own)
+    assert "is fenced" in try_pod(Rest(team["admin"].api_client()), ns, owner=vm1, migration=own)
+    # KubeVirt's controller: the target pod of the listed migration of the reserved VMI is admitted; the other
+    # VMI's is not, nor a forged owner name, nor a pod of the reserved VMI that is no target of that migration
+    assert try_pod(kubevirt, ns, owner=vm1, migration=own) is None
+    assert "is fenced" in try_pod(kubevirt, ns, owner=vm2, migration=own)
+    assert "is fenced" in try_pod(kubevirt, ns, owner={"name": "vm-2", "uid": vm1["uid"]}, migration=own)
+    assert "is fenced" in try_pod(kubevirt, ns, owner=vm1)
     assert "is fenced" in try_pod(kubevirt, ns)
     # the lab admin is not KubeVirt either
-    assert "is fenced" in try_pod(r, ns, owner=vm1)
+    assert "is fenced" in try_pod(r, ns, owner=vm1, migration=own)
     # a pod resize is charged to the quota too: refused while fenced
     with pytest.raises(ApiException) as err:
         r.request("PATCH", "/api/v1/namespaces/%s/pods/resizable/resize" % ns, {"dryRun": "All"},
@@ -161,8 +193,14 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
                   content_type="application/strategic-merge-patch+json")
     assert err.value.status == 403 and "is fenced" in str(err.value.body), err.value.body
 
-    # end to end: the emulator creates target pods as KubeVirt's controller
-    mig1 = M.create_vmim(r, ns, "vm-1")
+    # end to end: the emulator creates target pods as KubeVirt's controller. The run lists its migration's name
+    # before creating it (no UID yet), and its UID once created
+    name1 = "vm-1-kvq-" + secrets.token_hex(3)
+    listed = F.admit_migrations(operator, OPERATOR_NS, ns, [{"name": name1, "vm": "vm-1"}])
+    assert listed["migrations"][name1] == {"vmi": vm1["uid"], "uid": ""}
+    mig1 = M.create_vmim(r, ns, "vm-1", name=name1)
+    F.admit_migrations(operator, OPERATOR_NS, ns, [{"name": mig1, "uid": M.vmim(r, ns, mig1)["metadata"]["uid"],
+                                                    "vm": "vm-1"}])
     mig2 = M.create_vmim(r, ns, "vm-2")
     M.wait(lambda: M.phase(M.vmim(r, ns, mig1)) == "Succeeded", 60, "the reserved VMI's migration")
     M.wait(lambda: emu.count("is fenced") > 0, 30, "the emulator to see vm-2's target pod refused")
@@ -173,9 +211,60 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
     # unfencing the last VMI unfences the namespace: vm-2's migration goes through, tenants may start pods
     left = F.unfence(operator, OPERATOR_NS, ns, [vm1])
     assert left["changed"] and not left["fenced"] and left["vmis"] == {}
+    assert not [k for k in r.get("/api/v1/namespaces/%s/configmaps/kvq-fence" % OPERATOR_NS).get("data") or {}
+                if k.startswith("mig.%s." % ns)]
     M.wait(lambda: try_pod(tenant, ns) is None, 20, "the fence to let the tenant's pod in")
     M.wait(lambda: M.phase(M.vmim(r, ns, mig2)) == "Succeeded", 60, "vm-2's migration after unfence")
     assert not F.unfence(operator, OPERATOR_NS, ns)["changed"]
+
+
+def test_only_the_runs_own_migrations_get_target_pods_and_backend_pvcs(lab, r, emu, operator, installed,
+                                                                        tenant_ns):
+    """Issue 24: a reservation also expands persistentvolumeclaims/requests.storage (the backend-storage PVC of
+    a VM with persistent TPM/EFI), and a tenant may migrate its reserved VM itself. While fenced: a tenant's PVC
+    is refused; KubeVirt's PVC labelled with a listed migration is admitted, one for another migration is not;
+    the target pod of another migration of the reserved VMI (the tenant's) is refused, also once the run's own
+    migration is final and unlisted; the end to end tenant migration of the reserved VM gets no target pod."""
+    ns = tenant_ns
+    team = tenants.make(lab, ns, roles=("edit",))
+    tenant = Rest(team["edit"].api_client())
+    kubevirt = emulator.as_identity(r, CONTROLLER)
+    vm1 = vmi_ref(r, ns, "vm-1")
+    own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000a1")
+    theirs = ("vm-1-mine-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000b2")
+
+    assert try_pvc(tenant, ns) is None                          # not fenced: the tenant may create PVCs
+    F.fence(operator, OPERATOR_NS, ns, [vm1], note="window", controller=CONTROLLER,
+            migrations=[{"name": own[0], "uid": own[1], "vm": "vm-1"}])
+    refused = M.wait(lambda: try_pvc(tenant, ns), 20, "the fence to refuse the tenant's PVC")
+    assert "namespace %s is fenced" % ns in refused and "PersistentVolumeClaims" in refused, refused
+    assert "is fenced" in try_pvc(tenant, ns, own[0])           # the label does not make a tenant KubeVirt
+    assert "is fenced" in try_pvc(r, ns, own[0])                # nor the lab admin
+    # KubeVirt's backend-storage PVC for the run's migration's target, and for no other migration
+    assert try_pvc(kubevirt, ns, own[0]) is None
+    assert "is fenced" in try_pvc(kubevirt, ns, theirs[0])
+    assert "is fenced" in try_pvc(kubevirt, ns)
+
+    # target pods: the run's migration (name and UID) only; the same name with another UID is another object
+    assert try_pod(kubevirt, ns, owner=vm1, migration=own) is None
+    assert "is fenced" in try_pod(kubevirt, ns, owner=vm1, migration=theirs)
+    assert "is fenced" in try_pod(kubevirt, ns, owner=vm1, migration=(own[0], theirs[1]))
+    # the run's migration is final: nothing more for it, while the namespace stays fenced
+    ended = F.end_migrations(operator, OPERATOR_NS, ns, [{"name": own[0], "uid": own[1]}])
+    assert ended["changed"] and ended["migrations"] == {}
+    M.wait(lambda: try_pod(kubevirt, ns, owner=vm1, migration=own), 20, "the ended migration's pods to be refused")
+    assert "is fenced" in try_pvc(kubevirt, ns, own[0])
+    assert "is fenced" in try_pod(tenant, ns)
+
+    # end to end: the tenant migrates its reserved VM itself; KubeVirt's target pod for it is refused
+    before = emu.count("is fenced")
+    mig = M.create_vmim(tenant, ns, "vm-1", name=theirs[0])
+    M.wait(lambda: emu.count("is fenced") > before, 30, "the emulator to see the tenant's target pod refused")
+    assert M.phase(M.vmim(r, ns, mig)) in (None, "", "Pending")
+    assert not [p for p in M.launcher_pods(r, ns) if (p["metadata"].get("annotations") or {}).get(
+        "kubevirt.io/migrationJobName") == mig]
+    F.unfence(operator, OPERATOR_NS, ns)
+    M.wait(lambda: try_pvc(tenant, ns) is None, 20, "the fence to let the tenant's PVC in")
 
 
 def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, installed, tenant_ns):
@@ -208,6 +297,59 @@ def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, inst
 # ---------------------------------------------------------------------------
 # Rancher 2.14+'s quota lock-down (emulator knob rancher_lockdown)
 
+def test_a_drain_gets_its_own_migration_through_the_fence_and_the_tenants_none(lab, r, emu, operator, installed):
+    """kvquota_migrate with the fence installed, a tenant near the top of its quota: the run lists its migration
+    (by name before creating it, then by UID), KubeVirt's target pod for it is admitted and the VM moves; the
+    tenant's own migration of the same reserved VM, created the moment the namespace is fenced, gets no target
+    pod while the reservation is held; the quota is back at its base and nothing of the fence is left."""
+    import threading
+    ns = "fence-drain-" + secrets.token_hex(3)
+    M.make_tenant(lab, ns, vms=2)
+    try:
+        tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+        node = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"]
+        theirs = "vm-1-mine-" + secrets.token_hex(3)
+        before = M.quota(r, ns, "compute")["spec"]["hard"]
+        seen = {}
+        stop = threading.Event()
+
+        def attack():
+            while not stop.is_set():
+                data = (r.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
+                        or {}).get("data") or {}
+                if "ns." + ns in data:
+                    seen["fence"] = dict(data)
+                    M.create_vmim(tenant, ns, "vm-1", name=theirs)
+                    return
+                stop.wait(0.05)
+        attacker = threading.Thread(target=attack, daemon=True)
+        attacker.start()
+        try:
+            res = M.run_module("kvquota_migrate", {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}],
+                                                   "reservation_prefix": "fenced-%s" % ns, "poll_interval": 0.5,
+                                                   "ttl": "1h"}, lab.user_kubeconfig)
+        finally:
+            stop.set()
+            attacker.join(10)
+        print(json.dumps(res.get("progress"), indent=1))
+        M.assert_ok(res)
+        assert seen.get("fence"), "the namespace was never fenced"
+        (ours,) = res["migrations_created"]
+        assert M.phase(M.vmim(r, *ours.split("/"))) == "Succeeded"
+        log = emu.log_text().splitlines()
+        assert [line for line in log if theirs in line and "is fenced" in line], \
+            "the tenant's migration was never refused by the fence"
+        assert not [line for line in log if ours.split("/")[1] in line and "is fenced" in line]
+        assert not [p for p in M.launcher_pods(r, ns) if (p["metadata"].get("annotations") or {}).get(
+            "kubevirt.io/migrationJobName") == theirs]
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == before
+        data = (r.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
+                or {}).get("data") or {}
+        assert not [k for k in data if k == "ns." + ns or k.startswith(("vmi.%s." % ns, "mig.%s." % ns))], data
+    finally:
+        M.delete_namespace(r, ns)
+
+
 def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator, installed, tenant_ns):
     """reserve (with the batch's VMs in its refs) fences the namespace before the quota grows; a tenant's new pod
     is refused for the window, KubeVirt's target pod of the reserved VMI is admitted; release restores the
@@ -219,14 +361,17 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
     vm = vmi_ref(r, ns, "vm-1")
     other = vmi_ref(r, ns, "vm-2")
     assert try_pod(tenant, ns) is None                          # no reservation: no fence
+    own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000c3")
     result = R.reserve(operator, "fence-window", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain",
-                       600, refs={"vms": [{"namespace": ns, "name": "vm-1"}]})
+                       600, refs={"vms": [{"namespace": ns, "name": "vm-1"}],
+                                  "migrations": [{"namespace": ns, "name": own[0], "uid": own[1], "vm": "vm-1"}]})
     assert [(f["namespace"], f["changed"]) for f in result["fence"]] == [(ns, True)]
     assert F.fences(operator, OPERATOR_NS)[ns]["vmis"] == {vm["uid"]: "vm-1"}
     refused = try_pod(tenant, ns)
     assert refused is not None and "kvquota" in refused
-    assert try_pod(controller, ns, vm) is None                  # the reserved VM's target pod
-    assert try_pod(controller, ns, other) is not None           # another VM's is not
+    assert try_pod(controller, ns, vm, own) is None             # the target pod of the reserved VM's migration
+    assert try_pod(controller, ns, other, own) is not None      # another VM's is not
+    assert try_pod(controller, ns, vm) is not None              # nor one of no listed migration
     released = R.release(operator, "fence-window", wait_for_pods=False, force=True)
     assert released["quotas"][0]["outcome"] == "released"
     assert [(f["namespace"], f["fenced"]) for f in released["fence"]] == [(ns, False)]

@@ -462,3 +462,55 @@ def test_strict_mode_starts_each_batch_after_every_earlier_release(lab, emu, r, 
     finally:
         for ns in spaces:
             M.delete_namespace(r, ns)
+
+
+def test_a_vm_grown_after_the_plan_is_left_out_and_named_while_the_others_migrate(lab, emu, r, user):
+    """Issue 24, attack 2: after the plan a tenant adds three hook sidecars (annotation hooks.kubevirt.io/hookSidecars
+    on its running VMI, which virt-api allows) to a Guaranteed VM (each sidecar then charges 200m and 64M). Its
+    batch is sized again from a fresh read; the VM's charge is larger than planned, so it is left out of the batch
+    and named with both charges and the change, and no reservation covers it; the other VMs of its namespace
+    migrate; the result's vms_left says why it is still on the node; every quota is back at its base. (Before:
+    the batch reserved the larger size and the VM came back grown, above its quota.)"""
+    import secrets
+    tag = secrets.token_hex(2)
+    node, ns = "grow-node-" + tag, "grow-" + tag
+    sc = scenarios.from_dict({
+        "name": ns, "kubevirt": M.KUBEVIRT_A, "nodes": [{"name": node, "cpu": "16", "memory": "64Gi"}],
+        "namespaces": [{"name": ns, "labels": {"kvqlab/test": "true"}, "quotas": [{
+            "name": "compute", "hard": {"limits.memory": "15000Mi", "limits.cpu": "8", "pods": "20"}}]}],
+        "vms": [{"name": "vm-%d" % i, "namespace": ns, "node": node, "cpu": 2, "memory": "4Gi",
+                 "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
+                for i in (1, 2, 3)]})
+    scenarios.apply(lab, sc, timeout=120)
+    try:
+        M.wait(lambda: M.settled(r, ns, 3), 30, "tenant settled")
+        original = M.quota(r, ns, "compute")
+        check = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node], "plan": True}, user))
+        assert sorted(check["plan"]["vms"]) == ["%s/vm-%d" % (ns, i) for i in (1, 2, 3)]
+        containers = sorted(c["name"] for p in M.launcher_pods(r, ns) if p["metadata"]["name"].startswith(
+            "virt-launcher-vm-1-") for c in p["spec"]["containers"])
+        r.patch(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns, {"metadata": {"annotations": {
+            "hooks.kubevirt.io/hookSidecars": json.dumps([{"image": "registry.example/hook:%d" % i} for i in range(3)])}}})
+        res = M.assert_ok(M.run_module("kvquota_migrate", {
+            "node": node, "plan": check["plan"], "reservation_prefix": "grow-%s" % tag, "poll_interval": 0.5,
+            "ttl": "1h"}, user))
+        print(json.dumps(res.get("progress"), indent=1))
+        left = dict((vm["name"], vm) for vm in res["vms_left"] if vm["namespace"] == ns)
+        assert sorted(left) == ["vm-1"], res["vms_left"]
+        reason = left["vm-1"]["left_out"]
+        assert reason.startswith("%s/vm-1: its target pod now charges " % ns), reason
+        assert "instead of the planned " in reason and "cpu=" not in reason.replace(".cpu=", "")
+        assert "annotation hooks.kubevirt.io/hookSidecars=" in reason and "the VMI (resourceVersion" in reason
+        assert any(line.endswith("left out, it stays where it is: " + reason) for line in res["progress"])
+        moved = [b["vms"] for b in res["batches"]]
+        assert sorted(k for vms in moved for k in vms) == ["%s/vm-2" % ns, "%s/vm-3" % ns]
+        assert not [h for b in res["batches"] for h in (b.get("top_up_details") or [])]
+        assert vms_on(r, node, [ns]) == ["%s/vm-1" % ns]
+        # the VM did not grow: its pod is the one it started with
+        assert sorted(c["name"] for p in M.launcher_pods(r, ns) if p["metadata"]["name"].startswith(
+            "virt-launcher-vm-1-") and M.phase(p) == "Running" for c in p["spec"]["containers"]) == containers
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == original["spec"]["hard"]
+        assert ledgers(r, [ns]) == []
+    finally:
+        scenarios.delete(lab, sc)
+        lab.delete_node(node)

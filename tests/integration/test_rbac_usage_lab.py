@@ -41,6 +41,7 @@ RUNS_LAST = True
 PLAIN = "u-plain"
 MISC = "u-misc"
 RWO = "u-rwo"
+PVCS = "u-pvcs"
 RANCHER = "c-tenant"
 AAQ_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -102,6 +103,29 @@ def _bare_pod(lab, node):
              == "Running", 60, "bare pod running")
 
 
+def _pvc_capture(lab, user):
+    """A reservation that expands PVCs, and PVCs created during it: the release restores the base below usage and
+    names them, listing the namespace's PVCs (issue 24)."""
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": PVCS}})
+    lab.rest.create("/api/v1/namespaces/%s/resourcequotas" % PVCS, {
+        "metadata": {"name": "storage"}, "spec": {"hard": {"persistentvolumeclaims": "1"}}})
+    lab.wait(lambda: ((lab.get("/api/v1/namespaces/%s/resourcequotas/storage" % PVCS).get("status") or {})
+                      .get("hard") or {}).get("persistentvolumeclaims") == "1", 30, "quota status of %s" % PVCS)
+    M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "rbac-pvc", "headroom": [
+        {"namespace": PVCS, "quota": "storage", "resources": {"persistentvolumeclaims": "1"}}]}, str(user)),
+        "kvquota_reserve (PVCs)")
+    time.sleep(1.1)   # creation timestamps have a second's resolution: the PVCs come after the reservation
+    for name in ("grab-1", "grab-2"):
+        lab.rest.create("/api/v1/namespaces/%s/persistentvolumeclaims" % PVCS, {
+            "metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                                                 "resources": {"requests": {"storage": "1Mi"}}}})
+    lab.wait(lambda: ((lab.get("/api/v1/namespaces/%s/resourcequotas/storage" % PVCS).get("status") or {})
+                      .get("used") or {}).get("persistentvolumeclaims") == "2", 30, "status.used of %s" % PVCS)
+    res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": "rbac-pvc"}, str(user)),
+                      "kvquota_release (PVCs)")
+    assert sorted(o["name"] for o in res["overuse"][0]["objects"]) == ["grab-1", "grab-2"], res["overuse"]
+
+
 def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     user = lab.lab.user_kubeconfig
     # AAQ is recognised (listed) when its API is served: serve it, as on a cluster with AAQ installed
@@ -128,6 +152,7 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     M.assert_ok(M.run_module("kvquota_release", {"reservation_id": "rbac-1"}, str(user)), "kvquota_release")
     M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "rbac-reap", "ttl": "1s", "vms": [
         {"namespace": PLAIN, "name": "vm-1"}]}, str(user)), "kvquota_reserve (ttl 1s)")
+    _pvc_capture(lab, user)
     time.sleep(2)
     run = playbook(lab, "reaper")
     assert run.rc == 0, run

@@ -619,3 +619,157 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
     finally:
         rancher.set_knobs(lab, harvester=None)
         custom.delete_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", "server-version")
+
+
+# ---------------------------------------------------------------------------
+# no expansion outlives its migrations (issue 24): a tenant's usage above the base is named, never kept
+
+def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_below_usage(lab, admin, cl, ns):
+    """No fence here (no VM in the reservation's refs): a tenant's pod created during the reservation takes its
+    headroom. The release restores the base byte for byte all the same (Kubernetes keeps a quota below usage)
+    and names the pod: kind, namespace/name, creation time, the client that created it (managedFields)."""
+    base = {"limits.cpu": "2", "limits.memory": "2Gi", "pods": "4"}
+    make_quota(lab, admin, ns, base)
+    admin.create_namespaced_pod(ns, pod("before", "1", "1536Mi"))
+    lab.wait_pod_phase(ns, "before", "Running")
+    time.sleep(1.1)   # creation timestamps have a second's resolution
+    R.reserve(cl, "grab-1", {(ns, "compute"): {"limits.cpu": "1", "limits.memory": "1Gi", "pods": "1"}},
+              "lab-test", "drain node-1", 600)
+    time.sleep(1.1)   # creation timestamps have a second's resolution: the pod comes after the reservation
+    admin.create_namespaced_pod(ns, pod("grab", "500m", "1Gi"))
+    lab.wait_pod_phase(ns, "grab", "Running")
+    kvqlab.wait_for(lambda: raw_quota(admin, ns)["status"]["used"].get("limits.memory") == "2560Mi", 30,
+                    "status.used to count the tenant's pod")
+
+    result = R.release(cl, "grab-1", timeout=30, poll_interval=0.3)
+    quota = raw_quota(admin, ns)
+    assert quota["spec"]["hard"] == base
+    assert ledger(admin, quota) is None
+    [report] = result["overuse"]
+    assert report["resources"]["limits.memory"] == {"used": "2560Mi", "charged": "2560Mi", "base": "2Gi",
+                                                     "restored": "2Gi"}
+    [grab] = [o for o in report["objects"] if o["name"] == "grab"]
+    assert [o["name"] for o in report["objects"]] == ["grab"], report["objects"]
+    assert (grab["kind"], grab["namespace"], grab["name"], grab["why"]) == ("Pod", ns, "grab",
+                                                                            "created-during-reservation")
+    assert grab["managers"], "no client named from the pod's managedFields: %s" % grab
+    assert grab["created"] >= ledger_created_floor(quota)
+    [warning] = [w for w in result["warnings"] if "back at its base although" in w]
+    assert "remove Pod %s/grab" % ns in warning and "rbac/fence.yml" in warning and "raise" not in warning
+    # Kubernetes refuses the tenant's next pod until usage is within the base again
+    with pytest.raises(ApiException) as err:
+        admin.create_namespaced_pod(ns, pod("next", "100m", "64Mi"))
+    assert "exceeded quota" in err.value.body
+
+
+def ledger_created_floor(quota):
+    """A lower bound of any creation time after the quota's (RFC 3339 strings compare in time order)."""
+    return quota["metadata"]["creationTimestamp"]
+
+
+HARVESTER_WEBHOOK = "kvqlab-harvester-namespace-quota"
+
+
+def _harvester_namespace_webhook(lab, ns, quota_name):
+    """Harvester's namespace webhook as far as a release meets it, for namespace ns: an update whose
+    field.cattle.io/resourceQuota sets limitsMemory below the quota's status.used is refused. A
+    ValidatingAdmissionPolicy with the quota as its parameter (the lab's emulator has no such webhook)."""
+    key = '"limitsMemory"\\\\s*:\\\\s*"[^"]+"'
+    text = "object.metadata.annotations['%s']" % RANCHER_QUOTA
+    expression = ("!has(object.metadata.annotations) || !('%s' in object.metadata.annotations) || "
+                  "!%s.matches('%s') || !has(params.status.used) || !('limits.memory' in params.status.used) || "
+                  "quantity(%s.find('%s').split('\"')[3]).compareTo(quantity(params.status.used['limits.memory'])) >= 0"
+                  % (RANCHER_QUOTA, text, key, text, key))
+    api = client.AdmissionregistrationV1Api(lab.api_client(admin=True))
+    api.create_validating_admission_policy({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": HARVESTER_WEBHOOK},
+        "spec": {"failurePolicy": "Fail",
+                 "paramKind": {"apiVersion": "v1", "kind": "ResourceQuota"},
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["UPDATE"], "resources": ["namespaces"]}]},
+                 "matchConditions": [{"name": "this-namespace", "expression": "object.metadata.name == '%s'" % ns}],
+                 "validations": [{"expression": expression,
+                                  "message": "harvester: the namespace's resource quota cannot be below its usage"}]}})
+    api.create_validating_admission_policy_binding({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": HARVESTER_WEBHOOK},
+        "spec": {"policyName": HARVESTER_WEBHOOK, "validationActions": ["Deny"],
+                 "paramRef": {"name": quota_name, "namespace": ns, "parameterNotFoundAction": "Deny"}}})
+    return api
+
+
+def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_usage_drops(lab, admin, cl, ns,
+                                                                                             rancher):
+    """Harvester refuses a namespace quota below usage: a release with a tenant's usage above the base writes
+    the lowest value it accepts (the usage), keeps the rest in the ledger as '<id>.held', names the over-use;
+    the reaper leaves it while usage is there and restores the base (annotation byte for byte, opt-out put back,
+    no ledger) once it dropped."""
+    custom = client.CustomObjectsApi(lab.api_client(admin=True))
+    rancher.set_knobs(lab, harvester="true")
+    custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
+        "apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting", "metadata": {"name": "server-version"},
+        "value": "v1.6.0"})
+    api = None
+    try:
+        raw = '{"limit":{"limitsCpu":"4","limitsMemory":"1Gi"}}'
+        name = _rancher_namespace(lab, admin, ns, raw)
+        api = _harvester_namespace_webhook(lab, ns, name)
+        admin.create_namespaced_pod(ns, pod("before", "500m", "768Mi"))
+        lab.wait_pod_phase(ns, "before", "Running")
+        time.sleep(1.1)   # creation timestamps have a second's resolution
+
+        def refused_below_usage():
+            try:
+                admin.patch_namespace(ns, {"metadata": {"annotations": {
+                    RANCHER_QUOTA: '{"limit":{"limitsCpu":"4","limitsMemory":"512Mi"}}'}}}, dry_run="All")
+            except ApiException as err:
+                return "below its usage" in err.body
+            return False
+        kvqlab.wait_for(refused_below_usage, 30, "the emulated Harvester webhook to refuse a quota below usage")
+
+        result = R.reserve(cl, "node-1-b0", {(ns, name): {"limits.memory": "1Gi"}}, "lab-test", "drain node-1",
+                           600, rancher_sync_timeout=30)
+        assert result["quotas"][0]["backend"] == "harvester"
+        time.sleep(1.1)
+        admin.create_namespaced_pod(ns, pod("grab", "100m", "512Mi"))   # no fence: takes 512Mi of the headroom
+        lab.wait_pod_phase(ns, "grab", "Running")
+        kvqlab.wait_for(lambda: raw_quota(admin, ns, name)["status"]["used"].get("limits.memory") == "1280Mi", 30,
+                        "status.used to count the tenant's pod")
+
+        result = R.release(cl, "node-1-b0", timeout=30, poll_interval=0.3, rancher_sync_timeout=30)
+        [item] = result["quotas"]
+        assert item["outcome"] == "held-at-usage" and item["held"] == {"limits.memory": "256Mi"}
+        annotation = json.loads(raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA])
+        assert annotation["limit"]["limitsMemory"] == "1280Mi"      # the usage: the lowest value accepted
+        quota = raw_quota(admin, ns, name)
+        assert quota["spec"]["hard"]["limits.memory"] == "1280Mi"
+        held = ledger(admin, quota)
+        assert sorted(held["reservations"]) == ["node-1-b0.held"]
+        assert held["reservations"]["node-1-b0.held"]["remainder"] is True
+        [report] = result["overuse"]
+        assert [o["name"] for o in report["objects"]] == ["grab"]
+        assert any("Harvester's namespace webhook" in w for w in result["warnings"])
+
+        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        assert reaped["deferred"] == [] and [h["held_as"] for h in reaped["held_at_usage"]] == ["node-1-b0.held"]
+
+        admin.delete_namespaced_pod("grab", ns, grace_period_seconds=0)
+        kvqlab.wait_for(lambda: raw_quota(admin, ns, name)["status"]["used"].get("limits.memory") == "768Mi", 60,
+                        "status.used to drop once the tenant's pod is gone")
+        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        assert [r_["id"] for r_ in reaped["released"]] == ["node-1-b0.held"]
+        assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
+        quota = raw_quota(admin, ns, name)
+        assert quota["spec"]["hard"]["limits.memory"] == "1Gi"
+        assert SKIP not in (quota["metadata"].get("annotations") or {})
+        assert ledger(admin, quota) is None
+    finally:
+        if api is not None:
+            for delete in (api.delete_validating_admission_policy_binding, api.delete_validating_admission_policy):
+                try:
+                    delete(HARVESTER_WEBHOOK)
+                except ApiException:
+                    pass
+        rancher.set_knobs(lab, harvester=None)
+        custom.delete_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", "server-version")

@@ -377,6 +377,12 @@ class HarvesterBackend(object):
     def written_on(self):
         return self.inner.written_on
 
+    @property
+    def refuses_below_usage(self):
+        """Harvester's namespace webhook refuses a field.cattle.io/resourceQuota below the quota's status.used: a
+        release writes no less than usage there and keeps the rest as a remainder (reservations._release_ledger)."""
+        return self.inner.written_on == "namespace"
+
     def describe(self):
         data = self.inner.describe()
         data.update(backend=self.name, owner=self.inner.name, notes=list(self.inner.notes) + list(self.notes),

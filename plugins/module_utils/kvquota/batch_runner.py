@@ -57,6 +57,15 @@ class BatchRunner(object):
         self.cluster = cluster
         self.config = config
         self.record = record
+        # {(namespace, vm): pin} of a run without a plan: its first sizing of each VM (headroom.pin_of); with a
+        # plan the planned charges are the pins. A VM sized again never gets more (headroom.batch_headroom).
+        self.pins = {}
+        # {(namespace, vm): reason} the VMs left out of their batch or group (grown past the pin, their own input
+        # unusable): they stay where they are, and the run's result says why (vms_left)
+        self.left_out = {}
+        self.left_out_migrations = set()   # follow mode: the UIDs of the migrations of those VMs
+        self.fenced = {}     # reservation -> the namespaces its reserve fenced (from the result's "fence")
+        self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -128,6 +137,21 @@ class BatchRunner(object):
                     batch.skipped.append((ns, name))
         batch.vms = [k for k in batch.keys if k in keep]
 
+    def _leave_out(self, batch, left_out):
+        """Leave the VMs batch_headroom left out (grown past their pin, or their own input unusable) out of the
+        batch: no reservation and no migration for them; they stay on the node, and the run says why."""
+        gone = set((item["namespace"], item["name"]) for item in left_out)
+        for item in left_out:
+            key = (item["namespace"], item["name"])
+            self.left_out[key] = item["reason"]
+            self.record.say("%s: left out, it stays where it is: %s" % (batch.label(), item["reason"]))
+        batch.vms = [k for k in batch.vms if k not in gone]
+        if batch.followed:
+            # a followed migration of such a VM is not reserved for (nor followed again by a later group): quota
+            # admission decides on it alone
+            self.left_out_migrations.update(m["uid"] for m in batch.migrations if (m["namespace"], m["vm"]) in gone)
+            batch.migrations = [m for m in batch.migrations if (m["namespace"], m["vm"]) not in gone]
+
     def start(self, batch):
         """Reserve for the batch and create its migrations at once."""
         self.prepare(batch)
@@ -149,10 +173,17 @@ class BatchRunner(object):
             batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
             return
         vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
-        needs, refs, sized = headroom_mod.batch_headroom(self.cluster, vms, self.config.sizing, self.record.plan)
+        needs, refs, sized = headroom_mod.batch_headroom(self.cluster, vms, self.config.sizing, self.record.plan,
+                                                         pins=self.pins)
         if self.record.plan is not None and not sized.get("from_plan"):
             self.record.say("%s: sized again from a fresh read (a VM, its namespace or the KubeVirt configuration "
                             "changed since the plan)" % batch.label())
+        self.pins.update(sized.get("pins") or {})
+        if sized.get("left_out"):
+            self._leave_out(batch, sized["left_out"])
+            if not batch.vms:
+                batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+                return
         memory = [(sized.get("charges", {}).get(key) or {}).get("requests.memory", 0) for key in batch.vms]
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
         # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are
@@ -192,14 +223,34 @@ class BatchRunner(object):
         batch.prepared = (needs, refs)
 
     def launch(self, batch):
-        """Create the prepared batch's migrations (or follow those already under way) and record their UIDs."""
+        """Create the prepared batch's migrations (or follow those already under way) and record their UIDs.
+
+        The headroom fence admits target pods only for migrations it lists, by name and UID, and virt-controller
+        may create a target pod within milliseconds of the migration's create: so the names of the migrations this
+        batch creates are listed first, with no UID yet (admitted by name, bound to the VMI; the run's token is in
+        each name), and their UIDs are written the moment the creates have returned (then only that object's pods
+        pass). A name taken meanwhile is not ours to create (_create follows that migration, by its UID)."""
+        fenced = self.fenced.get(batch.reservation) or ()
+        own = [m for m in batch.migrations if not m["reused"] and m["namespace"] in fenced]
+        if own:
+            reservations.admit_migrations(self.cluster, [self._fence_entry(m, pending=True) for m in own],
+                                          self.config.check_mode, self.config.operator_namespace, installed=True)
         for migration in batch.migrations:
             if migration["reused"]:
                 self.record.reused.append("%s/%s" % (migration["namespace"], migration["name"]))
                 continue
             self._create(batch, migration)
         batch.launched = self.config.clock()
+        if own:
+            reservations.admit_migrations(self.cluster, [self._fence_entry(m) for m in own if m["uid"]],
+                                          self.config.check_mode, self.config.operator_namespace, installed=True)
         self._record_created(batch, *batch.prepared)
+
+    @staticmethod
+    def _fence_entry(migration, pending=False):
+        """A migration of a batch as the fence lists it (fence.normalize_migrations)."""
+        return {"namespace": migration["namespace"], "name": migration["name"],
+                "uid": None if pending else migration["uid"], "vm": migration["vm"]}
 
     def _record_created(self, batch, needs, refs):
         """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
@@ -257,6 +308,9 @@ class BatchRunner(object):
             "controller needs longer after an API server restart" % batch.reservation)
 
     def _record_reservation(self, batch, result):
+        for item in result.get("fence") or []:
+            if item.get("namespace"):
+                self.fenced.setdefault(batch.reservation, set()).add(item["namespace"])
         for item in result.get("quotas") or []:
             target = (item["namespace"], item["quota"])
             if target not in batch.targets:
@@ -304,6 +358,7 @@ class BatchRunner(object):
                     seen[key] = vmim
         batch.phases = dict(("%s/%s" % k, migration_phase(v) or "Pending") for k, v in seen.items())
         missing = [k for k in mine if k not in seen]
+        self._end_final(batch, mine, seen, missing)
         if batch.followed:
             self._follow_only(batch, seen, missing, now)
             return
@@ -324,6 +379,22 @@ class BatchRunner(object):
             batch.state, batch.final_at, batch.moved = FINAL, now, True
             return
         self._watch(batch, seen, now)
+
+    def _end_final(self, batch, mine, seen, missing):
+        """A migration of the batch that is final (or gone) admits nothing more in the headroom fence: a later
+        migration of its VM (the tenant's, KubeVirt's) gets no target pod or PVC, while the namespace stays fenced
+        until the release. Once per migration (a conditional write of the fence's ConfigMap when it lists it), in
+        the namespaces this run's reserve fenced for the batch (a group resumed from an earlier run: its release)."""
+        fenced = self.fenced.get(batch.reservation) or ()
+        ended = [m for k, m in sorted(mine.items())
+                 if (k in missing or migration_phase(seen[k]) in FINAL_MIGRATION_PHASES)
+                 and m["namespace"] in fenced and (m["namespace"], m["name"], m["uid"]) not in self.ended]
+        if not ended:
+            return
+        reservations.end_migrations(self.cluster, [{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                                                   for m in ended], self.config.check_mode,
+                                    self.config.operator_namespace, installed=True)
+        self.ended.update((m["namespace"], m["name"], m["uid"]) for m in ended)
 
     def _follow_only(self, batch, seen, missing, now):
         """follow()'s rules for a followed group: a migration its creator deleted or that failed ends its part of the
@@ -367,9 +438,21 @@ class BatchRunner(object):
         headroom.refused_target_pods and top_up_amounts): the quotas' status, the computed charge, KubeVirt's
         condition; Events at most name the quota."""
         keys = [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"]} for v in refused]
-        found = headroom_mod.refused_target_pods(self.cluster, keys,
-                                                 self.config.sizing)
+        found = headroom_mod.refused_target_pods(self.cluster, keys, self.config.sizing, pins=self.pins,
+                                                 planned=self.record.plan)
         batch.refused_since = None   # wait a settle time again before looking at the refusal anew
+        if found.get("left_out"):
+            # the target larger than planned because of a change since (its annotations, its namespace's labels, a
+            # hotplug): no top-up adds what that change asks for; the run stops, its migrations never admitted
+            # are cancelled, and the VM stays where it is
+            for item in found["left_out"]:
+                self.left_out[(item["namespace"], item["name"])] = item["reason"]
+            raise KvquotaError(
+                "%s: quota admission refuses %s, and no top-up is made for a target pod larger than planned: %s"
+                % (batch.label(), ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys),
+                   "; ".join(item["reason"] for item in found["left_out"])),
+                "the VM stays on node %s: revert the change named (or have the VM restarted, so that its pod is "
+                "sized anew within its own quota), then re-run; the quota is not raised for it" % self.config.node)
         names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
         # without a verified Event a later refusal looks like this one: each settle time then counts as new
         key = found["key"] if found["evidence"] else "%s#round%d" % (found["key"], batch.rounds + 1)
@@ -445,6 +528,7 @@ class BatchRunner(object):
             batch.captured = captured_pods(waited)
             return False
         self.record.warn(outcome.get("warnings"))
+        self.record.note_overuse(outcome)   # restored below a tenant's usage: reported, the run goes on
         batch.state, batch.released_at = RELEASED, self.config.clock()
         self.record.note_peak()
         return True

@@ -32,6 +32,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capaci
     capacity_part,
     capacity_report,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_datetime
@@ -131,22 +132,114 @@ def plan(snapshot, options=None):
     limits = (per_cluster, per_node, options.get("per_namespace_cap"))
     facts = cluster_settings.cluster_facts(snapshot)
 
-    # 1. Size every VM, namespace by namespace.
+    # 1. Size every VM, namespace by namespace (a VM whose own input cannot be sized is blocked alone).
     vms_by_ns, idle_by_ns = vm_entries.describe_namespaces(
         snapshot, config, cluster_settings.default_priority_class(snapshot))
+    block_unreadable_rancher_namespaces(snapshot, vms_by_ns)
 
-    # 2. One cluster-wide schedule.
-    movers, capacity, batches = _schedule(snapshot, options, vms_by_ns, limits)
-    keys = scheduling.batch_keys(batches)
-    batch_of = q.batch_index(keys)
+    for _round in range(3):
+        # 2. One cluster-wide schedule.
+        movers, capacity, batches = _schedule(snapshot, options, vms_by_ns, limits)
+        keys = scheduling.batch_keys(batches)
+        batch_of = q.batch_index(keys)
 
-    # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
-    namespaces = {}
-    for namespace in sorted(snapshot.get("namespaces") or {}):
-        namespaces[namespace] = plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
-                                                  idle_by_ns[namespace], (keys, batch_of), facts)
+        # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
+        namespaces = {}
+        for namespace in sorted(snapshot.get("namespaces") or {}):
+            namespaces[namespace] = plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
+                                                      idle_by_ns[namespace], (keys, batch_of), facts)
+        # 4. A VM whose target pod would charge more than its running pod, so that a quota ends above its hard
+        # after the migrations, is blocked alone (named with what grew); the others are planned again without it.
+        if not block_grown_vms(namespaces):
+            break
     return ScopePlan(config=config, limits=limits, facts=facts, movers=movers, capacity=capacity, batches=batches,
                      keys=keys, batch_of=batch_of, namespaces=namespaces)
+
+
+def unreadable_rancher_annotation(ns_obj):
+    """The InputError of a namespace's field.cattle.io/resourceQuota that is not valid JSON, else None."""
+    try:
+        backends.rancher_annotation(ns_obj or {})
+    except InputError as err:
+        return err
+    return None
+
+
+def block_unreadable_rancher_namespaces(snapshot, vms_by_ns):
+    """Block the VMs of a namespace whose Rancher quota annotation (field.cattle.io/resourceQuota, which Rancher
+    rebuilds its quotas from and a reservation writes) is not valid JSON, where a quota of the namespace is
+    Rancher's: that namespace's VMs alone, named with the field; the other namespaces are planned."""
+    for namespace, vms in sorted(vms_by_ns.items()):
+        quotas = (snapshot.get("quotas") or {}).get(namespace) or []
+        if not any(backends.is_rancher_managed(quota) for quota in quotas):
+            continue
+        error = unreadable_rancher_annotation((snapshot.get("namespaces") or {}).get(namespace))
+        if error is None:
+            continue
+        field = "namespace annotation %s" % backends.RANCHER_QUOTA_ANNOTATION
+        for vm in vms:
+            if vm.get("blocked") or not vm["migratable"]:
+                continue
+            vm["blocked"] = {"kind": "vm_input_invalid", "field": field, "scope": "namespace",
+                             "message": "VM %s/%s cannot be reserved for, its namespace's %s: %s"
+                                        % (namespace, vm["name"], field, error.message),
+                             "fix": "%s; the VMs of namespace %s stay where they are until then, the other VMs are "
+                                    "not held up" % (error.fix, namespace)}
+            vm["migratable"], vm["migratable_reason"] = False, vm["blocked"]["message"]
+
+
+def grown_block(namespace, vm, quota_name, names, plan):
+    """The per-VM block of a VM whose target pod would charge more than its running pod (vm["grown"]) where quota
+    quota_name of its namespace would end above its hard after the migrations (names). No fix raises the quota: the
+    growth is a change made since the VM started, and raising a quota for it hands it to whoever made it."""
+    shown = []
+    for name in names:
+        target = q.expand_aliases(vm["pod_charge"]).get(name, 0)
+        shown.append("%s %s instead of %s (+%s)" % (name, q.show(target, name), q.show(target - vm["grown"][name], name),
+                                                      q.show(vm["grown"][name], name)))
+    causes = vm.get("grown_causes") or []
+    cause = "because of %s" % " and ".join(causes)
+    after = ", ".join("%s %s above hard %s" % (n, q.show(plan["used_after"].get(n, 0), n), q.show(plan["hard"][n], n))
+                      for n in names)
+    return {"kind": "vm_grows", "field": ", ".join(causes) or None, "scope": "vm",
+            "message": "VM %s/%s: its target pod would charge %s than its running pod, %s; with it quota %s/%s would "
+                       "end at %s after the migrations" % (namespace, vm["name"], "; ".join(shown), cause, namespace,
+                                                           quota_name, after),
+            "fix": "revert that change (or restart the VM, so that its pod is sized anew within its quota); the VM "
+                   "stays where it is until then, the other VMs migrate"}
+
+
+def block_grown_vms(namespaces):
+    """Block (vm["blocked"], not migratable) the VMs whose growth (target pod over running pod) that their owner
+    caused (vm["grown_causes"]: an annotation, the namespace's labels, a pending hotplug) makes a quota of their
+    namespace end above its hard after the migrations, where the quota is not above it already; returns whether
+    any was blocked (the plan is then made again without them)."""
+    blocked = False
+    for namespace, ns_plan in sorted(namespaces.items()):
+        for quota_plan in ns_plan.quota_plans:
+            plan = quota_plan.plan
+            names = sorted(n for n in plan["over_after"] if n not in plan["over_hard"] and n != q.POD_COUNT)
+            if not names:
+                continue
+            for vm in ns_plan.vms:
+                if not vm["migratable"] or q.vm_key(vm) not in plan["charges"]:
+                    continue
+                grew = [n for n in names if (plan["growths"].get(q.vm_key(vm)) or {}).get(n, 0) > 0
+                        and n in (vm.get("grown") or {})]
+                # growth kvquota cannot attribute to its owner (a KubeVirt configuration or version change, which
+                # grows every VM alike) stays the quota's usage_above_hard blocker, which an administrator decides
+                if grew and vm.get("grown_causes"):
+                    vm["blocked"] = grown_block(namespace, vm, quota_plan.name, grew, plan)
+                    vm["migratable"], vm["migratable_reason"] = False, vm["blocked"]["message"]
+                    blocked = True
+    return blocked
+
+
+def blocked_vms(scope_plan):
+    """[{namespace, vm, kind, field, scope, message, fix}] of the VMs the plan blocks alone (their own input, or
+    their growth since they started)."""
+    return [dict(vm["blocked"], namespace=namespace, vm=vm["name"])
+            for namespace, ns_plan in sorted(scope_plan.namespaces.items()) for vm in ns_plan.vms if vm.get("blocked")]
 
 
 def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
@@ -206,6 +299,9 @@ def evaluate(snapshot, options=None, scope_plan=None):
     report = render.assemble(snapshot, planned.config, planned.limits, planned.keys, planned.batches, ns_reports,
                              blockers, warnings, all_fixes, findings.overall_verdict(blockers, counts), counts)
     report["capacity"] = capacity_report(planned.capacity)
+    # the VMs blocked alone: each is also a warning of its namespace; the other VMs are planned without them
+    report["blocked_vms"] = blocked_vms(planned)
+    report["summary"]["blocked_vms"] = len(report["blocked_vms"])
     return report
 
 

@@ -13,8 +13,10 @@ only this object.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import binascii
 import dataclasses
 import hashlib
+import os
 import time
 from typing import Any, Callable, Optional, Tuple
 
@@ -124,7 +126,10 @@ class ExecutorConfig(object):
                                                 else "live migrations KubeVirt runs in %s" % scope),
             "top_up_cap": cap,
             "poll_interval": max(0.05, float(options.get("poll_interval", 1.0))),
-            "token": options.get("token") or time.strftime("%y%m%d%H%M%S", time.gmtime(clock())),
+            # the run's migration names carry it: the random part keeps a tenant from creating a migration under
+            # the name the run will use (the fence lists that name before the migration exists)
+            "token": options.get("token") or "%s-%s" % (time.strftime("%y%m%d%H%M%S", time.gmtime(clock())),
+                                                        binascii.hexlify(os.urandom(3)).decode("ascii")),
             "clock": clock,
             "sleep": options.get("sleep") or time.sleep,
         }

@@ -1,20 +1,33 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The headroom fence: which namespaces hold a reservation and which VMIs may use its headroom.
+"""The headroom fence: which namespaces hold a reservation, and which migrations may use its headroom.
 
-rbac/fence.yml (a ValidatingAdmissionPolicy and its binding, installed once by the administrator) refuses
-every new pod in a fenced namespace unless KubeVirt's controller creates it for a reserved VMI. Its
-parameters are one ConfigMap in the operator namespace, written only here:
+rbac/fence.yml (a ValidatingAdmissionPolicy and its binding, installed once by the administrator) refuses in a
+fenced namespace every new pod (and pod resize) unless KubeVirt's controller creates it as the target pod of one
+of the run's own migrations of a reserved VMI, and every new PersistentVolumeClaim (and PVC expansion) unless
+KubeVirt's controller creates it as the backend-storage PVC of such a migration's target. Its parameters are
+one ConfigMap in the operator namespace, written only here:
 
     kvquota.controller       KubeVirt's controller identity (system:serviceaccount:<ns>:kubevirt-controller)
     ns.<namespace>           the namespace is fenced; the value (window, who to ask) is shown in refusals
     vmi.<namespace>.<uid>    a reserved VMI of that namespace; the value is the VMI's name
+    mig.<namespace>.<name>   a migration of that namespace the run created or follows; the value is
+                             "<VMI uid>/<migration uid>", or "<VMI uid>/" while the migration's UID is not
+                             known yet (admitted by name: the name is listed just before the run creates the
+                             migration and its UID written the moment the create returns)
 
-Namespace names have no dots, so the three kinds of keys cannot collide. Every write is conditional on
-the ConfigMap's resourceVersion and retried on conflict (cluster.conditional_update); check_mode reads and
-reports what would change without writing. The pure helpers (fence_data, unfence_data, fenced_vmis, ...)
-work on the ConfigMap's data dict.
+Namespace names have no dots, so the kinds of keys cannot collide and parse one way: the namespace ends at the
+first dot after the prefix, the rest is the VMI uid or the migration name (a DNS subdomain, dots allowed). A
+target pod is admitted for a migration only through its VMI's listed uid and name, the migration's listed name
+(annotation kubevirt.io/migrationJobName) and UID (label kubevirt.io/migrationJobUID); a PVC through its label
+kubevirt.io/migrationName. Only KubeVirt's controller passes, so those labels on what it creates are its own.
+
+A migration's entry goes once the migration is final (end_migrations): nothing more is admitted for it, while the
+namespace stays fenced until the release unfences its VMIs (the namespace with its last one). Every write is
+conditional on the ConfigMap's resourceVersion and retried on conflict (cluster.conditional_update); check_mode
+reads and reports what would change without writing. The pure helpers (fence_data, unfence_data,
+end_migrations_data, fenced_vmis, fenced_migrations, ...) work on the ConfigMap's data dict.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -36,6 +49,9 @@ POLICY_NAME = "kvquota-headroom-fence"
 CONTROLLER_KEY = "kvquota.controller"
 NAMESPACE_PREFIX = "ns."
 VMI_PREFIX = "vmi."
+MIGRATION_PREFIX = "mig."
+# a ConfigMap key: at most 253 characters of [-._a-zA-Z0-9] (a migration name longer than that leaves cannot be listed)
+MAX_KEY_LENGTH = 253
 CONTROLLER_SERVICE_ACCOUNT = "kubevirt-controller"
 # KubeVirt runs virt-controller as the ServiceAccount kubevirt-controller in the namespace of its KubeVirt CR
 PLATFORM_KUBEVIRT_NAMESPACES = {"kubevirt": "kubevirt", "harvester": "harvester-system",
@@ -65,6 +81,85 @@ def namespace_key(namespace):
 
 def vmi_key(namespace, uid):
     return "%s%s.%s" % (VMI_PREFIX, namespace, uid)
+
+
+def migration_key(namespace, name):
+    return "%s%s.%s" % (MIGRATION_PREFIX, namespace, name)
+
+
+def migration_value(vmi_uid, uid=None):
+    """The value of a migration's key: "<VMI uid>/<migration uid>", "<VMI uid>/" while its UID is not known."""
+    return "%s/%s" % (vmi_uid, uid or "")
+
+
+def parse_migration_value(value):
+    """(VMI uid, migration uid or '' while not known) of a migration key's value."""
+    vmi, _sep, uid = str(value or "").partition("/")
+    return vmi, uid
+
+
+def normalize_migrations(namespace, migrations):
+    """[{'name', 'uid' ('' while not known), 'vmi_uid' or None, 'vm' or None}] for migrations given as dicts with
+    name, uid (None or '' while the migration is not created yet) and the VMI they migrate: vmi_uid (its
+    metadata.uid) or vm (its name, looked up among the namespace's reserved VMIs). An InputError names what is
+    wrong."""
+    if migrations is None:
+        return []
+    if isinstance(migrations, (str, bytes, dict)) or not hasattr(migrations, "__iter__"):
+        raise InputError("migrations must be a list of {name, uid, vm}, got %s" % type(migrations).__name__,
+                         "give a list such as [{'name': 'vm-a-kvq-1', 'uid': '<metadata.uid>', 'vm': 'vm-a'}]")
+    out, seen = [], {}
+    for item in migrations:
+        if not isinstance(item, dict):
+            raise InputError("a fenced migration must be a dict with name, uid and vm, got %r" % (item,),
+                             "give {'name': <migration name>, 'uid': <its metadata.uid>, 'vm': <VMI name>}")
+        name, uid = item.get("name"), item.get("uid") or ""
+        vmi_uid, vm = item.get("vmi_uid") or None, item.get("vm") or None
+        if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
+            raise InputError("migration name %r is not a valid object name" % (name,),
+                             "give the VirtualMachineInstanceMigration's metadata.name")
+        if len(migration_key(namespace, name)) > MAX_KEY_LENGTH:
+            raise InputError("migration %s/%s: the name is too long for the fence's ConfigMap key (%s at most "
+                             "253 characters)" % (namespace, name, migration_key(namespace, "<name>")),
+                             "give the migration a name of at most %d characters"
+                             % (MAX_KEY_LENGTH - len(migration_key(namespace, ""))))
+        if uid and (not isinstance(uid, str) or not _UID.match(uid)):
+            raise InputError("migration %s/%s has no valid uid (%r)" % (namespace, name, uid),
+                             "give the migration's metadata.uid, or none while it is not created yet")
+        if vmi_uid is not None and (not isinstance(vmi_uid, str) or not _UID.match(vmi_uid)):
+            raise InputError("migration %s/%s names no valid VMI uid (%r)" % (namespace, name, vmi_uid),
+                             "give the metadata.uid of the VMI it migrates")
+        if vmi_uid is None and (not isinstance(vm, str) or not _DNS_SUBDOMAIN.match(vm)):
+            raise InputError("migration %s/%s names no VMI (vm %r)" % (namespace, name, vm),
+                             "give the name (vm) or uid (vmi_uid) of the VMI it migrates")
+        entry = {"name": name, "uid": uid, "vmi_uid": vmi_uid, "vm": vm}
+        if seen.get(name, entry) != entry:
+            raise InputError("migration %s/%s is given twice, differently" % (namespace, name),
+                             "give each migration once")
+        if name not in seen:
+            seen[name] = entry
+            out.append(entry)
+    return out
+
+
+def _resolve_vmi(data, namespace, migration):
+    """The uid of the reserved VMI a normalized migration belongs to in data, or None."""
+    vmis = fenced_vmis(data, namespace)
+    if migration["vmi_uid"] is not None:
+        return migration["vmi_uid"] if migration["vmi_uid"] in vmis else None
+    found = [uid for uid, name in vmis.items() if name == migration["vm"]]
+    return found[0] if len(found) == 1 else None
+
+
+def _put_migration(new, namespace, migration, vmi_uid):
+    """Add or update one migration's key in new (a dict): a known UID is never replaced by 'not known yet' for the
+    same VMI (a late pending write must not widen what the entry admits)."""
+    key = migration_key(namespace, migration["name"])
+    old_vmi, old_uid = parse_migration_value(new.get(key)) if key in new else (None, "")
+    uid = migration["uid"]
+    if not uid and old_vmi == vmi_uid and old_uid:
+        uid = old_uid
+    new[key] = migration_value(vmi_uid, uid)
 
 
 def normalize_vmis(vmis):
@@ -100,6 +195,18 @@ def fenced_vmis(data, namespace):
     return dict((key[len(prefix):], value) for key, value in (data or {}).items() if key.startswith(prefix))
 
 
+def fenced_migrations(data, namespace):
+    """{name: {'vmi': VMI uid, 'uid': migration uid ('' while not known)}} of the migrations listed in
+    namespace according to the ConfigMap data."""
+    prefix = "%s%s." % (MIGRATION_PREFIX, namespace)
+    out = {}
+    for key, value in (data or {}).items():
+        if key.startswith(prefix):
+            vmi, uid = parse_migration_value(value)
+            out[key[len(prefix):]] = {"vmi": vmi, "uid": uid}
+    return out
+
+
 def fenced_namespaces(data):
     """{namespace: {'note': text, 'vmis': {uid: name}}} of every fenced namespace in the ConfigMap data."""
     out = {}
@@ -126,8 +233,9 @@ def fence_note(since=None, expires=None, contact=None):
     return "; ".join(parts)
 
 
-def fence_data(data, namespace, vmis, note, controller=None):
-    """New ConfigMap data with namespace fenced and vmis ({uid: name}) added; data itself is not changed.
+def fence_data(data, namespace, vmis, note, controller=None, migrations=None):
+    """New ConfigMap data with namespace fenced, vmis ({uid: name}) and migrations (normalize_migrations) added;
+    data itself is not changed. A migration must belong to a VMI reserved in namespace (InputError otherwise).
 
     controller: the identity to set (None keeps the one there, or sets DEFAULT_CONTROLLER when there is none).
     """
@@ -139,17 +247,55 @@ def fence_data(data, namespace, vmis, note, controller=None):
     new[namespace_key(namespace)] = note
     for uid, name in vmis.items():
         new[vmi_key(namespace, uid)] = name
+    for migration in migrations or ():
+        vmi_uid = _resolve_vmi(new, namespace, migration)
+        if vmi_uid is None:
+            raise InputError("migration %s/%s is of VMI %s, which is not reserved in namespace %s"
+                             % (namespace, migration["name"], migration["vmi_uid"] or migration["vm"], namespace),
+                             "fence the VMI it migrates with it (vmis), by name and uid")
+        _put_migration(new, namespace, migration, vmi_uid)
+    return new
+
+
+def add_migrations_data(data, namespace, migrations):
+    """(new ConfigMap data, names skipped): migrations (normalize_migrations) listed in namespace when it is
+    fenced and their VMI is reserved there; the others are skipped (nothing is fenced for them, so nothing
+    needs admitting). data itself is not changed."""
+    new, skipped = dict(data or {}), []
+    for migration in migrations or ():
+        vmi_uid = _resolve_vmi(new, namespace, migration) if namespace_key(namespace) in new else None
+        if vmi_uid is None:
+            skipped.append(migration["name"])
+            continue
+        _put_migration(new, namespace, migration, vmi_uid)
+    return new, skipped
+
+
+def end_migrations_data(data, namespace, migrations):
+    """New ConfigMap data without the keys of migrations ([{name, uid}]) in namespace: a key goes when it lists
+    the same UID, no UID yet, or the given uid is None. The VMIs and the namespace stay (the reservation still
+    holds the headroom until its release)."""
+    new = dict(data or {})
+    listed = fenced_migrations(new, namespace)
+    for migration in migrations or ():
+        entry = listed.get(migration.get("name"))
+        if entry is not None and (not migration.get("uid") or not entry["uid"] or entry["uid"] == migration["uid"]):
+            del new[migration_key(namespace, migration["name"])]
     return new
 
 
 def unfence_data(data, namespace, uids=None):
-    """New ConfigMap data with the given VMI uids (None: all) of namespace removed; the namespace itself is
-    unfenced once none of its VMIs is left."""
+    """New ConfigMap data with the given VMI uids (None: all) of namespace removed, with their migrations; the
+    namespace itself (and every migration listed there) is unfenced once none of its VMIs is left."""
     new = dict(data or {})
     for uid in list(fenced_vmis(new, namespace)):
         if uids is None or uid in uids:
             del new[vmi_key(namespace, uid)]
-    if uids is None or not fenced_vmis(new, namespace):
+    gone = uids is None or not fenced_vmis(new, namespace)
+    for name, entry in fenced_migrations(new, namespace).items():
+        if gone or entry["vmi"] not in fenced_vmis(new, namespace):
+            del new[migration_key(namespace, name)]
+    if gone:
         new.pop(namespace_key(namespace), None)
     return new
 
@@ -214,31 +360,74 @@ def _update(cluster, operator_namespace, change, what, check_mode):
     return outcome
 
 
-def fence(cluster, operator_namespace, namespace, vmis, note=None, controller=None, check_mode=False):
-    """Fence namespace and admit target pods of vmis (a list of {name, uid}) there; idempotent.
+def fence(cluster, operator_namespace, namespace, vmis, note=None, controller=None, check_mode=False,
+          migrations=None):
+    """Fence namespace, reserve vmis (a list of {name, uid}) there and admit the target pods and backend-storage
+    PVCs of migrations (a list of {name, uid (None while not created yet), vm (VMI name) or vmi_uid}) of those
+    VMIs; idempotent. A reserved VMI without a listed migration gets nothing admitted.
 
     note: the text refusals show (fence_note(since, expires, contact)); controller: KubeVirt's controller
     identity (controller_identity(<namespace of the KubeVirt CR>); None keeps the one in the ConfigMap).
-    Returns {'changed', 'namespace', 'vmis' ({uid: name} fenced after), 'added', 'removed'}."""
+    Returns {'changed', 'namespace', 'vmis' ({uid: name} fenced after), 'migrations' (fenced_migrations after),
+    'added', 'removed'}."""
     check_operator_namespace(operator_namespace)
     check_namespace_name(namespace)
     wanted = normalize_vmis(vmis)
+    admitted = normalize_migrations(namespace, migrations)
     if controller is not None and (not isinstance(controller, str) or not _USERNAME.match(controller)):
         raise InputError("fence controller identity %r is not a username" % (controller,),
                          "give KubeVirt's controller identity, e.g. %s" % DEFAULT_CONTROLLER)
     text = note if note is not None else fence_note()
     result = _update(cluster, operator_namespace,
-                     lambda data: fence_data(data, namespace, wanted, str(text), controller),
+                     lambda data: fence_data(data, namespace, wanted, str(text), controller, admitted),
                      "fence namespace %s (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
                                                                             operator_namespace),
                      check_mode)
     return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
+            "migrations": fenced_migrations(result["data"], namespace),
+            "added": result["added"], "removed": result["removed"]}
+
+
+def admit_migrations(cluster, operator_namespace, namespace, migrations, check_mode=False):
+    """List migrations (as for fence) in namespace, when it is fenced and their VMI is reserved there; the others
+    are skipped (nothing there is fenced for them). The run lists a migration it creates by name just before
+    creating it (UID not known yet), then again with its UID once created. Idempotent.
+    Returns {'changed', 'namespace', 'migrations' (fenced_migrations after), 'skipped' (names), 'added',
+    'removed'}."""
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
+    admitted = normalize_migrations(namespace, migrations)
+    skipped = []
+
+    def change(data):
+        new, left_out = add_migrations_data(data, namespace, admitted)
+        skipped[:] = left_out
+        return new
+    result = _update(cluster, operator_namespace, change,
+                     "list migrations in the fence of namespace %s (configmap %s in namespace %s)"
+                     % (namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    return {"changed": result["changed"], "namespace": namespace,
+            "migrations": fenced_migrations(result["data"], namespace), "skipped": list(skipped),
+            "added": result["added"], "removed": result["removed"]}
+
+
+def end_migrations(cluster, operator_namespace, namespace, migrations, check_mode=False):
+    """Stop admitting anything for migrations ([{name, uid}]) of namespace, final now; the namespace and its VMIs
+    stay fenced until the release. Idempotent (nothing to do without the ConfigMap or the keys).
+    Returns {'changed', 'namespace', 'migrations' (left), 'added', 'removed'}."""
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
+    result = _update(cluster, operator_namespace, lambda data: end_migrations_data(data, namespace, migrations),
+                     "end migrations in the fence of namespace %s (configmap %s in namespace %s)"
+                     % (namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    return {"changed": result["changed"], "namespace": namespace,
+            "migrations": fenced_migrations(result["data"], namespace),
             "added": result["added"], "removed": result["removed"]}
 
 
 def unfence(cluster, operator_namespace, namespace, vmis=None, check_mode=False):
-    """Stop admitting target pods of vmis (a list of {name, uid}; None: all) in namespace; the namespace is
-    unfenced once none of its VMIs is left. Idempotent (nothing to do without the ConfigMap).
+    """Stop admitting anything for vmis (a list of {name, uid}; None: all) and their migrations in namespace; the
+    namespace is unfenced once none of its VMIs is left. Idempotent (nothing to do without the ConfigMap).
     Returns {'changed', 'namespace', 'vmis' (left), 'fenced' (namespace still fenced), 'added', 'removed'}."""
     check_operator_namespace(operator_namespace)
     check_namespace_name(namespace)

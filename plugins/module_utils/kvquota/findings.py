@@ -151,12 +151,19 @@ def quota_findings(namespace, quota, plan, quota_fixes, status_synced):
 
 
 def vm_findings(namespace, vms, policy):
-    """(blockers, warnings) of a namespace's VMs: those that cannot live-migrate (blockers under the fail
-    policy) and those whose source pod was not found."""
+    """(blockers, warnings) of a namespace's VMs: those blocked alone (vm["blocked"]: their owner's input cannot be
+    sized, or their target pod grew past the quota since they started; warnings with blocks "vm", the other VMs
+    proceed), those that cannot live-migrate (blockers under the fail policy) and those whose source pod was not
+    found."""
     blockers = []
     warnings = []
     for vm in vms:
-        if not vm["migratable"]:
+        if vm.get("blocked"):
+            # blocked alone (its owner's input, or its growth since it started): the other VMs are planned
+            block = vm["blocked"]
+            warnings.append(finding(block["kind"], namespace, block["message"], block["fix"], vm=vm["name"],
+                                    node=vm["node"], field=block.get("field"), blocks="vm"))
+        elif not vm["migratable"]:
             item = finding(
                 "not_live_migratable", namespace,
                 "VM %s/%s cannot live-migrate: %s" % (namespace, vm["name"], vm["migratable_reason"]),
@@ -290,6 +297,14 @@ def _compact_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _readable_rancher_annotation(ns_obj):
+    try:
+        backends.rancher_annotation(ns_obj)
+    except InputError:
+        return False
+    return True
+
+
 def rancher_project_findings(snapshot, plans_by_ns, batch_count):
     """Blockers for Rancher projects whose limit cannot take the namespaces' raised limits.
 
@@ -301,6 +316,9 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
     if snapshot.get("rancher_projects") is None:
         return []
     namespaces = list(snapshot.get("namespaces_all") or (snapshot.get("namespaces") or {}).values())
+    # a namespace whose annotation is not valid JSON (its VMs are blocked alone, see check.plan) is left out of
+    # the projects' sums rather than failing the check for every namespace; Rancher checks the limit itself
+    namespaces = [n for n in namespaces if _readable_rancher_annotation(n)]
     by_name = dict((meta(n).get("name"), n) for n in namespaces)
     projects = {}
     for namespace, plans in sorted(plans_by_ns.items()):

@@ -352,7 +352,8 @@ class Follower(object):
         return min(self.config.poll_interval, FAST_POLL_SECONDS) if admitted else self.config.poll_interval
 
     def _start_groups(self, vmims, vmis):
-        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
+        # a migration of a VM left out of its group (grown past its pin) is not taken again
+        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid")) | self.runner.left_out_migrations
         waiting = set(m["namespace"] for g in self.record.batches if g.state == RUNNING for m in g.migrations
                       if m["namespace"] and self._not_admitted(vmims, m["uid"]))
         per_cluster, per_node = self._limits()

@@ -15,6 +15,8 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vm_entries
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan as plan_scope
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.check import plan_of_namespace
@@ -55,18 +57,27 @@ def _vm_keys(vms, what):
     return sorted(set(keys))
 
 
-def batch_headroom(cluster, vms, options=None, planned=None):
+def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     """(needs, refs, sized) for migrating exactly these VMs at once; every amount exact (ResourceLists of Fractions).
 
     needs: {(namespace, quota): ResourceList} the headroom each quota lacks. refs records the VMs and their source
     pods with the reservation (by UID), so release can wait for exactly those pods. sized: {"charges": {(namespace,
     vm): what its migration charges}, "quota_charges": {(namespace, quota): what the VMs' target pods charge it},
-    "from_plan": bool}. VMs that cannot live-migrate are an error: a reservation for them would never be used.
+    "from_plan": bool, "left_out": [{namespace, name, reason}], "pins": {(namespace, vm): pin}}. VMs that cannot
+    live-migrate are an error: a reservation for them would never be used.
 
     planned (a plan.Plan, kvquota_check's versioned plan): only the batch's VMIs, namespaces, their quotas, the
     ledgers and the KubeVirt CR are read, and the planned charges are used while nothing they were computed from
     changed (the VMI's UID and resourceVersion, the namespace's labels and tracked names, the KubeVirt CR, the
     sizing overrides); otherwise the VMs are sized again from a full read of their namespaces.
+
+    Sizes are pinned: a VM sized again never gets more than its pin (pins {(namespace, vm): pin_of(...)}, else its
+    planned charge): one whose charge grew in any resource since (its annotations, its namespace's labels, a
+    hotplug, the KubeVirt CR), or whose own input cannot be sized, or whose target pod would now outgrow its running
+    pod past a quota's hard by its owner's change, is left out (sized["left_out"], its reason naming the VM, the
+    charges and the input that changed where it can be told) and the others are sized without it. A VM smaller than
+    its pin is reserved for at its fresh (smaller) size. sized["pins"]: the pins of the VMs sized here that had
+    none (a run without a plan keeps them: its first sizing is the pin).
     """
     keys = _vm_keys(vms, "vms")
     if planned is not None:
@@ -77,13 +88,25 @@ def batch_headroom(cluster, vms, options=None, planned=None):
     vmis = snapshot.get("vmis") or {}
     present = set((ns, meta(v).get("name")) for ns, items in vmis.items() for v in items)
     _raise_missing([k for k in keys if k not in present])
-    wanted = set(keys)
-    snapshot = dict(snapshot, vmis=dict(
-        (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
-    # One batch: every VM given migrates at once.
-    opts = dict(options or {}, parallel_migrations_per_cluster=len(keys), parallel_outbound_migrations_per_node=len(keys),
-                per_namespace_cap=None)
-    scope_plan = plan_scope(snapshot, opts)
+    pins = dict(pins or {})
+    if planned is not None:
+        for key in keys:
+            if key not in pins and "%s/%s" % key in planned.vms:
+                pins[key] = planned_pin(planned, key)
+    left_out, kept = [], list(keys)
+    while True:
+        wanted = set(kept)
+        batch_snapshot = dict(snapshot, vmis=dict(
+            (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
+        # One batch: every VM given migrates at once.
+        opts = dict(options or {}, parallel_migrations_per_cluster=max(len(kept), 1),
+                    parallel_outbound_migrations_per_node=max(len(kept), 1), per_namespace_cap=None)
+        scope_plan = plan_scope(batch_snapshot, opts)
+        dropped = _left_out(scope_plan, batch_snapshot, pins)
+        if not dropped:
+            break
+        left_out.extend(dropped)
+        kept = [k for k in kept if k not in set((d["namespace"], d["name"]) for d in dropped)]
     pod_uids = dict(((ns, meta(p).get("name")), uid_of(p)) for ns, items in (snapshot.get("pods") or {}).items()
                     for p in items)
     vmi_uids = dict(((ns, meta(v).get("name")), uid_of(v)) for ns, items in (snapshot.get("vmis") or {}).items()
@@ -91,13 +114,118 @@ def batch_headroom(cluster, vms, options=None, planned=None):
     entries, blocked = [], []
     for namespace, ns_plan in sorted(scope_plan.namespaces.items()):
         for vm in ns_plan.vms:
+            if (namespace, vm["name"]) not in set(kept):
+                continue
             if not vm["migratable"]:
                 blocked.append("%s/%s (%s)" % (namespace, vm["name"], vm.get("migratable_reason")))
             entries.append(dict(vm, source_pod_uid=pod_uids.get((namespace, vm.get("source_pod")))))
     if blocked:
         raise InputError("cannot reserve for VMs that cannot live-migrate: %s" % ", ".join(blocked),
                          "leave them out of the batch and apply the non-migratable policy to them")
-    return _batch_result(keys, entries, scope_plan.namespaces, dict((k, vmi_uids.get(k)) for k in keys), False)
+    needs, refs, sized = _batch_result(kept, entries, scope_plan.namespaces if kept else {},
+                                       dict((k, vmi_uids.get(k)) for k in kept), False)
+    sized["left_out"] = left_out
+    sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key)) for key, entry_charge in sized["charges"].items()
+                         if key not in pins)
+    return needs, refs, sized
+
+
+# ---------------------------------------------------------------------------
+# pinned sizes
+
+def _vmi_of(snapshot, key):
+    return next((v for v in (snapshot.get("vmis") or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
+
+
+def pin_of(charge, snapshot, key):
+    """The pin of a VM sized now: its charge (plan amounts: exact integers of nano-units) and the identity of what it
+    was computed from (the VMI, its namespace's labels and the names its quotas track, the KubeVirt CR)."""
+    namespace = key[0]
+    inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
+                                        (snapshot.get("quotas") or {}).get(namespace) or [])
+    vmi = _vmi_of(snapshot, key) or {}
+    kubevirt = snapshot.get("kubevirt")
+    return {"charge": versioned.amounts(charge), "what": "the first computed",
+            "uid": meta(vmi).get("uid"), "resourceVersion": meta(vmi).get("resourceVersion"),
+            "labels": inputs["labels"], "tracks": inputs["tracks"],
+            "kubevirt": meta(kubevirt).get("resourceVersion") if kubevirt else None}
+
+
+def planned_pin(planned, key):
+    """The pin of a planned VM: its charge in the plan and what the plan computed it from."""
+    entry = planned.vms["%s/%s" % key]
+    inputs = planned.namespaces.get(key[0]) or {}
+    return {"charge": dict(entry["charge"]), "what": "the planned",
+            "uid": entry.get("uid"), "resourceVersion": entry.get("resourceVersion"),
+            "labels": dict(inputs.get("labels") or {}), "tracks": list(inputs.get("tracks") or []),
+            "kubevirt": (planned.kubevirt or {}).get("resourceVersion")}
+
+
+def grown_over_pin(charge, pin):
+    """{name: (now, pinned)} (exact integers of nano-units) of the resource names where charge (a ResourceList)
+    exceeds the pin's charge; a name the pin does not have counts as pinned at 0."""
+    now = versioned.amounts(charge)
+    pinned = pin["charge"]
+    return dict((name, (value, pinned.get(name, 0))) for name, value in sorted(now.items()) if value > pinned.get(name, 0))
+
+
+def _nano_text(name, value):
+    return q.show(Fraction(value, versioned.NANO_UNITS), name)
+
+
+def changed_inputs(pin, snapshot, key, causes=()):
+    """What changed since the pin was computed, as text: the tenant inputs that explain the growth (causes), then
+    the VMI, the namespace's labels (each named with its values), the names the quotas track, the KubeVirt CR."""
+    namespace = key[0]
+    found = list(causes)
+    vmi = _vmi_of(snapshot, key) or {}
+    if (meta(vmi).get("uid"), meta(vmi).get("resourceVersion")) != (pin.get("uid"), pin.get("resourceVersion")):
+        found.append("the VMI (resourceVersion %s, then %s)" % (pin.get("resourceVersion"), meta(vmi).get("resourceVersion"))
+                     if meta(vmi).get("uid") == pin.get("uid") else "the VMI (re-created: another UID)")
+    inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
+                                        (snapshot.get("quotas") or {}).get(namespace) or [])
+    before, now = pin.get("labels") or {}, inputs["labels"]
+    for name in sorted(set(before) | set(now)):
+        if before.get(name) != now.get(name):
+            found.append("namespace label %s (%s, now %s)" % (name, before.get(name, "unset"), now.get(name, "unset")))
+    if sorted(pin.get("tracks") or []) != inputs["tracks"]:
+        found.append("the names namespace %s's quotas track" % namespace)
+    kubevirt = snapshot.get("kubevirt")
+    if pin.get("kubevirt") is not None and (meta(kubevirt).get("resourceVersion") if kubevirt else None) != pin["kubevirt"]:
+        found.append("the KubeVirt CR")
+    # the same change seen twice (an annotation and its VMI) is said once, the explanation first
+    return found
+
+
+def _left_out(scope_plan, snapshot, pins):
+    """[{namespace, name, reason}] of the VMs of a fresh batch plan that are left out: blocked alone (their own input
+    cannot be sized, or their owner's change grows their target pod past a quota), or grown past their pin."""
+    dropped = []
+    for namespace, ns_plan in sorted(scope_plan.namespaces.items()):
+        for vm in ns_plan.vms:
+            key = (namespace, vm["name"])
+            pin = pins.get(key)
+            grown = grown_over_pin(vm["charge"], pin) if pin is not None and vm["charge"] else {}
+            if not grown:
+                if vm.get("blocked"):
+                    dropped.append({"namespace": namespace, "name": vm["name"], "reason": vm["blocked"]["message"]})
+                continue
+            vmi = _vmi_of(snapshot, key) or {}
+            ns_obj = (snapshot.get("namespaces") or {}).get(namespace)
+            tracks = set(versioned.namespace_inputs(ns_obj, (snapshot.get("quotas") or {}).get(namespace) or [])["tracks"])
+            causes = vm_entries.growth_causes(vmi, scope_plan.config, dict((ns_obj and meta(ns_obj).get("labels")) or {}),
+                                              tracks, lambda pod: not grown_over_pin(pod.total_charge(), pin))
+            changed = changed_inputs(pin, snapshot, key, causes)
+            # cpu and memory are requests.cpu and requests.memory again: shown once
+            shown = [(n, v) for n, v in grown.items() if not ("requests." + n in grown and n in q.REQUEST_ALIASES)]
+            dropped.append({"namespace": namespace, "name": vm["name"], "grown": dict(
+                (name, {"now": _nano_text(name, now), "pinned": _nano_text(name, was)}) for name, (now, was) in grown.items()),
+                "changed": changed,
+                "reason": "%s/%s: its target pod now charges %s instead of %s %s (%s)" % (
+                    namespace, vm["name"], ", ".join("%s=%s" % (n, _nano_text(n, now)) for n, (now, _w) in shown),
+                    pin["what"], ", ".join("%s=%s" % (n, _nano_text(n, was)) for n, (_n, was) in shown),
+                    ("changed: " + "; ".join(changed)) if changed else "what changed cannot be told")})
+    return dropped
 
 
 def _raise_missing(missing):
@@ -123,7 +251,7 @@ def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
     refs = {"vms": [{"namespace": ns, "name": name, "uid": vmi_uids.get((ns, name))} for ns, name in keys],
             "sourcePods": source_pods}
     sized = {"charges": dict(((vm["namespace"], vm["name"]), vm["charge"]) for vm in entries),
-             "quota_charges": quota_charges, "from_plan": from_plan}
+             "quota_charges": quota_charges, "from_plan": from_plan, "left_out": [], "pins": {}}
     return needs, refs, sized
 
 
@@ -224,7 +352,7 @@ def limited_by_refusals(namespace, refusals, into):
     return into
 
 
-def refused_target_pods(cluster, migrations, options=None):
+def refused_target_pods(cluster, migrations, options=None, pins=None, planned=None):
     """What quota admission refused these VMIMs ({namespace, name}), from what only the control plane and
     KubeVirt write: the VMIMs' migrationRejectedByResourceQuota condition, the quotas' status (used, hard) read
     now, and the computed charge of the refused target pods (sizing, as batch_headroom computes it).
@@ -234,12 +362,15 @@ def refused_target_pods(cluster, migrations, options=None):
     exact is max(0, used + charge - hard) per name (what the quota lacks for pods of the computed size), charge
     what those pods are computed to charge each quota, pointed the quotas KubeVirt's condition or a verified Event
     names as the refusing one, limited the limits KubeVirt's condition says those refusals were checked against
-    (lowest per name; never an Event's). key
+    (lowest per name; never an Event's), left_out the refused VMs sized past their pin (pins, else their charge in
+    planned: batch_headroom's left_out; nothing is computed for them, a top-up never adds what a change since the
+    plan asks for). key
     identifies the refusals (VMIM UIDs, condition times and the verified Events' identity, never their text);
     evidence says whether a verified Event took part (without one, a later refusal cannot be told from this one).
     """
     refused = refused_migrations(cluster, migrations)
-    result = {"refused": [], "exact": {}, "charge": {}, "pointed": [], "limited": {}, "key": "", "evidence": False}
+    result = {"refused": [], "exact": {}, "charge": {}, "pointed": [], "limited": {}, "key": "", "evidence": False,
+              "left_out": []}
     if not refused:
         return result
     namespaces = sorted(set(v["metadata"]["namespace"] for v, _c in refused))
@@ -262,10 +393,17 @@ def refused_target_pods(cluster, migrations, options=None):
             vms.add((vmim_meta["namespace"], vmi))
     if vms:
         # what admission lacks now: against the quota as it is, reservations included
+        pinned = dict(pins or {})
+        if planned is not None:
+            for key in vms:
+                if key not in pinned and "%s/%s" % key in planned.vms:
+                    pinned[key] = planned_pin(planned, key)
+        # always sized from a fresh read (the quotas as admission sees them), each VM against its pin
         needs, _refs, sized = batch_headroom(cluster, [{"namespace": ns, "name": name} for ns, name in sorted(vms)],
-                                             dict(options or {}, reservations_taken=False))
+                                             dict(options or {}, reservations_taken=False), pins=pinned)
         result["exact"].update(needs)
         result["charge"].update(sized["quota_charges"])
+        result["left_out"] = sized.get("left_out") or []
     result["pointed"] = sorted(pointed)
     result["key"] = "refused:" + hashlib.sha256(",".join(sorted(keys)).encode("utf-8")).hexdigest()[:16]
     return result
@@ -277,6 +415,13 @@ def refused_headroom(cluster, migrations, cap=DEFAULT_TOP_UP_CAP, options=None):
     found = refused_target_pods(cluster, migrations, options)
     if not found["refused"]:
         return {}, ""
+    if found["left_out"]:
+        # a VM whose owner's change grows its target pod past its quota: no top-up adds what that change asks for
+        raise InputError("no top-up for a target pod its VM's owner made larger: %s"
+                         % "; ".join(item["reason"] for item in found["left_out"]),
+                         "nothing was changed; the VM stays where it is: revert the change named (or have the VM "
+                         "restarted, so that its pod is sized anew within its own quota); the quota is not raised "
+                         "for it")
     amounts, problems, _how = top_up_amounts(found["exact"], found["charge"], cap, found["pointed"])
     if problems:
         raise InputError("the shortfall of the refused target pods exceeds top_up_cap: %s" % "; ".join(problems),

@@ -76,6 +76,9 @@ UNTRACKED = "untracked"
 
 # outcomes of release()
 RELEASED = "released"
+# released down to the quota's usage only: the owner of the quota (Harvester's namespace webhook) refuses a value
+# below status.used, so what usage still holds stays recorded as the reservation's remainder (hold_at_usage)
+HELD_AT_USAGE = "held-at-usage"
 ALREADY_RELEASED = "already-released"
 UNKNOWN = "unknown"
 
@@ -127,7 +130,8 @@ def parse_time(text):
 class Reservation(object):
     """One reservation on one quota: the delta it adds and who asked for it, until when."""
 
-    def __init__(self, rid, delta, owner="", reason="", created=None, expires=None, refs=None, top_ups=None):
+    def __init__(self, rid, delta, owner="", reason="", created=None, expires=None, refs=None, top_ups=None,
+                 remainder=False):
         self.id = str(rid)
         self.delta = dict(delta)            # name -> canonical quantity string
         self.owner = owner or ""
@@ -136,6 +140,9 @@ class Reservation(object):
         self.expires = expires              # RFC 3339 text or None (no expiry)
         self.refs = copy.deepcopy(refs) if refs else {}
         self.top_ups = list(top_ups or [])  # keys of top-ups already applied
+        # released, but the quota's owner refuses a value below usage: delta is only what usage still holds
+        # (hold_at_usage); the reaper finishes the release once usage drops
+        self.remainder = bool(remainder)
 
     def delta_values(self):
         """The delta as a ResourceList (exact values)."""
@@ -152,6 +159,8 @@ class Reservation(object):
             data["refs"] = copy.deepcopy(self.refs)
         if self.top_ups:
             data["topUps"] = list(self.top_ups)
+        if self.remainder:
+            data["remainder"] = True
         return data
 
     @classmethod
@@ -160,7 +169,7 @@ class Reservation(object):
             raise InputError("reservation '%s' in the ledger has no delta" % rid,
                              "repair the ledger or delete it and restore spec.hard by hand")
         return cls(rid, data["delta"], data.get("owner"), data.get("reason"), data.get("created"),
-                   data.get("expires"), data.get("refs"), data.get("topUps"))
+                   data.get("expires"), data.get("refs"), data.get("topUps"), data.get("remainder") is True)
 
     def __eq__(self, other):
         return isinstance(other, Reservation) and self.id == other.id and self.to_json() == other.to_json()
@@ -329,6 +338,8 @@ def _check_reservation(rid, entry, where):
     top_ups = entry.get("topUps")
     if top_ups is not None and (not isinstance(top_ups, list) or not all(isinstance(k, str) for k in top_ups)):
         raise _corrupt(where, "the top-up keys of %s are %r, not a list of strings" % (what, top_ups))
+    if entry.get("remainder") not in (None, True, False):
+        raise _corrupt(where, "the remainder flag of %s is %r, not a boolean" % (what, entry.get("remainder")))
 
 
 def validate(data, where, version=FORMAT_VERSION, namespace=None, quota=None):
@@ -700,6 +711,47 @@ def release(ledger, rid, now):
                                        % (rid, ledger.namespace, ledger.quota, item.get("at"))}
     message = "no reservation '%s' on %s/%s: nothing to release" % (rid, ledger.namespace, ledger.quota)
     return ledger, {"id": rid, "outcome": UNKNOWN, "delta": {}, "message": message}
+
+
+REMAINDER_SUFFIX = ".held"
+
+
+def remainder_id(rid):
+    """The id under which what usage still holds of reservation rid is kept (hold_at_usage): a new id, so that a
+    re-run that reserves rid again never meets the remainder, and release(rid) says "already released"."""
+    return rid if rid.endswith(REMAINDER_SUFFIX) else rid[:253 - len(REMAINDER_SUFFIX)] + REMAINDER_SUFFIX
+
+
+def hold_at_usage(ledger, rid, remainder, now):
+    """Release rid except remainder ({name: amount}, capped at its delta): for a quota whose owner refuses a value
+    below its usage (Harvester's namespace webhook), the part of the reservation that usage still holds above
+    base + the other reservations. rid is released (remembered as such), and that part is kept as the reservation
+    remainder_id(rid), marked as a remainder, with rid's refs, expiring now: desired() stays base + deltas, and the
+    reaper (release_expired) finishes the release once usage drops (a remainder released again with usage still
+    above keeps its id, smaller). A remainder of nothing is a plain release. Returns (new ledger, outcome dict)."""
+    entry = ledger.reservations.get(rid)
+    if entry is None:
+        return release(ledger, rid, now)
+    held = entry.delta_values()
+    kept = dict((name, min(held[name], value)) for name, value in (remainder or {}).items()
+                if name in held and value > 0)
+    if not kept:
+        return release(ledger, rid, now)
+    keep_as = remainder_id(rid)
+    if keep_as == rid:
+        result = ledger.copy()
+    else:
+        result, _outcome = release(ledger, rid, now)
+    expires = format_time(now)
+    if entry.expires is not None and parse_time(entry.expires) < int(now):
+        expires = entry.expires
+    other = result.reservations.get(keep_as)
+    if other is not None and keep_as != rid:
+        kept = add(other.delta_values(), kept)    # an earlier remainder of rid (re-reserved since, then released)
+    result.reservations[keep_as] = Reservation(keep_as, _strings(kept), entry.owner, entry.reason, entry.created,
+                                               expires, entry.refs, remainder=True)
+    return result, {"id": rid, "outcome": HELD_AT_USAGE, "delta": dict(entry.delta), "held": _strings(kept),
+                    "held_as": keep_as}
 
 
 def expired(ledger, now):

@@ -140,7 +140,9 @@ class Executor(object):
                 "migrations %s of an interrupted run of node %s are still not over after %ss"
                 % (", ".join("%s/%s" % (m["metadata"]["namespace"], m["metadata"]["name"]) for m in live),
                    self.config.node, int(self.config.release_timeout)),
-                "wait for them (or delete them) and re-run the playbook: it releases reservations %s and continues"
+                "wait for them to end, or cancel them by name (kubectl -n <namespace> delete "
+                "virtualmachineinstancemigration <name>: the VM stays where it runs), then re-run the playbook: it "
+                "releases reservations %s and continues"
                 % ", ".join(self.record.resumed["reservations"]), {"result": self.stopper.result("failed")})
         for rid in self.record.resumed["reservations"]:
             remaining = max(1.0, deadline - self.config.clock())
@@ -148,6 +150,7 @@ class Executor(object):
                                            quotas=leftovers[rid], poll_interval=self.config.poll_interval, clock=self.config.clock,
                                            sleep=self.config.sleep, lock=self.config.lock, operator_namespace=self.config.operator_namespace)
             self.record.warn(outcome.get("warnings"))
+            self.record.note_overuse(outcome)
             self.record.resumed["released"].append(rid)
         return self.record.resumed
 
@@ -185,8 +188,13 @@ class Executor(object):
             if status.get("nodeName") != node or status.get("phase") != "Running":
                 continue
             migratable, reason = live_migratable(vmi)
-            left.append({"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],
-                         "migratable": migratable is not False, "reason": reason})
+            item = {"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],
+                    "migratable": migratable is not False, "reason": reason}
+            # left out of its batch by this run (grown past its planned size, its own input unusable): why
+            left_out = self.runner.left_out.get((item["namespace"], item["name"]))
+            if left_out:
+                item["left_out"] = left_out
+            left.append(item)
         return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
 
     def _plan(self):

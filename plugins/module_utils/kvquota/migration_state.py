@@ -111,14 +111,22 @@ def timeouts_from_kubevirt(kubevirt_cr):
             int(migrations.get("progressTimeout") or DEFAULT_PROGRESS))
 
 
-CAPTURED_FIX = ("stop or delete those pods (the quota's base did not allow them), then re-run; install the headroom "
-                "fence (playbooks/install.yml, rbac/fence.yml) so that only the reserved VMs' migrations may use a "
-                "reservation")
+CAPTURED_FIX = ("remove the objects named (they were created during the reservation and took the room it kept for "
+                "the run's migrations), then re-run; install or extend the headroom fence (kubectl apply -f "
+                "rbac/fence.yml, or playbooks/install.yml) so that only the run's own migrations may use a reservation")
 
 
 def captured_pods(release_result):
-    """The pods a release result (reservations.release) names as holding the reservation's headroom."""
+    """The objects a release result (reservations.release) names as holding the reservation's headroom (pods,
+    PVCs, migrations the run did not create), as text."""
     return [pod for item in release_result.get("captured") or () for pod in item["pods"]]
+
+
+def overuse_of(release_result):
+    """The quotas a release result restored below their usage (reservations.release's "overuse"), each with the
+    reservation id."""
+    rid = release_result.get("reservation_id")
+    return [dict(item, reservation=rid) for item in release_result.get("overuse") or ()]
 
 
 class Interrupted(KvquotaError):
@@ -216,11 +224,18 @@ class RunRecord(object):
         self.progress_now = None
         self.ended_by = None     # follow mode: the stop condition that ended the run
         self.cordon = "untouched"  # drive mode with cordon: cordoned (by this run) or was_cordoned (before it)
+        self.overuse = []        # quotas released below their usage (a tenant's over-use: reported, never kept)
 
     def say(self, line):
         self.log.append(line)
         if self.config.on_progress:
             self.config.on_progress(line)
+
+    def note_overuse(self, release_result):
+        """Record the over-use a release reported (its warnings name it too)."""
+        for item in overuse_of(release_result or {}):
+            if item not in self.overuse:
+                self.overuse.append(item)
 
     def warn(self, items):
         for text in items or ():

@@ -41,7 +41,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backen
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import (
     DEFAULT_OUTAGE_BUDGET,
+    api_path,
     conditional_update,
+    list_items,
     retry_on_conflict,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
@@ -63,16 +65,13 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger
     new_ledger,
     observe,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import BINARY_SI, ceil_to
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import ceil_to
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
-    default_format,
     format_resource_list,
-    formats_of,
     less_or_equal,
     mask,
     parse_resource_list,
-    subtract,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import KUBEVIRT
 
@@ -82,9 +81,6 @@ DEFAULT_RANCHER_SYNC_TIMEOUT = 60
 # rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
 DEFAULT_RANCHER_ADOPTIONS = 3
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
-# Pod compute resources: for these, status.used must equal what the counted pods charge before usage above
-# the value to restore is called lasting (the quota controller updates status.used a little after a pod ends).
-_POD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
 
 # ---------------------------------------------------------------------------
@@ -253,8 +249,9 @@ class _State(object):
         self.stored = stored
         self.current = current
         self.changes = changes
-        self.overuse = None   # set by _release_blockers: usage above the value to restore, nothing to lower it
-        self.captured = []    # set by _release_blockers: pods started during the reservation that hold its headroom
+        self.overuse = None   # set by _release_blockers: usage above the value to restore that lasts (reported)
+        self.captured = []    # set by _release_blockers: objects created during the reservation that hold its headroom
+        self.running = []     # set by _release_blockers: (namespace, name) of its migrations still under way
 
 
 def _read(run, target, now):
@@ -827,9 +824,33 @@ def _reserved_vmis(refs, namespace):
             if item.get("uid")]
 
 
+def _reserved_migrations(run, refs, namespace, vmis):
+    """[{name, uid, vmi_uid}] of the migrations in refs["migrations"] of namespace that migrate one of vmis (this
+    reservation's VMIs there, [{name, uid}]): the run's own and those it follows, the only ones the fence admits.
+    The VMI is the entry's vm when given, else the migration's spec.vmiName read now (a migration gone, or whose
+    UID is not the recorded one, is left out: it is not the one the run recorded)."""
+    by_name = dict((v["name"], v["uid"]) for v in vmis)
+    found = []
+    for item in _ref_items(refs, "migrations", namespace, True):
+        vm = item.get("vm")
+        if not vm:
+            try:
+                vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                                              item["name"], namespace=namespace)
+            except NotFoundError:
+                continue
+            if item.get("uid") and (vmim.get("metadata") or {}).get("uid") != item["uid"]:
+                continue
+            vm = (vmim.get("spec") or {}).get("vmiName")
+        if vm in by_name:
+            found.append({"name": item["name"], "uid": item.get("uid") or "", "vmi_uid": by_name[vm]})
+    return found
+
+
 def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
-    """Fence every namespace the reservation expands for its VMs (refs["vms"]); [] when the fence is not
-    installed or the reservation names no VM (explicit headroom: no pod can be told apart then)."""
+    """Fence every namespace the reservation expands for its VMs (refs["vms"]) and their migrations the run created
+    or follows (refs["migrations"]: only their target pods and backend-storage PVCs are admitted); [] when the
+    fence is not installed or the reservation names no VM (explicit headroom: no pod can be told apart then)."""
     if not (refs or {}).get("vms") or not states or not run.fence_installed():
         return []
     now = run.clock()
@@ -841,15 +862,51 @@ def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
         vmis = _reserved_vmis(refs, namespace)
         if vmis:
             outcome = fence_mod.fence(run.cluster, run.store.namespace, namespace, vmis, note, controller,
-                                      run.check_mode)
+                                      run.check_mode, _reserved_migrations(run, refs, namespace, vmis))
             outcome["reservation"] = reservation_id
             results.append(outcome)
     return results
 
 
+def admit_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                     installed=None):
+    """List migrations ([{namespace, name, uid (None before it is created), vm}]) in the fence of their namespaces,
+    where a reservation fenced their VM: the run lists a migration it creates by name just before creating it
+    (virt-controller may create the target pod within milliseconds of the create), then with its UID once created.
+    Nothing where the fence is not installed or the namespace not fenced (installed: True when the caller knows
+    it is, as from a reserve result's "fence", saving the look-up). Returns fence.admit_migrations' results."""
+    run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
+    run.fence_state = installed
+    if not migrations or not run.fence_installed():
+        return []
+    results = []
+    for namespace in sorted(set(m["namespace"] for m in migrations)):
+        results.append(fence_mod.admit_migrations(cluster, run.store.namespace, namespace,
+                                                  [dict(m) for m in migrations if m["namespace"] == namespace],
+                                                  check_mode))
+    return results
+
+
+def end_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                   installed=None):
+    """Stop admitting anything for migrations ([{namespace, name, uid}]) that are final now: their VMIs' later
+    migrations (a tenant's, KubeVirt's) get no target pod or PVC in the headroom; the namespace stays fenced until
+    the reservation is released. Idempotent; nothing where the fence is not installed (installed as for
+    admit_migrations)."""
+    run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
+    run.fence_state = installed
+    if not migrations or not run.fence_installed():
+        return []
+    results = []
+    for namespace in sorted(set(m["namespace"] for m in migrations)):
+        results.append(fence_mod.end_migrations(cluster, run.store.namespace, namespace,
+                                                [m for m in migrations if m["namespace"] == namespace], check_mode))
+    return results
+
+
 def _unfence(run, released):
-    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]});
-    a namespace is unfenced with its last VMI."""
+    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]})
+    and their migrations; a namespace is unfenced with its last VMI."""
     results = []
     if not released or not run.fence_installed():
         return results
@@ -989,11 +1046,9 @@ def _is_active_launcher(run, pod):
     return _runs_on_launcher(vmi, pod)
 
 
-def _release_blockers(run, state, reservation_id, now):
-    """Why reservation_id cannot be released from this quota yet ([] = it can)."""
-    entry = state.ledger.reservations.get(reservation_id)
-    if entry is None:
-        return []
+def _own_blockers(run, state, entry, now):
+    """What of the reservation itself is not over yet: its migrations not final, its recorded source pods (and
+    those its migrations name) still counted. Sets state.running (the migrations still under way)."""
     reasons = []
     namespace = state.target[0]
     lingering = []
@@ -1013,6 +1068,7 @@ def _release_blockers(run, state, reservation_id, now):
         phase = (vmim.get("status") or {}).get("phase")
         if phase not in ownership.FINAL_MIGRATION_PHASES:
             reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
+            state.running.append((migration["namespace"], migration["name"]))
         source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
         if source:
             lingering.append({"namespace": migration["namespace"], "name": source})
@@ -1025,119 +1081,328 @@ def _release_blockers(run, state, reservation_id, now):
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
             continue
         if pod_counts(pod, now) and not _is_active_launcher(run, pod):
-            reasons.append("source pod %s/%s still counts" % (pod_ref["namespace"], _pod_label(pod)))
+            reasons.append("source pod %s/%s still counts (it ends by itself once its migration completed)"
+                           % (pod_ref["namespace"], _pod_label(pod)))
+    return reasons
+
+
+def _release_blockers(run, state, reservation_id, now):
+    """Why reservation_id cannot be released from this quota yet ([] = it can).
+
+    Only the reservation's own migrations and source pods, and usage that is about to drop by itself (status.used
+    not caught up with pods that ended; a launcher pod of a reserved VM that its migration left, which KubeVirt
+    removes), are waited for. Usage above the value to restore that lasts - what running pods and PVCs really
+    charge: a VM that came back bigger, a pod or PVC created during the reservation, a migration this run did
+    not create - never keeps the reservation: the quota goes back to its base all the same (Kubernetes keeps a
+    quota below its usage; new pods are refused until usage is within it), and state.overuse names it. Sets
+    state.captured (objects that hold the headroom without being the reservation's migrations, as text),
+    state.overuse and state.running."""
+    entry = state.ledger.reservations.get(reservation_id)
+    state.captured, state.overuse, state.running = [], None, []
+    if entry is None:
+        return []
+    reasons = _own_blockers(run, state, entry, now)
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
     used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
     fits, names = less_or_equal(used, target)
-    if not fits:
-        strings = desired_strings(after)
-        over = ", ".join("%s used %s > %s" % (name, used_of(state.quota)[name], strings[name]) for name in names)
-        pods = [pod for pod in run.cluster.list_pods(namespace) if pod_counts(pod, now)]
-        pods.sort(key=lambda p: (not (p.get("metadata") or {}).get("deletionTimestamp"),
-                                 (p.get("metadata") or {}).get("name")))
-        listed = ", ".join(_pod_label(pod) for pod in pods[:8]) + (" and %d more" % (len(pods) - 8)
-                                                                   if len(pods) > 8 else "")
-        reasons.append("usage does not fit under the value to restore (%s); pods still counted: %s"
-                       % (over, listed or "none listed"))
-        captured = _captured_headroom(entry, pods)
-        state.captured = captured
-        if captured:
-            reasons.append("pods started during the reservation that are no migration of its VMs hold its "
-                           "headroom: %s" % ", ".join(captured))
-        # the pure check first: the API reads of the second are needed only once usage has settled
-        if len(reasons) == 1 and _usage_is_settled(used, names, pods) \
-                and not _usage_may_still_drop(run, namespace, pods):
-            state.overuse = _overuse(state, after, used, target, names)
+    if fits:
+        return reasons
+    usage = _usage_now(run, state, entry, names, now)
+    state.captured = [_object_text(item) for item in usage["objects"] if item["why"] != GREW]
+    if reasons:
+        if state.captured:
+            reasons.append("created during the reservation and no migration of it, these hold its headroom: %s"
+                           % _listed(state.captured))
+        return reasons
+    lasting, waiting = _usage_verdict(used, target, names, usage["charged"], usage["known"], usage["settling"])
+    if lasting:
+        state.overuse = _overuse(state, after, used, names, usage)
+        return []
+    strings = desired_strings(after)
+    for name in waiting:
+        charged = usage["charged"].get(name, 0)
+        if usage["settling"].get(name):
+            reasons.append("%s used %s > %s: %s still count%s (KubeVirt removes what a finished migration leaves)"
+                           % (name, used_of(state.quota)[name], strings[name], ", ".join(usage["settling_pods"]),
+                              "s" if len(usage["settling_pods"]) == 1 else ""))
+        else:
+            reasons.append("%s used %s > %s, but the pods and PVCs there charge %s: the quota controller has not "
+                           "caught up yet" % (name, used_of(state.quota)[name], strings[name],
+                                              _show(charged, name)))
     return reasons
 
 
-def _captured_headroom(entry, counted_pods):
-    """Labels of the counted pods created after the reservation that are no launcher of its VMs (by the VMI
-    uid of their controller ownerReference): what took the headroom when no fence kept it for the migrations.
-    Names the pod, its owner and when it was created."""
+CREATED_DURING, GREW, FOREIGN_MIGRATION = "created-during-reservation", "grew", "migration-not-of-this-run"
+
+
+def _show(value, name):
+    return format_resource_list({name: value}).get(name, "0")
+
+
+def _usage_verdict(used, target, names, charged, known, settling):
+    """(lasting, waiting) of names, the resources whose status.used is above the value to restore (target):
+    lasting when what the objects there charge (charged, for the names in known; status.used for the others),
+    less what is going away by itself (settling), is still above it - the release restores the base all the
+    same and reports it; waiting when it fits (the quota controller has not caught up, or a pod KubeVirt is
+    removing still counts)."""
+    lasting, waiting = [], []
+    for name in names:
+        now = charged.get(name, 0) if name in known else used[name]
+        (lasting if now - settling.get(name, 0) > target[name] else waiting).append(name)
+    return lasting, waiting
+
+
+def _pvc_usage(pvc):
+    """What quota charges for an existing PVC (the PVC evaluator): the counts and requests.storage (the larger of
+    the request and status.allocatedResources), also per storage class."""
+    spec = pvc.get("spec") or {}
+    status = pvc.get("status") or {}
+    sizes = [((spec.get("resources") or {}).get("requests") or {}).get("storage"),
+             (status.get("allocatedResources") or {}).get("storage")]
+    storage = max([parse_resource_list({"requests.storage": s}, "PVC storage")["requests.storage"]
+                   for s in sizes if s] or [0])
+    one = Fraction(1)
+    charge = {"persistentvolumeclaims": one, quotas_mod.PVC_COUNT: one, "requests.storage": storage}
+    klass = spec.get("storageClassName") or ((pvc.get("metadata") or {}).get("annotations") or {}).get(
+        "volume.beta.kubernetes.io/storage-class")
+    if klass:
+        prefix = klass + quotas_mod.STORAGE_CLASS_SUFFIX
+        charge[prefix + "requests.storage"] = storage
+        charge[prefix + "persistentvolumeclaims"] = one
+    return charge
+
+
+def _object_facts(obj, kind, why, charge, names):
+    """What names an object that holds usage: kind, namespace/name, its controller owner, when and by which
+    client it was created (managedFields' managers, oldest first, where the object carries them), what it
+    charges of names."""
+    meta = obj.get("metadata") or {}
+    owner = next((ref for ref in meta.get("ownerReferences") or () if isinstance(ref, dict) and ref.get("controller")),
+                 None)
+    managers = []
+    for field in sorted((f for f in meta.get("managedFields") or () if isinstance(f, dict)),
+                        key=lambda f: str(f.get("time") or "")):
+        if field.get("manager") and field["manager"] not in managers:
+            managers.append(str(field["manager"]))
+    return {"kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
+            "owner": "%s/%s" % (owner.get("kind"), owner.get("name")) if owner else None,
+            "created": meta.get("creationTimestamp"), "managers": managers, "why": why,
+            "charges": dict((n, _show(v, n)) for n, v in sorted(mask(charge, names).items()) if v)}
+
+
+def _listed(texts, sep="; ", most=8):
+    """texts joined, the first `most` only (a tenant may create many objects: messages stay readable)."""
+    shown = sep.join(texts[:most])
+    return shown + (" and %d more" % (len(texts) - most) if len(texts) > most else "")
+
+
+def _object_text(item):
+    """One object of an over-use or a capture, as the messages name it."""
+    who = "created %s%s" % (item.get("created") or "(time unknown)",
+                            " by %s" % ", ".join(item["managers"]) if item.get("managers") else "")
+    ref = "%s %s/%s" % (item["kind"], item["namespace"], item["name"])
+    charges = ", ".join("%s %s" % kv for kv in sorted((item.get("charges") or {}).items()))
+    if item["why"] == GREW:
+        grew = ", ".join("%s %s" % kv for kv in sorted((item.get("grew") or {}).items()))
+        return ("VM %s came back larger than before its migration: its launcher pod %s (%s) charges %s"
+                % (item["vm"], item["name"], who, grew or charges + " (its source pod is gone: not compared)"))
+    if item["why"] == FOREIGN_MIGRATION:
+        return ("%s (%s; not created by this run) of VM %s: its target pod %s charges %s"
+                % (ref, who, item["vm"], item["pod"], charges))
+    return "%s (owner %s, %s, after the reservation of %s) charges %s" % (
+        ref, item.get("owner") or "none", who, item.get("reservation_created"), charges)
+
+
+def _usage_now(run, state, entry, names, now):
+    """What really uses names in the quota's namespace now: {charged: ResourceList (pods, and PVCs when a PVC name
+    is over), known: the names charged counts for, settling: ResourceList of launcher pods of the reserved VMs that
+    their migration left (KubeVirt removes them), settling_pods, objects: [_object_facts] of what took the
+    headroom or grew on it}. Identity by controller ownerReference and UID, never by labels."""
+    namespace = state.target[0]
+    quota = state.quota
     created = ledger_mod.parse_time(entry.created) if entry.created else None
-    if created is None:
-        return []
-    reserved = set(item.get("uid") for item in _ref_items(entry.refs, "vms", None) if item.get("uid"))
-    found = []
-    for pod in counted_pods:
-        meta = pod.get("metadata") or {}
-        stamp = meta.get("creationTimestamp")
-        if not stamp or ledger_mod.parse_time(stamp) < created:
+    recorded = set()
+    for item in state.ledger.reservations.values():
+        recorded.update(ownership.ref_uids(item.refs, "migrations").values())
+    vmis = dict(((vmi.get("metadata") or {}).get("name"), vmi)
+                for vmi in _kubevirt_list(run, "virtualmachineinstances", namespace))
+    foreign = {}   # VMI name -> a migration under way that no reservation of this quota recorded
+    for vmim in _kubevirt_list(run, "virtualmachineinstancemigrations", namespace):
+        if (vmim.get("status") or {}).get("phase") in ownership.FINAL_MIGRATION_PHASES:
+            continue
+        if ownership.uid_of(vmim) and ownership.uid_of(vmim) not in recorded:
+            foreign.setdefault((vmim.get("spec") or {}).get("vmiName"), vmim)
+    reserved = dict((item["uid"], item) for item in _ref_items(entry.refs, "vms", namespace, True) if item.get("uid"))
+    sources = _source_charges(run, entry, namespace)
+    result = {"charged": {}, "known": set(), "settling": {}, "settling_pods": [], "objects": []}
+    since = entry.created
+
+    def after_reservation(obj):
+        # creation times have a second's resolution: one in the reservation's own second is not named (a pod
+        # that was there before must never be called what took the headroom)
+        stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+        return created is not None and bool(stamp) and ledger_mod.parse_time(stamp) > created
+
+    result["known"].update(name for name in names if quotas_mod.pod_tracks(name))
+    for pod in run.cluster.list_pods(namespace):
+        if not quotas_mod.quota_matches_pod(quota, quotas_mod.facts_of_pod(pod)):
+            continue
+        counts = pod_counts(pod, now)
+        charge = quotas_mod.pod_usage(pod) if counts else {quotas_mod.POD_COUNT: Fraction(1)}
+        result["charged"] = add(result["charged"], charge)
+        if not counts or not any(mask(charge, names).values()):
             continue
         owner = _launcher_owner(pod)
-        if owner is not None and owner[1] in reserved:
+        vmi = vmis.get(owner[0]) if owner else None
+        if owner and vmi is not None and ownership.uid_of(vmi) != owner[1]:
+            vmi = None
+        active = owner is not None and _runs_on_launcher(vmi, pod)
+        mine = owner is not None and owner[1] in reserved
+        name = (pod.get("metadata") or {}).get("name")
+        if owner and not active and owner[0] in foreign:
+            vmim = foreign[owner[0]]
+            item = _object_facts(vmim, "VirtualMachineInstanceMigration", FOREIGN_MIGRATION, charge, names)
+            item.update(vm="%s/%s" % (namespace, owner[0]), pod=name)
+            result["objects"].append(item)
+        elif mine and not active:
+            result["settling"] = add(result["settling"], mask(charge, names))
+            result["settling_pods"].append("launcher pod %s/%s of VM %s, left by its migration"
+                                           % (namespace, _pod_label(pod), owner[0]))
+        elif mine:
+            if not after_reservation(pod):
+                continue   # the VM never moved: what it charges is what it charged before the reservation
+            before = sources.get(owner[1])
+            grew = {}
+            if before is not None:
+                grew = dict((n, "%s -> %s" % (_show(before.get(n, 0), n), _show(v, n)))
+                            for n, v in mask(charge, names).items() if v > before.get(n, 0))
+            if before is None or grew:
+                item = _object_facts(pod, "Pod", GREW, charge, names)
+                item.update(vm="%s/%s" % (namespace, owner[0]), grew=grew)
+                result["objects"].append(item)
+        elif after_reservation(pod):
+            item = _object_facts(pod, "Pod", CREATED_DURING, charge, names)
+            item["reservation_created"] = since
+            result["objects"].append(item)
+    if any(quotas_mod.pvc_tracks(name) for name in names):
+        try:
+            pvcs = list_items(run.cluster, api_path("v1", "persistentvolumeclaims", namespace), None,
+                              "list persistentvolumeclaims in namespace %s" % namespace)
+        except ForbiddenError as err:
+            run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what "
+                     "they charge; bind kvquota-read of this collection's rbac/clusterrole.yml"
+                     % (namespace, state.target[1], err.message))
+            pvcs = None
+        if pvcs is not None:
+            result["known"].update(name for name in names if quotas_mod.pvc_tracks(name))
+            for pvc in pvcs:
+                charge = _pvc_usage(pvc)
+                result["charged"] = add(result["charged"], charge)
+                if after_reservation(pvc) and any(mask(charge, names).values()):
+                    item = _object_facts(pvc, "PersistentVolumeClaim", CREATED_DURING, charge, names)
+                    item["reservation_created"] = since
+                    result["objects"].append(item)
+    return result
+
+
+def _kubevirt_list(run, plural, namespace):
+    """KubeVirt's objects of that plural in namespace; none where KubeVirt's API is not served."""
+    try:
+        return run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], plural, namespace=namespace)
+    except NotFoundError:
+        return []
+
+
+def _source_charges(run, entry, namespace):
+    """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (read from
+    its spec; the pod may have completed since), by the VMI uid of its controller ownerReference; pods gone or
+    replaced are left out."""
+    result = {}
+    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True):
+        try:
+            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
+        except NotFoundError:
             continue
-        owners = ", ".join("%s %s" % (ref.get("kind"), ref.get("name")) for ref in meta.get("ownerReferences") or ())
-        found.append("%s (owner %s, created %s, after the reservation of %s)"
-                     % (meta.get("name"), owners or "none", stamp, entry.created))
-    return found
-
-
-def _usage_is_settled(used, names, counted_pods):
-    """Whether status.used of names is exactly what the counted pods charge (the quota controller has caught
-    up with every pod that ended); False for a resource pods alone do not account for."""
-    charged = {}
-    for pod in counted_pods:
-        for name, value in quotas_mod.pod_usage(pod).items():
-            charged[name] = charged.get(name, 0) + value
-    for name in names:
-        bare = name[len("requests."):] if name.startswith("requests.") else (
-            name[len("limits."):] if name.startswith("limits.") else name)
-        if bare not in _POD_RESOURCES or used.get(name) != charged.get(name, 0):
-            return False
-    return True
-
-
-def _usage_may_still_drop(run, namespace, counted_pods):
-    """Whether something in the namespace can still lower status.used by itself: a migration under way, a
-    terminating pod, or a launcher pod its VM has left (a lingering source, a target being torn down)."""
-    for vmim in run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
-                                        namespace=namespace):
-        if (vmim.get("status") or {}).get("phase") not in ownership.FINAL_MIGRATION_PHASES:
-            return True
-    vmis = None   # one list of the namespace's VMIs, not a read per launcher pod
-    for pod in counted_pods:
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return True
+        if pod_ref.get("uid") and ownership.uid_of(pod) != pod_ref["uid"]:
+            continue
         owner = _launcher_owner(pod)
         if owner is not None:
-            if vmis is None:
-                vmis = dict((vmi["metadata"]["name"], vmi) for vmi in run.cluster.list_custom(
-                    KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace=namespace))
-            if not _runs_on_launcher(vmis.get(owner[0]), pod):
-                return True
-    return False
+            running = dict(pod, status=dict(pod.get("status") or {}, phase="Running"))
+            result[owner[1]] = quotas_mod.pod_usage(running)
+    return result
 
 
-_NOTICEABLE_STEP = {True: 1024 * 1024, False: Fraction(1, 1000)}   # BinarySI names: 1Mi; others: 1m
-
-
-def _overuse(state, after, used, target, names):
-    """{name: (used, value to restore, base, base that would fit)} as strings, for usage above what release
-    would restore although nothing is left to lower it (e.g. target pods larger than planned)."""
+def _overuse(state, after, used, names, usage):
+    """The over-use of one quota as the release reports it: per resource whose status.used is above the value
+    restored, the usage, what the objects there charge (where known), the base and the value restored; and the
+    objects that make it (_object_facts)."""
     strings = desired_strings(after)
-    base_strings = dict((n, after.base[n]) for n in names if after.base.get(n) is not None)
-    base = parse_resource_list(base_strings, "base")
-    fits = add(base, subtract(mask(used, names), mask(target, names)))
-    # an administrator's write of the value spec.hard already holds (the reservation can hold exactly that) is
-    # no change kvquota could see and keep as the new base: ask for the next round value above it instead
-    hard = parse_resource_list(mask(hard_of(state.quota), names), "spec.hard")
-    for name in list(fits):
-        if hard.get(name) == fits[name]:
-            step = _NOTICEABLE_STEP[default_format(name) == BINARY_SI]
-            fits[name] = (fits[name] // step + 1) * step
-    fitting = format_resource_list(fits, formats_of(base_strings))
-    return dict((name, (used_of(state.quota)[name], strings[name], after.base.get(name), fitting.get(name)))
-                for name in names)
+    resources = {}
+    for name in names:
+        entry = {"used": used_of(state.quota)[name], "base": after.base.get(name), "restored": strings[name]}
+        if name in usage["known"]:
+            entry["charged"] = _show(usage["charged"].get(name, 0), name)
+        resources[name] = entry
+    return {"namespace": state.target[0], "quota": state.target[1], "resources": resources,
+            "objects": [item for item in usage["objects"] if set(item.get("charges") or ()) & set(names)]}
+
+
+def _overuse_text(reservation_id, report, fence_installed):
+    """The warning of a release that restored a quota below its usage: the numbers, what makes it, what ends it.
+    Never "raise the base" (that would hand the tenant what it took) nor "delete the VM's pod"."""
+    where = "%s/%s" % (report["namespace"], report["quota"])
+    numbers = ", ".join("%s used %s > %s%s" % (name, r["used"], r["restored"],
+                                              "" if r["restored"] == r["base"] else " (base %s + other reservations)"
+                                              % r["base"])
+                        for name, r in sorted(report["resources"].items()))
+    objects = report["objects"]
+    made = _listed([_object_text(item) for item in objects]) or \
+        "no object created during the reservation (pods that were there before use more now)"
+    fixes = []
+    removable = ["%s %s/%s" % (o["kind"], o["namespace"], o["name"]) for o in objects if o["why"] != GREW]
+    if removable:
+        fixes.append("remove %s (it took the room reserved for the migrations), and %s the headroom fence "
+                     "(kubectl apply -f rbac/fence.yml) so that only the run's own migrations use a reservation"
+                     % (_listed(removable, ", "), "extend" if fence_installed else "install"))
+    grown = [o["vm"] for o in objects if o["why"] == GREW]
+    if grown:
+        fixes.append("VM %s uses more than before its migration: it keeps running, and its namespace is over its "
+                     "base until it is back within it" % ", ".join(grown))
+    held = report.get("held")
+    tail = ""
+    if held:
+        tail = (" The quota's owner refuses a value below usage (Harvester's namespace webhook): %s written at usage, "
+                "%s kept in the ledger as reservation '%s' until usage drops; the reaper (kvquota_release "
+                "expired: true) restores the base then"
+                % (", ".join(sorted(held)), ", ".join("%s=%s" % kv for kv in sorted(held.items())),
+                   report.get("held_as")))
+    return ("reservation '%s' released: %s is back at its base although its namespace uses more than that (%s); "
+            "made by: %s. Kubernetes keeps a quota below its usage: new pods in %s are refused until usage is within "
+            "it again.%s%s" % (reservation_id, where, numbers, made, report["namespace"], tail,
+                               " To end it: %s." % "; ".join(fixes) if fixes else ""))
+
+
+def _release_ledger(state, reservation_id, now):
+    """The ledger after releasing reservation_id from state's quota, and the outcome: base + the other
+    reservations; where the quota's owner refuses a value below usage (Harvester's namespace webhook), what
+    status.used still holds above that is kept as the reservation's remainder (ledger.hold_at_usage)."""
+    if not getattr(state.backend, "refuses_below_usage", False) or reservation_id not in state.ledger.reservations:
+        return ledger_mod.release(state.ledger, reservation_id, now)
+    after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
+    target = desired(after)
+    used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
+    above = dict((name, used[name] - target[name]) for name in used if used[name] > target[name])
+    return ledger_mod.hold_at_usage(state.ledger, reservation_id, above, now)
+
+
+_GIVEN_BACK = (ledger_mod.RELEASED, ledger_mod.HELD_AT_USAGE)
 
 
 def _release_mutation(reservation_id):
     def mutate(state, now):
-        new, outcome = ledger_mod.release(state.ledger, reservation_id, now)
-        if outcome["outcome"] != ledger_mod.RELEASED and not state.changes:
+        new, outcome = _release_ledger(state, reservation_id, now)
+        if outcome["outcome"] not in _GIVEN_BACK and not state.changes:
             if state.stored is not None and is_idle(state.stored):
                 return new, outcome   # a leftover idle ledger: clean it up
             return None, outcome
@@ -1150,7 +1415,7 @@ def _release_one(run, target, reservation_id, state=None):
     if state is None:
         state = _read(run, target, run.clock())
     if state.backend.writable and state.backend.name == HARVESTER and _owned_by_namespace(state.backend):
-        after, outcome = ledger_mod.release(state.ledger, reservation_id, run.clock())
+        after, outcome = _release_ledger(state, reservation_id, run.clock())
         if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
             _harvester_restore(run, target, after, state.backend)
             state = None  # the quota changed: read again
@@ -1159,10 +1424,13 @@ def _release_one(run, target, reservation_id, state=None):
     item = _quota_result(state, final, info, changed)
     if changed and final is not None and not run.check_mode:
         _wait_followed(run, state, final)
-        if info and info.get("outcome") == ledger_mod.RELEASED:
+        if info and info.get("outcome") in _GIVEN_BACK:
             rest = sorted(final.reservations)
             tail = ("base restored, no reservation left" if not rest else
                     "%d reservation(s) still active: %s" % (len(rest), ", ".join(rest)))
+            if info.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                tail = ("down to the namespace's usage, which is above its base: %s kept as '%s' until usage drops; %s"
+                        % (", ".join("%s=%s" % kv for kv in sorted(info["held"].items())), info["held_as"], tail))
             _emit(run, state, "QuotaReleased", "kvquota released reservation '%s': %s (%s)"
                   % (reservation_id, _changes_text(item["before"], item["after"]), tail))
     return item
@@ -1213,15 +1481,16 @@ def _unfinished(entry):
 def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, raise_on_wait):
     results, waiting = [], {}
     if not targets:
-        return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [],
+        return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [], "overuse": [],
                 "warnings": list(run.warnings), "diff": _diff([]),
                 "message": "no active reservation '%s' on any quota: nothing to release (already released or never "
                            "made)" % reservation_id, "check_mode": run.check_mode}
     pending = list(targets)
     released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
     deadline = run.clock() + max(0, timeout or 0)
-    lasting = {}   # target -> usage above the value to restore that nothing will lower (see _release_blockers)
-    captured = {}  # target -> pods started during the reservation that hold its headroom (no fence kept it)
+    captured = {}  # target -> objects created during the reservation that hold its headroom (no fence kept them)
+    running = {}   # target -> its migrations still under way (for the fix)
+    overuse = []   # the quotas restored below their usage (reported, never kept as headroom)
     while pending:
         waiting = {}
         for target in pending:
@@ -1237,24 +1506,30 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                 captured[target] = state.captured
             else:
                 captured.pop(target, None)
+            running[target] = state.running
             if reasons and not run.check_mode:
                 waiting[target] = reasons
-                if state.overuse:
-                    lasting[target] = state.overuse
-                else:
-                    lasting.pop(target, None)
                 continue
             vms = _vms_of(state, reservation_id)
             item = _release_one(run, target, reservation_id, state) if run.check_mode else \
                 _release_locked(run, target, reservation_id)
-            if item.get("outcome") == ledger_mod.RELEASED:
+            if item.get("outcome") in _GIVEN_BACK:
                 released_vms.setdefault(target[0], []).extend(v for v in vms if v not in
                                                               released_vms.get(target[0], []))
             if reasons:
                 item["would_wait_for"] = reasons
+            if state.overuse and item.get("outcome") in _GIVEN_BACK:
+                report = dict(state.overuse)
+                if item.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                    report.update(held=dict(item.get("held") or {}), held_as=item.get("held_as"))
+                item["overuse"] = report
+                overuse.append(report)
+                text = _overuse_text(reservation_id, report, _fence_installed(run))
+                run.warn(text)
+                if item.get("changed"):   # once per change: a reaper run that finds a remainder as it was is silent
+                    _emit(run, state, "QuotaOverUse", "kvquota: " + text, "Warning")
             results.append(item)
-        # usage that stays above the value to restore with nothing left to lower it will not fit by waiting
-        pending = sorted(t for t in waiting if t not in lasting)
+        pending = sorted(waiting)
         if not pending or not wait_for_pods or run.clock() >= deadline:
             break
         run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
@@ -1267,6 +1542,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         "quotas": results,
         "fence": unfenced,
         "pending": [{"namespace": t[0], "quota": t[1], "reasons": waiting[t]} for t in sorted(waiting)],
+        "overuse": overuse,
         "warnings": list(run.warnings),
         "diff": _diff(results),
         "check_mode": run.check_mode,
@@ -1280,45 +1556,39 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         result["message"] = "; ".join(messages)
     if captured:
         result["captured"] = [{"namespace": t[0], "quota": t[1], "pods": pods} for t, pods in sorted(captured.items())]
-    if lasting:
-        result["lasting_overuse"] = [{"namespace": t[0], "quota": t[1], "resources": dict(
-            (name, {"used": u, "restore": r, "base": b, "base_that_fits": z}) for name, (u, r, b, z) in o.items())}
-            for t, o in sorted(lasting.items())]
-    if lasting and raise_on_wait:
-        raise _lasting_overuse_error(reservation_id, lasting, results, [t for t in waiting if t not in lasting],
-                                     result)
     if waiting and raise_on_wait:
         details = "; ".join("%s/%s: %s" % (t[0], t[1], "; ".join(waiting[t])) for t in sorted(waiting))
         err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, timeout, details),
-                               "wait for those pods to finish (or delete them) and re-run the release; quotas "
-                               "listed as released are already restored")
+                               _wait_fix([m for t in sorted(waiting) for m in running.get(t) or ()],
+                                         any(t in captured for t in waiting),
+                                         _fence_installed(run) if captured else False))
         err.details["result"] = result
         raise err
     return result
 
 
-def _lasting_overuse_error(reservation_id, lasting, results, others, result):
-    """The error for usage above the value to restore that nothing will lower: the numbers, and the fix."""
-    def exceeds(name, used, restore, base):
-        others = "" if restore == base else " (+ other reservations = %s)" % restore
-        return "%s used %s exceeds the base %s%s" % (name, used, base, others)
+def _fence_installed(run):
+    try:
+        return bool(run.fence_installed())
+    except KvquotaError:
+        return False
 
-    over = "; ".join("%s/%s: %s" % (t[0], t[1], ", ".join(exceeds(name, used, restore, base)
-                                                          for name, (used, restore, base, _fits) in sorted(o.items())))
-                     for t, o in sorted(lasting.items()))
-    released = ["%s/%s" % (i["namespace"], i["quota"]) for i in results if i.get("outcome") == ledger_mod.RELEASED]
-    err = KvquotaError(
-        "reservation '%s' not released: usage stays above the base for good (every migration is final, no pod "
-        "left to finish, status.used is what the running pods charge) - %s; the reservation stays so that the "
-        "namespace is not left over its quota%s%s"
-        % (reservation_id, over, "; released from %s" % ", ".join(released) if released else "",
-           "; still waiting on %s" % ", ".join("%s/%s" % t for t in sorted(others)) if others else ""),
-        "the pods are larger than the base allows (target pods bigger than planned, or VMs added): raise %s "
-        "(kvquota keeps an administrator's value as the new base), or stop a VM; then re-run the release"
-        % ", ".join("%s of %s/%s to %s" % (name, t[0], t[1], fits) for t, o in sorted(lasting.items())
-                    for name, (_used, _restore, _base, fits) in sorted(o.items())))
-    err.details["result"] = result
-    return err
+
+def _wait_fix(migrations, captured, fence_installed):
+    """The fix of a release that is still waiting: what it waits for ends by itself; a migration can be cancelled
+    by name. Never "delete the pods": a source pod is a VM's launcher until its migration completed."""
+    parts = []
+    if migrations:
+        parts.append("wait for migration(s) %s to end, or cancel them by name (kubectl -n <namespace> delete "
+                     "virtualmachineinstancemigration <name>)" % ", ".join("%s/%s" % m for m in migrations))
+    parts.append("a source pod ends by itself once its migration completed, and the quota controller catches up "
+                 "with status.used within seconds: re-run the release later (quotas listed as released are "
+                 "already restored)")
+    if captured:
+        parts.append("the objects named as created during the reservation took its headroom: remove them, and %s "
+                     "the headroom fence (kubectl apply -f rbac/fence.yml)" % ("extend" if fence_installed else
+                                                                               "install"))
+    return "; ".join(parts)
 
 
 def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,
@@ -1326,7 +1596,10 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
                     rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
                     operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
     """The reaper: release every reservation whose expiry is at or before now (default: the clock). Ones that
-    cannot be released yet (pods still counted) are reported under "deferred", not raised. It also finishes
+    cannot be released yet (their migrations or source pods not over) are reported under "deferred", not raised.
+    A quota restored below its usage is reported under "overuse"; where its owner refuses that (Harvester), the
+    part usage still holds stays as a remainder (ledger.hold_at_usage, expiring at once) listed under
+    "held_at_usage", and the next run restores the base once usage dropped. It also finishes
     what interrupted runs left half-written, adopts 0.1.0 ledgers, and deletes ledgers whose quota is gone."""
     when = clock() if now is None else ledger_mod.parse_time(now)
     run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
@@ -1335,13 +1608,17 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
     for target, entry in sorted(found.items()):
         for rid in ledger_mod.expired(entry, when):
             by_id.setdefault(rid, []).append(target)
-    results, deferred, released = [], [], []
+    results, deferred, released, held, overuse = [], [], [], [], []
     for rid in sorted(by_id):
         outcome = _release(run, rid, sorted(by_id[rid]), wait_for_pods, timeout, force, poll_interval, False)
         results.extend(outcome["quotas"])
+        overuse.extend(dict(item, id=rid) for item in outcome.get("overuse") or ())
         for item in outcome["quotas"]:
             if item.get("outcome") == ledger_mod.RELEASED:
                 released.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"]})
+            elif item.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                held.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"],
+                             "held": dict(item.get("held") or {}), "held_as": item.get("held_as")})
         for item in outcome["pending"]:
             deferred.append(dict(item, id=rid))
     touched = set((item["namespace"], item["quota"]) for item in results)
@@ -1349,9 +1626,10 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
         if target not in touched:
             results.append(_settle_ledger(run, target))
     stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
-    gone = set((item["id"], item["namespace"], item["quota"]) for item in released)
+    gone = set((item["id"], item["namespace"], item["quota"]) for item in released + held)
+    # a remainder held at usage (ledger.hold_at_usage) holds no headroom: nothing for a fence to keep
     active = set(ns for (ns, quota), entry in found.items()
-                 if any((rid, ns, quota) not in gone for rid in entry.reservations))
+                 if any((rid, ns, quota) not in gone and not item.remainder for rid, item in entry.reservations.items()))
     unfenced = _unfence_idle(run, active)
     removed = []
     for entry, configmap in orphans:
@@ -1360,7 +1638,7 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
         if not run.check_mode:
             _settle(run.store.delete, configmap)
     return {"changed": any(item["changed"] for item in results + unfenced) or bool(removed) or bool(stale_locks),
-            "released": released,
+            "released": released, "held_at_usage": held, "overuse": overuse,
             "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
             "expired_locks_removed": stale_locks, "unfenced": unfenced,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
@@ -1473,9 +1751,10 @@ def list_reservations(cluster, now=None, clock=time.time, operator_namespace=sto
             rows.append({"id": rid, "namespace": namespace, "quota": quota, "backend": entry.backend,
                          "owner": item.owner, "reason": item.reason, "created": item.created,
                          "expires": item.expires, "expired": expires_at is not None and expires_at <= when,
-                         "delta": dict(item.delta), "refs": dict(item.refs), "base": dict(entry.base)})
+                         "delta": dict(item.delta), "refs": dict(item.refs), "base": dict(entry.base),
+                         "remainder": item.remainder})
     return rows
 
 
 __all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
-           "parse_targets", "apply_margin", "settle_interrupted", "pod_counts"]
+           "parse_targets", "apply_margin", "settle_interrupted", "pod_counts", "admit_migrations", "end_migrations"]

@@ -149,6 +149,23 @@ VIRTIOFS = "VirtioFS"
 SIDECAR = "SideCar"
 
 _DECIMAL_FLOAT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+# strconv.ParseFloat's other spellings: hexadecimal mantissa with a binary exponent (which Go requires), and the
+# special values (any case, optional sign)
+_HEX_FLOAT = re.compile(r"^[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+$")
+_SPECIAL_FLOAT = re.compile(r"^[+-]?(inf|infinity|nan)$", re.IGNORECASE)
+_INT64_LIMIT = 2 ** 63
+
+
+class VmInputError(InputError):
+    """An error in input the VM's owner (a tenant) writes: the VM's or VMI's spec, annotations and labels, or, for
+    scope "namespace", its namespace's labels (under Rancher a project member may edit them). It concerns that VM
+    (or that namespace's VMs) only: callers sizing many VMs block that one VM, named with its namespace and the
+    field, and go on with the others. field: where the bad value is (e.g. metadata.annotations[...])."""
+
+    def __init__(self, message, fix=None, field=None, scope="vm", details=None):
+        super(VmInputError, self).__init__(message, fix, details)
+        self.field = field
+        self.scope = scope
 
 
 # ---------------------------------------------------------------- value types
@@ -486,13 +503,14 @@ def _vmi_parts(obj):
     kind = obj.get("kind")
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        raise InputError("%s has no spec" % (kind or "object"), "pass a VirtualMachineInstance or VirtualMachine manifest")
+        raise VmInputError("%s has no spec" % (kind or "object"), "pass a VirtualMachineInstance or VirtualMachine manifest",
+                           field="spec")
     metadata = obj.get("metadata") or {}
     if _is_vm(obj):
         if spec.get("instancetype") or spec.get("preference"):
-            raise InputError("VirtualMachine %s uses an instancetype or preference that kvquota cannot expand"
-                             % metadata.get("name", "?"),
-                             "size its running VirtualMachineInstance instead")
+            raise VmInputError("VirtualMachine %s uses an instancetype or preference that kvquota cannot expand"
+                               % metadata.get("name", "?"),
+                               "size its running VirtualMachineInstance instead", field="spec.instancetype")
         template = spec.get("template") or {}
         tmeta = dict(template.get("metadata") or {})
         tmeta.setdefault("namespace", metadata.get("namespace"))
@@ -500,19 +518,32 @@ def _vmi_parts(obj):
         spec = template.get("spec")
         metadata = tmeta
         if not isinstance(spec, dict):
-            raise InputError("VirtualMachine %s has no spec.template.spec" % metadata.get("name", "?"),
-                             "pass a complete VirtualMachine or its VirtualMachineInstance")
+            raise VmInputError("VirtualMachine %s has no spec.template.spec" % metadata.get("name", "?"),
+                               "pass a complete VirtualMachine or its VirtualMachineInstance", field="spec.template.spec")
     if not isinstance(spec.get("domain"), dict):
-        raise InputError("%s %s has no spec.domain" % (kind or "VMI", metadata.get("name", "?")),
-                         "pass a VirtualMachineInstance or VirtualMachine manifest")
+        raise VmInputError("%s %s has no spec.domain" % (kind or "VMI", metadata.get("name", "?")),
+                           "pass a VirtualMachineInstance or VirtualMachine manifest", field="spec.domain")
     return metadata, spec
+
+
+def _vmi_q(value, where):
+    """_q of a value the VM's owner wrote (VmInputError naming the field when it is not a quantity)."""
+    try:
+        return _q(value, where)
+    except VmInputError:
+        raise
+    except InputError as err:
+        raise VmInputError(err.message, err.fix or "correct %s of the VM" % where, field=where)
 
 
 def _resource_list(mapping, where):
     """name -> _Q for a VMI resource mapping."""
+    if mapping is not None and not isinstance(mapping, dict):
+        raise VmInputError("%s is not a mapping of resource names to quantities" % where,
+                           "correct %s of the VM" % where, field=where)
     result = {}
     for name, value in (mapping or {}).items():
-        result[str(name)] = _q(value, "%s.%s" % (where, name))
+        result[str(name)] = _vmi_q(value, "%s.%s" % (where, name))
     return result
 
 
@@ -533,7 +564,7 @@ class _Vmi(object):
         self.limits = _resource_list(resources.get("limits"), "spec.domain.resources.limits")
         self.overcommit_guest_overhead = _truthy(resources.get("overcommitGuestOverhead"))
         self.memory = domain.get("memory") or {}
-        self.guest = _q(self.memory["guest"], "spec.domain.memory.guest") if self.memory.get("guest") is not None else None
+        self.guest = _vmi_q(self.memory["guest"], "spec.domain.memory.guest") if self.memory.get("guest") is not None else None
         self.cpu = dict(domain.get("cpu")) if isinstance(domain.get("cpu"), dict) else None
         self._apply_defaults(config)
         if _is_vm(obj):
@@ -750,8 +781,9 @@ class _Vmi(object):
         try:
             sidecars = json.loads(text)
         except ValueError:
-            raise InputError("annotation %s is not valid JSON" % HOOK_SIDECARS_ANNOTATION,
-                             "fix the VM's hook sidecar annotation")
+            raise VmInputError("annotation %s is not valid JSON" % HOOK_SIDECARS_ANNOTATION,
+                               "fix the VM's hook sidecar annotation (KubeVirt cannot start its target pod either)",
+                               field="metadata.annotations[%s]" % HOOK_SIDECARS_ANNOTATION)
         return len(sidecars) if isinstance(sidecars, list) else 0
 
 
@@ -817,7 +849,7 @@ def _memory_overhead(v, config):
         overhead = _qadd(overhead, _Q(Fraction(100 * Mi), BINARY_SI))
     added = _get(v.memory, "reservedOverhead", "addedOverhead")
     if rule("added_overhead_field", version) and added is not None:
-        overhead = _qadd(overhead, _q(added, "spec.domain.memory.reservedOverhead.addedOverhead"))
+        overhead = _qadd(overhead, _vmi_q(added, "spec.domain.memory.reservedOverhead.addedOverhead"))
     ratio = parse_overhead_ratio(config.overhead_ratio) if _ratio_supported(version) else None
     if ratio is not None:
         overhead = _multiply_memory(overhead, ratio)
@@ -859,8 +891,8 @@ def _cpu_request_quantity(total_cpus, ratio):
     try:
         return _q(text)
     except InputError:
-        raise InputError("cpuAllocationRatio %d is too large for %d vCPUs (KubeVirt cannot render %s)"
-                         % (ratio, total_cpus, text), "use a cpuAllocationRatio below 10000")
+        raise VmInputError("cpuAllocationRatio %d is too large for %d vCPUs (KubeVirt cannot render %s)"
+                           % (ratio, total_cpus, text), "use a cpuAllocationRatio below 10000", field="spec.domain.cpu")
 
 
 class _Renderer(object):
@@ -940,7 +972,8 @@ def _compute_container(v, config, overhead, namespace_labels, quota_tracks, netw
     if _wants_auto_limits(v, config, "memory", quota_tracks):
         ratio = _auto_memory_ratio(namespace_labels)
         request = r.vm_requests.get("memory", _Q(Fraction(0), DECIMAL_SI))
-        r.calc_limits["memory"] = _Q(Fraction(int(float(_ceil(request.value)) * ratio)), request.fmt or DECIMAL_SI)
+        r.calc_limits["memory"] = _Q(Fraction(_auto_memory_limit(_ceil(request.value), ratio, namespace_labels)),
+                                     request.fmt or DECIMAL_SI)
 
     for resource_name in network_resources:
         if resource_name:
@@ -987,15 +1020,53 @@ def _auto_cpu_selector(v, config, namespace_labels):
     return _selector_matches(selector, namespace_labels)
 
 
+def go_parse_float_any(text):
+    """strconv.ParseFloat(text, 64) as (value, ok): decimal and hexadecimal spellings (a hexadecimal mantissa needs
+    its p exponent), Inf, Infinity and NaN in any case; ok False where Go returns an error (a malformed text, or a
+    finite spelling out of float64's range: ErrRange)."""
+    if text is None:
+        return None, False
+    text = str(text)
+    if _SPECIAL_FLOAT.match(text):
+        value = float(text.lstrip("+-").lower().replace("infinity", "inf"))
+        return (-value if text.startswith("-") else value), True
+    if _DECIMAL_FLOAT.match(text):
+        value = float(text)
+    elif _HEX_FLOAT.match(text):
+        value = float.fromhex(text)
+    else:
+        return None, False
+    if math.isinf(value):
+        return value, False   # ErrRange
+    return value, True
+
+
 def _auto_memory_ratio(namespace_labels):
-    """The namespace label alpha.kubevirt.io/auto-memory-limits-ratio, else 2.0 (also when below 1.0 or invalid)."""
+    """The namespace label alpha.kubevirt.io/auto-memory-limits-ratio as KubeVirt reads it
+    (services/rendercontrollers: strconv.ParseFloat, and the default 2.0 when it fails or gives less than 1.0).
+    KubeVirt sets no upper bound and lets Inf and NaN through: _auto_memory_limit refuses what it cannot render."""
     value = (namespace_labels or {}).get(AUTO_MEMORY_LIMITS_RATIO_LABEL)
     if value is None:
         return DEFAULT_AUTO_MEMORY_LIMITS_RATIO
-    ratio = go_parse_float(value)
-    if ratio is None or ratio < 1.0 or ratio == float("inf"):
+    ratio, ok = go_parse_float_any(value)
+    if not ok or ratio < 1.0:
         return DEFAULT_AUTO_MEMORY_LIMITS_RATIO
     return ratio
+
+
+def _auto_memory_limit(request, ratio, namespace_labels):
+    """int64(float64(request) * ratio), the memory limit KubeVirt renders; VmInputError (scope namespace: the label
+    is the namespace's) when that is not a valid limit: a NaN or infinite ratio, or a product beyond int64 (Go's
+    conversion gives no meaningful value and the pod is refused)."""
+    product = float(request) * ratio
+    if math.isnan(product) or math.isinf(product) or product >= _INT64_LIMIT:
+        raise VmInputError(
+            "namespace label %s=%s gives no valid memory limit for a target pod (%s x the memory request %d)"
+            % (AUTO_MEMORY_LIMITS_RATIO_LABEL, (namespace_labels or {}).get(AUTO_MEMORY_LIMITS_RATIO_LABEL), ratio,
+               request),
+            "set the label to a decimal number of at least 1.0 such as 2, or remove it (KubeVirt then uses 2.0)",
+            field="namespace label %s" % AUTO_MEMORY_LIMITS_RATIO_LABEL, scope="namespace")
+    return int(product)
 
 
 def _cpu_pinning(r, v, version, iothreads, additional):

@@ -46,7 +46,10 @@ class Stopper(object):
         reasons = "; ".join(r for b in waiting for r in b.release_waits) or "source pods still count"
         raise WaitTimeoutError("reservation(s) %s not released %ss after their migrations ended: %s"
                                % (reservations_text, int(self.config.release_timeout), reasons),
-                               "wait for those pods to finish (or delete them)")
+                               "a source pod ends by itself once its migration completed, and the quota controller "
+                               "catches up with status.used within seconds: wait; a migration still running ends by "
+                               "itself or is cancelled by name (kubectl -n <namespace> delete "
+                               "virtualmachineinstancemigration <name>)")
 
     def stop(self, err):
         """Leave a consistent state and raise err's type with the numbers and how to resume. What could not be
@@ -159,6 +162,7 @@ class Stopper(object):
                          "scheduling_timeout": self.config.scheduling_timeout},
             "seconds": round(self.config.clock() - started, 2),
             "progress": list(self.record.log),
+            "overuse": list(self.record.overuse),
             "warnings": list(self.record.warnings),
             "check_mode": self.config.check_mode,
         }

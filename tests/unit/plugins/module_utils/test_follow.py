@@ -11,6 +11,8 @@ __metaclass__ = type
 
 import json
 
+import re
+
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import follow as f
@@ -105,7 +107,10 @@ def test_drive_needs_a_node_and_the_defaults_are_filled_in():
     with pytest.raises(InputError):
         ExecutorConfig.build(None)
     config = ExecutorConfig.build("node-1", clock=lambda: 0.0)
-    assert (config.reservation_prefix, config.top_up_cap, config.token) == ("node-1", "25%", "700101000000")
+    assert (config.reservation_prefix, config.top_up_cap) == ("node-1", "25%")
+    # the clock's time and a random part: a tenant cannot create a migration under the name the run will use
+    assert re.match(r"^700101000000-[0-9a-f]{6}$", config.token)
+    assert ExecutorConfig.build("node-1", clock=lambda: 0.0).token != config.token
     follow = ExecutorConfig.build(None, mode="follow", nodes=["n2", "n1"], clock=lambda: 0.0)
     assert (follow.reservation_prefix, follow.nodes, follow.scope_text()) == ("follow-n1+n2", ("n1", "n2"), "nodes n1, n2")
     with pytest.raises(Exception):
@@ -211,7 +216,7 @@ class _Cluster(object):
 
 
 def _faked(monkeypatch, cluster, ledgers=None):
-    def batch_headroom(_c, vms, options=None, planned=None):
+    def batch_headroom(_c, vms, options=None, planned=None, pins=None):
         needs = {}
         for vm in vms:
             target = (vm["namespace"], "q")

@@ -72,7 +72,7 @@ def sized(monkeypatch):
     for target pods of the computed size, other lacks nothing; each pod is computed to charge 1 CPU / 1.5Gi."""
     seen = []
 
-    def batch_headroom(cluster, vms, options=None, planned=None):
+    def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
         seen.append(sorted((v["namespace"], v["name"]) for v in vms))
         charge = {"limits.cpu": Fraction(1), "limits.memory": Fraction(1536 * MI)}
         sized = {"charges": {}, "quota_charges": {("t", "compute"): charge, ("t", "other"): charge}, "from_plan": False}

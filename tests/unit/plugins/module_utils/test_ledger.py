@@ -448,3 +448,61 @@ def test_reserve_is_idempotent(hard, delta, rids):
 def test_dump_load_round_trip_property(hard, ops_list):
     ledger, _ignored = _apply(ops_list, hard)
     assert L.load(L.dump(ledger)) == ledger
+
+
+# ---------------------------------------------------------------------------
+# hold_at_usage: what a Harvester quota's usage still holds after a release (issue 24)
+
+Mi_ = 1024 ** 2
+
+
+def _held_ledger():
+    ledger = L.new_ledger("t", "q")
+    ledger, _ = L.reserve(ledger, "node-1-b0", {"limits.memory": "2Gi", "limits.cpu": "1"},
+                          {"limits.memory": "8Gi", "limits.cpu": "4"}, T0, ttl_seconds=3600,
+                          refs={"vms": [{"namespace": "t", "name": "vm-1", "uid": "u1"}]})
+    ledger, _ = L.reserve(ledger, "other", {"limits.memory": "1Gi"}, {"limits.memory": "8Gi"}, T0)
+    return ledger
+
+
+def test_hold_at_usage_releases_the_id_and_keeps_only_what_usage_holds_as_an_expired_remainder():
+    ledger, outcome = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 512 * Mi_, "limits.cpu": 0},
+                                      T0 + 60)
+    assert outcome["outcome"] == L.HELD_AT_USAGE and outcome["held_as"] == "node-1-b0.held"
+    assert sorted(ledger.reservations) == ["node-1-b0.held", "other"]
+    held = ledger.reservations["node-1-b0.held"]
+    assert held.delta == {"limits.memory": "512Mi"} and held.remainder
+    assert held.expires == "2025-01-01T00:01:00Z" and held.refs["vms"][0]["uid"] == "u1"
+    assert ledger.released[-1]["id"] == "node-1-b0"
+    # the ledger still describes the quota: base + the other reservation + what usage holds
+    assert L.desired_strings(ledger) == {"limits.memory": "9728Mi", "limits.cpu": "4"}
+    assert L.expired(ledger, T0 + 60) == ["node-1-b0.held"]
+    # it survives a save: the flag is stored, and a ledger without it reads as before
+    again = L.load(L.dump(ledger), "t", "q")
+    assert again.reservations["node-1-b0.held"].remainder and not again.reservations["other"].remainder
+    assert json.loads(L.dump(ledger))["reservations"]["node-1-b0.held"]["remainder"] is True
+    assert "remainder" not in json.loads(L.dump(ledger))["reservations"]["other"]
+    # the same id asked for again is a new reservation, never the remainder
+    fresh, outcome = L.reserve(ledger, "node-1-b0", {"limits.memory": "1Gi"}, {"limits.memory": "9728Mi"}, T0 + 70)
+    assert outcome["outcome"] == L.CREATED and fresh.reservations["node-1-b0.held"].delta == {"limits.memory": "512Mi"}
+
+
+def test_hold_at_usage_never_keeps_more_than_the_reservation_held_and_nothing_is_a_plain_release():
+    ledger, outcome = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 8 * 1024 * Mi_}, T0)
+    assert ledger.reservations["node-1-b0.held"].delta == {"limits.memory": "2Gi"}
+    released, outcome = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 0}, T0)
+    assert outcome["outcome"] == L.RELEASED and sorted(released.reservations) == ["other"]
+    # the reaper finishing a remainder keeps its id (smaller), then releases it
+    ledger, _ = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 512 * Mi_}, T0)
+    smaller, outcome = L.hold_at_usage(ledger, "node-1-b0.held", {"limits.memory": 256 * Mi_}, T0 + 900)
+    assert outcome["held_as"] == "node-1-b0.held" and smaller.reservations["node-1-b0.held"].delta == {
+        "limits.memory": "256Mi"}
+    done, outcome = L.hold_at_usage(smaller, "node-1-b0.held", {}, T0 + 1800)
+    assert outcome["outcome"] == L.RELEASED and sorted(done.reservations) == ["other"]
+
+
+def test_a_remainder_flag_that_is_no_boolean_is_corrupt():
+    data = json.loads(L.dump(_held_ledger()))
+    data["reservations"]["other"]["remainder"] = "yes"
+    with pytest.raises(InputError, match="remainder flag"):
+        L.load(json.dumps(data), "t", "q")

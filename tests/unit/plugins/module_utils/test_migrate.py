@@ -271,7 +271,7 @@ class _Refused(object):
         self.reserved = []
         self.captured = []   # what release's check (check mode) finds holding the headroom
         self.checks = []
-        monkeypatch.setattr(headroom_mod, "refused_target_pods", lambda cluster, keys, options=None: self.found)
+        monkeypatch.setattr(headroom_mod, "refused_target_pods", lambda cluster, keys, options=None, pins=None, planned=None: self.found)
         monkeypatch.setattr(reservations, "reserve", self.reserve)
         monkeypatch.setattr(reservations, "release", self.release)
 
@@ -475,7 +475,7 @@ def _reserve_writing(cluster):
 
 
 def _startable(monkeypatch, cluster):
-    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None: (
+    monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None, pins=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
     monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
@@ -681,3 +681,29 @@ def test_the_nap_is_a_tenth_of_the_poll_around_the_expected_end_of_the_batch_in_
     assert plan.nap(12.0) == 1.0                 # long before: the poll interval
     assert plan.nap(15.5) == pytest.approx(0.1)  # from one poll before to three after: a tenth of it
     assert plan.nap(20.0) == 1.0
+
+
+def test_a_release_timeout_never_says_to_delete_a_vms_pods():
+    ex, batch = _executor()
+    waiting = _waiting_batch(ex, batch, reasons=["t/compute: source pod t/virt-launcher-vm-1-abc still counts"])
+    with pytest.raises(m.WaitTimeoutError) as err:
+        ex.stopper.raise_release_timeout(waiting)
+    assert "delete them" not in err.value.fix and "ends by itself" in err.value.fix
+    assert "virtualmachineinstancemigration <name>" in err.value.fix
+
+
+def test_a_tenants_over_use_is_reported_and_the_batch_released(monkeypatch):
+    """Issue 24: release gives the quota back at its base although the tenant uses more; the run goes on (rc 0)
+    with the release's warning and its over-use in the result, never a failure."""
+    report = {"namespace": "t", "quota": "compute", "resources": {"limits.memory": {
+        "used": "9Gi", "base": "8Gi", "restored": "8Gi", "charged": "9Gi"}}, "objects": []}
+    warning = "reservation 'node-1-b0' released: t/compute is back at its base although its namespace uses more"
+    monkeypatch.setattr(reservations, "release", lambda cluster, rid, **kw: {
+        "reservation_id": rid, "quotas": [], "overuse": [report], "warnings": [warning]})
+    ex, batch = _executor()
+    batch.state, batch.final_at, batch.targets = m.FINAL, 0.0, [("t", "compute")]
+    assert ex.runner.try_release(batch)
+    assert batch.state == m.RELEASED
+    result = ex.stopper.result("succeeded")
+    assert result["overuse"] == [dict(report, reservation="node-1-b0")]
+    assert warning in result["warnings"]

@@ -1,0 +1,260 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The headroom fence lists the run's own migrations (issue 24): the keys it writes (pure), the order in which the
+batch runner lists a migration it creates (name first, UID right after the create), and the unfencing of a
+migration once it is final."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import batch_runner as br
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
+    RUNNING,
+    Batch,
+    RunRecord,
+)
+
+VMI_A = "4f0c1f0e-0000-4000-8000-00000000000a"
+VMI_B = "4f0c1f0e-0000-4000-8000-00000000000b"
+MIG_1 = "7d1e2f3a-0000-4000-8000-000000000001"
+MIG_2 = "7d1e2f3a-0000-4000-8000-000000000002"
+
+
+def fenced(vmis=None, migrations=None, namespace="t"):
+    return F.fence_data({}, namespace, vmis if vmis is not None else {VMI_A: "vm-a", VMI_B: "vm-b"}, "n",
+                        migrations=F.normalize_migrations(namespace, migrations or []))
+
+
+# ---------------------------------------------------------------------------
+# pure
+
+def test_a_migration_key_names_namespace_and_migration_and_its_value_the_vmi_and_the_uid():
+    data = fenced(migrations=[{"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a"},
+                              {"name": "vm-b-kvq-1", "vmi_uid": VMI_B}])
+    assert data["mig.t.vm-a-kvq-1"] == "%s/%s" % (VMI_A, MIG_1)
+    assert data["mig.t.vm-b-kvq-1"] == "%s/" % VMI_B          # not created yet: admitted by name, for vm-b only
+    assert F.fenced_migrations(data, "t") == {"vm-a-kvq-1": {"vmi": VMI_A, "uid": MIG_1},
+                                              "vm-b-kvq-1": {"vmi": VMI_B, "uid": ""}}
+
+
+def test_migration_names_with_dots_and_namespaces_sharing_a_prefix_parse_one_way():
+    data = fenced({VMI_A: "vm-a"}, [{"name": "a.b.c", "uid": MIG_1, "vm": "vm-a"}], namespace="a")
+    data = F.fence_data(data, "a-b", {VMI_B: "vm-b"}, "n",
+                        migrations=F.normalize_migrations("a-b", [{"name": "c", "uid": MIG_2, "vm": "vm-b"}]))
+    assert F.fenced_migrations(data, "a") == {"a.b.c": {"vmi": VMI_A, "uid": MIG_1}}
+    assert F.fenced_migrations(data, "a-b") == {"c": {"vmi": VMI_B, "uid": MIG_2}}
+    # a migration key never reads as a VMI or a namespace key
+    assert F.fenced_vmis(data, "a") == {VMI_A: "vm-a"} and set(F.fenced_namespaces(data)) == {"a", "a-b"}
+
+
+def test_a_migration_of_a_vmi_not_reserved_there_is_refused():
+    with pytest.raises(InputError, match="migration t/m is of VMI vm-c, which is not reserved in namespace t"):
+        fenced(migrations=[{"name": "m", "uid": MIG_1, "vm": "vm-c"}])
+    with pytest.raises(InputError, match="not reserved"):
+        fenced(migrations=[{"name": "m", "uid": MIG_1, "vmi_uid": MIG_2}])
+
+
+def test_a_late_pending_write_never_widens_a_known_uid_and_the_uid_replaces_pending():
+    pending = fenced(migrations=[{"name": "m", "vm": "vm-a"}])
+    known = F.fence_data(pending, "t", {}, "n", migrations=F.normalize_migrations("t", [
+        {"name": "m", "uid": MIG_1, "vm": "vm-a"}]))
+    assert known["mig.t.m"] == "%s/%s" % (VMI_A, MIG_1)
+    again, skipped = F.add_migrations_data(known, "t", F.normalize_migrations("t", [{"name": "m", "vm": "vm-a"}]))
+    assert again["mig.t.m"] == "%s/%s" % (VMI_A, MIG_1) and skipped == []
+
+
+def test_add_migrations_skips_an_unfenced_namespace_and_a_vmi_not_reserved():
+    data = fenced()
+    new, skipped = F.add_migrations_data(data, "t", F.normalize_migrations("t", [
+        {"name": "m1", "uid": MIG_1, "vm": "vm-a"}, {"name": "m2", "uid": MIG_2, "vm": "vm-z"}]))
+    assert F.fenced_migrations(new, "t") == {"m1": {"vmi": VMI_A, "uid": MIG_1}} and skipped == ["m2"]
+    other, skipped = F.add_migrations_data(data, "u", F.normalize_migrations("u", [{"name": "m1", "vm": "vm-a"}]))
+    assert other == data and skipped == ["m1"]
+
+
+def test_end_migrations_removes_only_that_migration_and_keeps_the_namespace_fenced():
+    data = fenced(migrations=[{"name": "m1", "uid": MIG_1, "vm": "vm-a"}, {"name": "m2", "vm": "vm-b"}])
+    # another object of the same name (a different UID) is not the one that ended
+    assert F.end_migrations_data(data, "t", [{"name": "m1", "uid": MIG_2}]) == data
+    ended = F.end_migrations_data(data, "t", [{"name": "m1", "uid": MIG_1}, {"name": "m2", "uid": MIG_2}])
+    assert F.fenced_migrations(ended, "t") == {}
+    assert F.fenced_vmis(ended, "t") == {VMI_A: "vm-a", VMI_B: "vm-b"} and "ns.t" in ended
+    assert F.end_migrations_data(data, "t", [{"name": "m1", "uid": None}])["mig.t.m2"] == "%s/" % VMI_B
+
+
+def test_unfencing_a_vmi_removes_its_migrations_and_the_last_one_all():
+    data = fenced(migrations=[{"name": "m1", "uid": MIG_1, "vm": "vm-a"}, {"name": "m2", "uid": MIG_2, "vm": "vm-b"}])
+    one = F.unfence_data(data, "t", {VMI_A})
+    assert F.fenced_migrations(one, "t") == {"m2": {"vmi": VMI_B, "uid": MIG_2}} and "ns.t" in one
+    assert F.unfence_data(one, "t", {VMI_B}) == {"kvquota.controller": F.DEFAULT_CONTROLLER}
+    assert F.unfence_data(data, "t") == {"kvquota.controller": F.DEFAULT_CONTROLLER}
+
+
+def test_normalize_migrations_names_what_is_wrong():
+    with pytest.raises(InputError, match="migration name 'M 1' is not a valid object name"):
+        F.normalize_migrations("t", [{"name": "M 1", "vm": "vm-a"}])
+    with pytest.raises(InputError, match="has no valid uid"):
+        F.normalize_migrations("t", [{"name": "m", "uid": "not a uid", "vm": "vm-a"}])
+    with pytest.raises(InputError, match="names no VMI"):
+        F.normalize_migrations("t", [{"name": "m", "uid": MIG_1}])
+    with pytest.raises(InputError, match="too long for the fence's ConfigMap key"):
+        F.normalize_migrations("t", [{"name": "m" * 250, "uid": MIG_1, "vm": "vm-a"}])
+    with pytest.raises(InputError, match="given twice"):
+        F.normalize_migrations("t", [{"name": "m", "uid": MIG_1, "vm": "vm-a"}, {"name": "m", "vm": "vm-b"}])
+    with pytest.raises(InputError, match="list of"):
+        F.normalize_migrations("t", {"name": "m"})
+
+
+# ---------------------------------------------------------------------------
+# the batch runner's protocol
+
+class _Cluster(object):
+    """Creates migrations (UIDs handed out on create) and lists them; logs every call in order."""
+
+    def __init__(self):
+        self.calls = []
+        self.vmims = {}
+
+    def create(self, path, body, what):
+        meta = body["metadata"]
+        made = dict(body, metadata=dict(meta, uid="uid-of-" + meta["name"]))
+        self.vmims[(meta["namespace"], meta["name"])] = made
+        self.calls.append(("create", meta["name"]))
+        return made
+
+    def list_custom(self, group, version, plural, namespace=None):
+        return [v for (ns, _n), v in sorted(self.vmims.items()) if ns == namespace]
+
+
+def _runner(monkeypatch, cluster):
+    config = ExecutorConfig.build("node-1", clock=lambda: 0.0, token="260101000000")
+    runner = br.BatchRunner(cluster, config, RunRecord(config, []))
+    monkeypatch.setattr(reservations, "admit_migrations", lambda _c, migrations, *a, **kw: cluster.calls.append(
+        ("admit", [(m["name"], m["uid"], m["vm"]) for m in migrations])) or [])
+    monkeypatch.setattr(reservations, "end_migrations", lambda _c, migrations, *a, **kw: cluster.calls.append(
+        ("end", [(m["name"], m["uid"]) for m in migrations])) or [])
+    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, needs, *a, **kw: cluster.calls.append(
+        ("reserve", [(m["name"], m["uid"]) for m in kw["refs"]["migrations"]])) or {})
+    return runner
+
+
+def _prepared(runner, fenced_namespaces=("t",)):
+    batch = Batch(0, 1, [("t", "vm-a"), ("t", "vm-b")], "node-1-b0")
+    batch.state, batch.targets = RUNNING, [("t", "q")]
+    batch.migrations = [{"namespace": "t", "vm": "vm-a", "reused": False, "name": "vm-a-kvq-260101000000", "uid": None},
+                        {"namespace": "t", "vm": "vm-b", "reused": True, "name": "theirs", "uid": "u-theirs"}]
+    batch.prepared = ({("t", "q"): {"limits.cpu": "1"}}, {"vms": [], "migrations": [
+        {"namespace": "t", "name": "theirs", "uid": "u-theirs"}]})
+    runner._record_reservation(batch, {"fence": [{"namespace": ns} for ns in fenced_namespaces], "quotas": []})
+    return batch
+
+
+def test_launch_lists_a_migration_by_name_before_creating_it_and_its_uid_right_after(monkeypatch):
+    cluster = _Cluster()
+    runner = _runner(monkeypatch, cluster)
+    runner.launch(_prepared(runner))
+    assert cluster.calls == [
+        ("admit", [("vm-a-kvq-260101000000", None, "vm-a")]),          # pending: before virt-controller can act
+        ("create", "vm-a-kvq-260101000000"),
+        ("admit", [("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000", "vm-a")]),
+        ("reserve", [("theirs", "u-theirs"), ("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000")])]
+
+
+def test_launch_lists_nothing_where_the_reservation_fenced_nothing(monkeypatch):
+    cluster = _Cluster()
+    runner = _runner(monkeypatch, cluster)
+    runner.launch(_prepared(runner, fenced_namespaces=()))
+    assert [c[0] for c in cluster.calls] == ["create", "reserve"]
+
+
+def test_a_final_migration_is_unfenced_once_while_the_others_run(monkeypatch):
+    cluster = _Cluster()
+    runner = _runner(monkeypatch, cluster)
+    batch = _prepared(runner)
+    runner.launch(batch)
+    cluster.calls[:] = []
+    cluster.vmims[("t", "theirs")] = {"metadata": {"namespace": "t", "name": "theirs", "uid": "u-theirs"},
+                                      "spec": {"vmiName": "vm-b"}, "status": {"phase": "Running"}}
+    cluster.vmims[("t", "vm-a-kvq-260101000000")]["status"] = {"phase": "Succeeded"}
+    batch.started, batch.launched, batch.timeout = 0.0, 0.0, 600
+    runner.follow(batch)
+    assert cluster.calls == [("end", [("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000")])]
+    runner.follow(batch)
+    assert len(cluster.calls) == 1                                      # once
+    cluster.vmims[("t", "theirs")]["status"] = {"phase": "Succeeded"}
+    runner.follow(batch)
+    assert cluster.calls[1:] == [("end", [("theirs", "u-theirs")])]
+
+
+# ---------------------------------------------------------------------------
+# a reservation lists the migrations of its refs
+
+class _ApiCluster(object):
+    """The fence ConfigMap (created, replaced) and migrations to read, by (namespace, name)."""
+
+    def __init__(self, vmims):
+        self.vmims = vmims
+        self.configmap = None
+
+    def exists(self, path, what):
+        return self.configmap
+
+    def create(self, path, body, what):
+        self.configmap = dict(body, metadata=dict(body["metadata"], resourceVersion="1"))
+        return self.configmap
+
+    def replace(self, body, what=None):
+        self.configmap = body
+        return body
+
+    def get_custom(self, group, version, plural, name, namespace=None):
+        from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError
+        if (namespace, name) not in self.vmims:
+            raise NotFoundError("virtualmachineinstancemigrations %s not found" % name)
+        return self.vmims[(namespace, name)]
+
+
+class _FakeRun(object):
+    check_mode = False
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.store = type("S", (), {"namespace": "kvquota-system"})()
+
+    @staticmethod
+    def clock():
+        return 0
+
+    @staticmethod
+    def fence_installed():
+        return True
+
+    @staticmethod
+    def controller():
+        return F.DEFAULT_CONTROLLER
+
+
+def test_a_reservation_fences_only_the_recorded_migrations_of_its_own_vms():
+    cluster = _ApiCluster({
+        ("t", "m1"): {"metadata": {"name": "m1", "uid": MIG_1}, "spec": {"vmiName": "vm-a"}},
+        # the name is another object now (its UID is not the recorded one)
+        ("t", "renamed"): {"metadata": {"name": "renamed", "uid": "someone-elses"}, "spec": {"vmiName": "vm-a"}}})
+    refs = {"vms": [{"namespace": "t", "name": "vm-a", "uid": VMI_A}, {"namespace": "u", "name": "vm-b", "uid": VMI_B}],
+            "migrations": [{"namespace": "t", "name": "m1", "uid": MIG_1},          # its VMI read from the migration
+                           {"namespace": "t", "name": "renamed", "uid": MIG_2},
+                           {"namespace": "t", "name": "gone", "uid": MIG_2},         # deleted meanwhile
+                           {"namespace": "t", "name": "m-z", "uid": MIG_2, "vm": "vm-z"},   # not a reserved VM
+                           {"namespace": "u", "name": "m-b", "vm": "vm-b"}]}         # not created yet
+    states = {("t", "q"): None, ("u", "q"): None}
+    results = reservations._fence(_FakeRun(cluster), "node-1-b0", states, "ops", 600, refs)
+    assert [r["namespace"] for r in results] == ["t", "u"]
+    data = cluster.configmap["data"]
+    assert sorted(k for k in data if k.startswith("mig.")) == ["mig.t.m1", "mig.u.m-b"]
+    assert data["mig.t.m1"] == "%s/%s" % (VMI_A, MIG_1) and data["mig.u.m-b"] == "%s/" % VMI_B
