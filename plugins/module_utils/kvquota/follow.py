@@ -81,14 +81,15 @@ def source_node(vmim, vmis):
     return ((vmi or {}).get("status") or {}).get("nodeName")
 
 
-def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=(), rooms=None):
+def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=(), rooms=None, skip=()):
     """The migrations KubeVirt will run next that need a reservation now, oldest first: of vmims (every migration
     of the cluster), those in scope (scope(vmim, node) -> bool), not final, not admitted (no target pod), not
     followed (UIDs in followed), whose VMI exists, not of a namespace in blocked_namespaces, within the free
     slots: per_cluster and per_node (per source node) minus the migrations in flight, that is admitted and not
     final, or followed and not final, and minus rooms ({namespace: (source node, count)}: reserved rooms that as
     many of the namespace's queued migrations will take, see Follower._free_rooms; those migrations need no
-    reservation of their own). One migration per VMI. Pure."""
+    reservation of their own). skip: UIDs of migrations never to reserve for (still counted in flight once
+    admitted, as KubeVirt counts them). One migration per VMI. Pure."""
     flying, covered = {}, {}
     for namespace, (node, count) in (rooms or {}).items():
         flying[node] = flying.get(node, 0) + count
@@ -101,7 +102,7 @@ def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_names
             flying[node] = flying.get(node, 0) + 1
     free = per_cluster - sum(flying.values())
     candidates = sorted((v for v in vmims if migration_phase(v) not in FINAL_MIGRATION_PHASES and never_admitted(v)
-                         and uid_of(v) not in followed),
+                         and uid_of(v) not in followed and uid_of(v) not in skip),
                         key=lambda v: (_meta(v).get("creationTimestamp") or "", _meta(v).get("namespace"),
                                        natural(_meta(v).get("name") or "")))
     chosen, vms = [], set()
@@ -352,13 +353,12 @@ class Follower(object):
         return min(self.config.poll_interval, FAST_POLL_SECONDS) if admitted else self.config.poll_interval
 
     def _start_groups(self, vmims, vmis):
-        # a migration of a VM left out of its group (grown past its pin) is not taken again
-        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid")) | self.runner.left_out_migrations
+        followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
         waiting = set(m["namespace"] for g in self.record.batches if g.state == RUNNING for m in g.migrations
                       if m["namespace"] and self._not_admitted(vmims, m["uid"]))
         per_cluster, per_node = self._limits()
         chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting,
-                           self._free_rooms(vmims, vmis, followed))
+                           self._free_rooms(vmims, vmis, followed), self._never_reserved(vmims, vmis))
         if not chosen:
             return
         index = self.next_index
@@ -366,13 +366,29 @@ class Follower(object):
         keys = [(_meta(v)["namespace"], v["spec"]["vmiName"]) for v in chosen]
         group = Batch(index, None, keys, "%s-f%d" % (self.config.reservation_prefix, index), followed=True)
         group.migrations = [{"namespace": _meta(v)["namespace"], "name": _meta(v)["name"], "uid": uid_of(v),
-                             "vm": v["spec"]["vmiName"], "reused": True} for v in chosen]
+                             "vm": v["spec"]["vmiName"], "reused": True,
+                             "vmi_uid": uid_of(vmis.get((_meta(v)["namespace"], v["spec"]["vmiName"])) or {})}
+                            for v in chosen]
         self.record.batches.append(group)
         self.runner.start(group)
         if not self.config.check_mode:
             self.record.say("%s: following %s (parallel limits %d per cluster, %d per node); reserved %s"
                             % (group.label(), ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
                                per_cluster, per_node, headroom_text(group.deltas)))
+
+    def _never_reserved(self, vmims, vmis):
+        """UIDs of the migrations no group reserves for: those of VMs left out of their group (grown past their
+        pin), and any later migration of a VMI (by UID) that a followed migration of this window already moved.
+        The window reserves once per VM: a tenant that migrates its VM again after it left the node (or KubeVirt
+        moving it a second time) gets no headroom for it, and the fence admits no target pod for it either."""
+        moved = set(m["vmi_uid"] for g in self.record.batches for m in g.migrations
+                    if m.get("vmi_uid") and g.phases.get("%s/%s" % (m["namespace"], m["name"])) == "Succeeded")
+        skip = set(self.runner.left_out_migrations)
+        for vmim in vmims:
+            vmi = vmis.get((_meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")))
+            if vmi is not None and uid_of(vmi) in moved:
+                skip.add(uid_of(vmim))
+        return skip
 
     def _free_rooms(self, vmims, vmis, followed):
         """{namespace: (source node, count)} of the rooms the groups hold that none of their migrations uses now (a

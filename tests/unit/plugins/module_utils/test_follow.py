@@ -641,3 +641,41 @@ def test_the_groups_migrations_are_looked_at_often_while_one_runs(monkeypatch):
     assert ex.follower._pause() == 0.5         # nothing runs yet: KubeVirt has not admitted it
     group.phases = {"t0/a": "Running"}
     assert ex.follower._pause() == f.FAST_POLL_SECONDS
+
+
+# -- a window reserves once per VM (issue 24: a tenant's later migrations of a VM that left the node) -------------
+
+def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_still_counts_in_flight():
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import Batch
+
+    class Runner(object):
+        left_out_migrations = {"u-grown"}
+
+    class Record(object):
+        batches = []
+
+    moved = Batch(1, None, [("a", "vm-1")], "w-f1", followed=True)
+    moved.migrations = [{"namespace": "a", "name": "evac-1", "uid": "u-evac", "vm": "vm-1", "reused": True,
+                         "vmi_uid": "vmi-1"}]
+    moved.phases = {"a/evac-1": "Succeeded"}
+    failed = Batch(2, None, [("a", "vm-2")], "w-f2", followed=True)
+    failed.migrations = [{"namespace": "a", "name": "evac-2", "uid": "u-evac2", "vm": "vm-2", "reused": True,
+                          "vmi_uid": "vmi-2"}]
+    failed.phases = {"a/evac-2": "Failed"}
+    Record.batches = [moved, failed]
+    follower = f.Follower.__new__(f.Follower)
+    follower.record, follower.runner = Record(), Runner()
+    vmis = {("a", "vm-1"): dict(vmi("a", "vm-1", "n2"), metadata={"namespace": "a", "name": "vm-1", "uid": "vmi-1"}),
+            ("a", "vm-2"): dict(vmi("a", "vm-2", "n1"), metadata={"namespace": "a", "name": "vm-2", "uid": "vmi-2"}),
+            ("a", "vm-3"): dict(vmi("a", "vm-3", "n1"), metadata={"namespace": "a", "name": "vm-3", "uid": "vmi-3"})}
+    queue = [vmim("a", "tenant-again", "vm-1", "u-t1", "t1"),      # the tenant migrates the moved VM again
+             vmim("a", "retry-2", "vm-2", "u-r2", "t2"),           # KubeVirt retries a failed one: reserved
+             vmim("a", "evac-3", "vm-3", "u-e3", "t3"),
+             vmim("a", "grown", "vm-3", "u-grown", "t0")]
+    skip = follower._never_reserved(queue, vmis)
+    assert skip == {"u-t1", "u-grown"}
+    chosen = f.pick_next(queue, vmis, set(), 5, 5, everything, skip=skip)
+    assert [c["metadata"]["uid"] for c in chosen] == ["u-r2", "u-e3"]
+    # once admitted elsewhere (its namespace no longer fenced) it takes a slot as KubeVirt counts it
+    queue[0] = vmim("a", "tenant-again", "vm-1", "u-t1", "t1", phase="Running", source="n2", target_pod="p")
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 2, 5, everything, skip=skip)] == ["u-r2"]
