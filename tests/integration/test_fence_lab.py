@@ -267,6 +267,57 @@ def test_only_the_runs_own_migrations_get_target_pods_and_backend_pvcs(lab, r, e
     M.wait(lambda: try_pvc(tenant, ns) is None, 20, "the fence to let the tenant's PVC in")
 
 
+def test_the_targets_attachment_pod_passes_and_a_pvc_cannot_move_to_a_charged_class(lab, r, emu, operator, installed,
+                                                                                    tenant_ns):
+    """Issue 24 review: KubeVirt's hotplug-volume attachment pod for a migration target is owned by the target Pod
+    (not the VMI) and carries the migration's name and UID: admitted for the run's migration once its UID is
+    listed, never for another migration, never while the UID is not known, never from a tenant. A tenant's PVC
+    that had no storage class may not be given one while fenced (quota charges <class>.storageclass...)."""
+    ns = tenant_ns
+    tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+    kubevirt = emulator.as_identity(r, CONTROLLER)
+    vm1 = vmi_ref(r, ns, "vm-1")
+    own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000c3")
+    pending = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000d4")
+    theirs = ("vm-1-mine-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000e5")
+    target = {"apiVersion": "v1", "kind": "Pod", "name": "virt-launcher-vm-1-abcde",
+              "uid": "2f6c1d2e-0000-4000-8000-0000000000f6", "controller": True, "blockOwnerDeletion": True}
+
+    def attachment(migration):
+        body = pod_body(ns, migration=migration, name="hp-volume-" + secrets.token_hex(3))
+        body["metadata"]["ownerReferences"] = [target]
+        return body
+
+    def try_attachment(rest, migration):
+        return _refusal(lambda: rest.request("POST", "/api/v1/namespaces/%s/pods" % ns, {"dryRun": "All"},
+                                             body=attachment(migration)))
+
+    claim = r.create("/api/v1/namespaces/%s/persistentvolumeclaims" % ns, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"generateName": "data-", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}})
+    claim_path = "/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (ns, claim["metadata"]["name"])
+    F.fence(operator, OPERATOR_NS, ns, [vm1], note="window", controller=CONTROLLER,
+            migrations=[{"name": own[0], "uid": own[1], "vm": "vm-1"}, {"name": pending[0], "vm": "vm-1"}])
+    M.wait(lambda: try_pod(tenant, ns), 20, "the fence to refuse the tenant's pod")
+    assert try_attachment(kubevirt, own) is None
+    assert "is fenced" in try_attachment(kubevirt, pending)      # no UID listed yet: the name alone is not enough
+    assert "is fenced" in try_attachment(kubevirt, theirs)
+    assert "is fenced" in try_attachment(kubevirt, (own[0], theirs[1]))
+    assert "is fenced" in try_attachment(tenant, own)
+    # a class given to a PVC that had none is charged to <class>.storageclass.storage.k8s.io/...: refused
+    refused = _refusal(lambda: tenant.request("PATCH", claim_path, {"dryRun": "All"},
+                                              body={"spec": {"storageClassName": "kvq-charged"}},
+                                              content_type="application/merge-patch+json"))
+    assert refused is not None and "is fenced" in refused, refused
+    # a label on it charges nothing: passes
+    assert _refusal(lambda: tenant.request("PATCH", claim_path, {"dryRun": "All"},
+                                           body={"metadata": {"labels": {"x": "y"}}},
+                                           content_type="application/merge-patch+json")) is None
+    F.unfence(operator, OPERATOR_NS, ns)
+    M.wait(lambda: try_pod(tenant, ns) is None, 20, "the fence to let the tenant's pod in")
+    r.delete(claim_path)
+
+
 def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, installed, tenant_ns):
     other = "fence-other-" + secrets.token_hex(3)
     r.create("/api/v1/namespaces", {"metadata": {"name": other, "labels": {"kvqlab/test": "true"}}})
