@@ -14,6 +14,14 @@ ServiceAccount bound to edit or admin in its namespace, or a Rancher project mem
 Namespaces) at the moment the namespace holds a reservation (a kvq-ledger-* ConfigMap with an active
 reservation for one of its quotas in the operator namespace), or before the drain where the attack is a trap.
 
+Issue 24's attacks (run first: each drains a node of its own in the scenario, node-5 to node-8) go after what a
+tenant writes or starts after the plan: a PVC taking the headroom of a backend-storage PVC (pvc-capture), a VM of a
+later batch grown through a hook-sidecar annotation or the namespace's auto-memory-limits-ratio label (grow-*), the
+same label before the plan, an invalid annotation beside other tenants' VMs, the tenant's own migrations of its
+reserved VMs in drive and follow mode (the maintenance_window role beside `kubectl drain`), and a new VM during the
+window. One that is not contained is followed by the administrator's forced cleanup (reset), so that the next
+attacks start from the base.
+
 Checked for every attack:
 - the drain completes, or fails only where it must (headroom taken without the fence, our migration deleted by
   the tenant) with a message naming the cause, and a re-run or the reaper then converges;
@@ -72,6 +80,14 @@ OLD_LEDGER = "kvquota.maintenance/ledger"           # 0.1.0's ledger annotation
 RANCHER_ANNOTATION = rancher_mod.QUOTA_ANNOTATION
 PLAIN = ("t-plain-1", "t-plain-2")
 RANCHER_NS = "t-rancher"
+# issue 24's tenants (tests/chaos/scenarios/tenant.yaml): a VM with a persistent EFI (backend-storage PVC), plain
+# tenants beside others, and a Rancher namespace whose VMs take KubeVirt's automatic memory limit
+PVC_NS, OTHER_NS, GROW_NS, AUTO_NS = "t-pvc", "t-other", "t-grow", "t-auto"
+RANCHER_NAMESPACES = (RANCHER_NS, AUTO_NS)
+ALL_NS = PLAIN + (RANCHER_NS, PVC_NS, OTHER_NS, GROW_NS, AUTO_NS)
+HOOK_SIDECARS = "hooks.kubevirt.io/hookSidecars"
+RATIO_LABEL = "alpha.kubevirt.io/auto-memory-limits-ratio"
+ATTACK_LABEL = "kvqlab.io/tenant-attack"
 FINAL = ("Succeeded", "Failed")
 # bounded waits (as the chaos campaigns): a run that cannot release fails in a minute, not in the role's 10
 BOUNDED = {"node_maintenance_release_timeout": 60, "node_maintenance_rescue_release_timeout": 20,
@@ -120,13 +136,16 @@ class Campaign(object):
             raise
         self.rest = self.r.rest
         self.install_fence()
-        self.base = dict((ns, self.r.hard(ns)) for ns in PLAIN + (RANCHER_NS,))
+        self.base = dict((ns, self.r.hard(ns)) for ns in ALL_NS)
         self.base_annotation = self.annotation(RANCHER_NS)
+        self.base_annotations = dict((ns, self.annotation(ns)) for ns in RANCHER_NAMESPACES)
         self.tenants = {}
-        for ns in PLAIN:
+        for ns in PLAIN + (PVC_NS, OTHER_NS, GROW_NS):
             self.tenants[ns] = tenants.make(self.r.lab, ns, roles=("edit", "admin"))
-        self.tenants[RANCHER_NS] = tenants.make(self.r.lab, RANCHER_NS, project_namespaces=[RANCHER_NS])
+        for ns in RANCHER_NAMESPACES:
+            self.tenants[ns] = tenants.make(self.r.lab, ns, project_namespaces=[ns])
         self.runs = 0
+        self.proc = None   # the playbook run drain() waits for (an attack's during() may look at it)
 
     def stop(self):
         if self.keep:
@@ -225,6 +244,10 @@ class Campaign(object):
         if self.annotation(RANCHER_NS) != annotation:
             out.append("namespace %s annotation %s is %r, was %r" % (RANCHER_NS, RANCHER_ANNOTATION,
                                                                      self.annotation(RANCHER_NS), annotation))
+        for ns in RANCHER_NAMESPACES:
+            if ns != RANCHER_NS and self.annotation(ns) != self.base_annotations[ns]:
+                out.append("namespace %s annotation %s is %r, was %r" % (ns, RANCHER_ANNOTATION, self.annotation(ns),
+                                                                         self.base_annotations[ns]))
         left = sorted(self.ledgers())
         if left:
             out.append("ledger(s) left: %s" % left)
@@ -407,7 +430,7 @@ def drain(c, attack, node, during=None, expect_ok=True, extra_vars=None, trigger
     sampler = c.sampler = Sampler(c, c.base)
     sampler.start()
     earlier = set(m["metadata"]["uid"] for m in c.r.vmims(attack.ns))   # a previous drain's migrations
-    proc = c.start(dict(BOUNDED, node_maintenance_node=node, **(extra_vars or {})))
+    proc = c.proc = c.start(dict(BOUNDED, node_maintenance_node=node, **(extra_vars or {})))
     fired = []
     try:
         if during is not None:
@@ -696,8 +719,11 @@ def attack_capture_fenced(c, attack):
 
 def attack_capture_unfenced(c, attack, early=False):
     """The fence uninstalled: the edit tenant's pod takes the headroom freed by a source pod that ended, before
-    the release. The run must fail naming the pod; the reaper must exit non-zero on the deferred release, naming
-    it; once the pod is gone the reaper converges."""
+    the release. Issue 24 item 4: no expansion outlives its migrations, so the quota goes back to its base with the
+    tenant's pod still running (it is over its quota, not given the headroom), the run names the pod and never
+    tells the administrator to delete a VM's pods; a re-run (and the reaper, if anything is held) converges without
+    a forced release and without removing the tenant's pod. (Until issue 24 the run failed naming the pod and the
+    reservation was kept until the pod was gone.)"""
     ns = attack.ns
     node = c.node_for(ns)
     c.uninstall_fence()
@@ -733,47 +759,44 @@ def attack_capture_unfenced(c, attack, early=False):
         if not grabbed:
             return settle(c, attack, node)
         pod = grabbed[0]
-        if rc == 0:
-            attack.fail("the drain succeeded although pod %s took the headroom" % pod)
-        elif pod not in out:
-            attack.fail("the drain failed without naming pod %s: %s" % (pod, _failure_text(out)))
+        if pod not in out:
+            attack.fail("the run did not name pod %s that took the headroom: %s" % (pod, _failure_text(out)))
         else:
-            attack.notes.append("drain failed naming %s" % pod)
-        # the reaper, once the reservation expired: non-zero, naming the pod
-        expires = [e.get("expires") for led in c.ledgers().values()
-                   for e in (led.get("reservations") or {}).values() if isinstance(e, dict) and e.get("expires")]
-        if expires:
-            time.sleep(max(0, max(_epoch(x) for x in expires) - time.time() + 2))
-        rc2, out2, secs2 = c.run({}, name="reaper")
-        attack.runs.append(("reaper", rc2, secs2))
-        if rc2 == 0:
-            attack.fail("the reaper exited 0 with the headroom held by %s" % pod)
-        elif pod not in out2:
-            attack.fail("the reaper failed without naming %s: %s" % (pod, _failure_text(out2)))
-        else:
-            attack.notes.append("reaper rc=%s naming %s" % (rc2, pod))
-        # the administrator removes the pod; the reaper converges
-        c.rest.delete("/api/v1/namespaces/%s/pods/%s" % (ns, pod))
-        c.wait(lambda: c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, pod)) is None, 60, "pod gone")
-        rc3, out3, secs3 = c.run({"reaper_wait": True, "reaper_wait_timeout": 60}, name="reaper")
-        attack.runs.append(("reaper", rc3, secs3))
-        if rc3 != 0:
-            attack.fail("the reaper did not converge once the pod was gone: %s" % _failure_text(out3))
-        # the VMs the failed drain left on the node: a re-run moves them
+            attack.notes.append("run rc=%s naming %s" % (rc, pod))
+        if "(or delete them)" in out:
+            attack.fail("the run's fix tells the administrator to delete pods: %s" % _failure_text(out))
+        # anything still held (a run stopped mid-batch): the reaper converges once it expired, the pod still there
+        if c.active():
+            expires = [e.get("expires") for led in c.ledgers().values()
+                       for e in (led.get("reservations") or {}).values() if isinstance(e, dict) and e.get("expires")]
+            if expires:
+                time.sleep(max(0, max(_epoch(x) for x in expires) - time.time() + 2))
+            rc2, out2, secs2 = c.run({"reaper_wait": True, "reaper_wait_timeout": 60}, name="reaper")
+            attack.runs.append(("reaper", rc2, secs2))
+            if rc2 != 0:
+                attack.fail("the reaper did not converge with the tenant's pod %s still running: %s"
+                            % (pod, _failure_text(out2)))
+        # the VMs a stopped run left on the node: a re-run moves them (the tenant's pod still running)
         if any(n == node for n in c.vmi_nodes().values()):
+            c.uncordon_all()
             rc4, out4, secs4 = c.run(dict(BOUNDED, node_maintenance_node=node))
             attack.runs.append(("node_maintenance", rc4, secs4))
             if rc4 != 0:
                 attack.fail("the re-run failed: %s" % _failure_text(out4))
+        if c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, pod)) is None:
+            attack.fail("the tenant's pod %s is gone: nothing of kvquota may delete it" % pod)
         settle(c, attack, node)
+        # the tenant's own cleanup, for the next attacks
+        c.rest.delete("/api/v1/namespaces/%s/pods/%s" % (ns, pod))
+        c.wait(lambda: c.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, pod)) is None, 60, "pod gone")
     finally:
         c.install_fence()
 
 
 def attack_capture_unfenced_early(c, attack):
     """The fence uninstalled: the edit tenant's pod takes the headroom as soon as the quota grew, before KubeVirt
-    creates the target pods. The run must stop (no top-up past the cap) naming the pod; the reaper must exit
-    non-zero naming it; once the pod is gone the reaper converges."""
+    creates the target pods. The run names the pod (it may stop: no top-up past the cap); the quota ends at its
+    base with the pod still running, and a re-run (the reaper if anything is held) converges without removing it."""
     attack_capture_unfenced(c, attack, early=True)
 
 
@@ -951,8 +974,668 @@ def attack_delete_migration(c, attack):
     settle(c, attack, node)
 
 
+# -- issue 24: what a tenant writes after the plan, or admits into the headroom -------------------------
+
+# one VM per batch, each batch started only once the previous one is released: a VM of a later batch is sized
+# (again) after the tenant's change
+ONE_BY_ONE = {"node_maintenance_parallel_migrations_per_cluster": 1,
+              "node_maintenance_parallel_outbound_migrations_per_node": 1,
+              "node_maintenance_batch_overlap": False}
+THREE_SIDECARS = json.dumps([{"image": "example.invalid/tenant-hook:%d" % i, "args": ["--version", "v1alpha2"]}
+                             for i in range(1, 4)])
+
+
+def _launcher(c, ns, vmi_name):
+    """The VMI's running (non-final) launcher pod on its current node, or None."""
+    vmi = c.rest.get_or_none(KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vmi_name))
+    if not vmi:
+        return None
+    node = (vmi.get("status") or {}).get("nodeName")
+    for pod in c.rest.get("/api/v1/namespaces/%s/pods" % ns,
+                          labelSelector="kubevirt.io/created-by=%s" % vmi["metadata"]["uid"])["items"]:
+        if pod["spec"].get("nodeName") == node and (pod.get("status") or {}).get("phase") not in FINAL \
+                and not pod["metadata"].get("deletionTimestamp"):
+            return pod
+    return None
+
+
+def _pod_size(pod):
+    """(limits {limits.cpu: .., limits.memory: ..}, number of containers) of a pod."""
+    total = {}
+    for cont in (pod or {}).get("spec", {}).get("containers") or []:
+        for name, value in _num((cont.get("resources") or {}).get("limits") or {}).items():
+            total["limits." + name] = total.get("limits." + name, 0) + value
+    return total, len((pod or {}).get("spec", {}).get("containers") or [])
+
+
+def _vms_on(c, node, ns=None):
+    """[(namespace, name)] of the VMIs on node (of namespace ns)."""
+    return sorted((v["metadata"]["namespace"], v["metadata"]["name"]) for v in c.r.vmis(ns)
+                  if (v.get("status") or {}).get("nodeName") == node)
+
+
+def _run_migrations(c, ns, earlier):
+    """{VMI name: migration} of this run's migrations in ns (created after `earlier` was taken)."""
+    return dict((m["spec"].get("vmiName"), m) for m in c.r.vmims(ns)
+                if "kvq" in m["metadata"]["name"] and m["metadata"]["uid"] not in earlier)
+
+
+def _restart(c, ns, names):
+    """The administrator restarts VMs (their VMIs deleted together, so that their old launchers free the quota first;
+    each VM starts a new VMI sized from its spec)."""
+    paths = dict((name, KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name)) for name in names)
+    old = dict((name, (c.rest.get_or_none(path) or {}).get("metadata", {}).get("uid")) for name, path in paths.items())
+    for path in paths.values():
+        attempt(c.rest.delete, path)
+    for name, path in sorted(paths.items()):
+        c.wait(lambda path=path, name=name: (lambda v: v and v["metadata"]["uid"] != old[name]
+                                             and (v.get("status") or {}).get("phase") == "Running")(
+            c.rest.get_or_none(path)), 120, "VM %s/%s to run again" % (ns, name), interval=0.5)
+
+
+def reset(c, attack):
+    """After an attack that was not contained: the administrator's forced cleanup, so that the next attacks start
+    from the base (every quota and Rancher annotation back to it, kvquota's ledgers, locks, fence entries and window
+    records deleted, every node uncordoned). Noted on the attack; its failures stay."""
+    cms = "/api/v1/namespaces/%s/configmaps" % OPERATOR_NS
+    done = []
+    for cm in c.rest.get(cms)["items"]:
+        name = cm["metadata"]["name"]
+        if name.startswith(("kvq-ledger-", "kvq-window-")):
+            attempt(c.rest.delete, cms + "/" + name)
+            done.append(name)
+    entries = c.fence_entries()
+    if entries:
+        c.rest.patch(cms + "/" + FENCE_CONFIGMAP, {"data": dict((k, None) for k in entries)})
+        done.append("%d fence entries" % len(entries))
+    leases = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % OPERATOR_NS
+    for lease in c.rest.get(leases)["items"]:
+        if lease["metadata"]["name"].startswith("kvq-lock-"):
+            attempt(c.rest.delete, leases + "/" + lease["metadata"]["name"])
+    for ns in RANCHER_NAMESPACES:
+        if c.annotation(ns) != c.base_annotations[ns]:
+            c.rest.patch("/api/v1/namespaces/" + ns,
+                         {"metadata": {"annotations": {RANCHER_ANNOTATION: c.base_annotations[ns]}}})
+            done.append("annotation of " + ns)
+    for ns, quotas in sorted(c.base.items()):
+        if ns in RANCHER_NAMESPACES:
+            continue    # Rancher applies the annotation (the lock-down refuses anyone else's write)
+        for name, hard in sorted(quotas.items()):
+            path = "/api/v1/namespaces/%s/resourcequotas/%s" % (ns, name)
+            cur = c.rest.get(path)
+            if (cur.get("spec") or {}).get("hard") != hard:
+                cur["spec"]["hard"] = hard
+                status, text = attempt(c.rest.replace, path, cur)
+                done.append("quota %s/%s%s" % (ns, name, " (refused: %s %s)" % (status, text[:100]) if status else ""))
+    c.uncordon_all()
+    if done:
+        attack.notes.append("administrator's forced cleanup after the attack: %s" % ", ".join(done))
+    try:
+        c.wait(lambda: not c.problems(), 60, "the lab back at its base")
+    except AssertionError:
+        attack.notes.append("after the cleanup: %s" % c.problems())
+
+
+def _check_sizes(c, attack, ns, before, node, out, what, one_per_batch=True):
+    """The VMs of ns that the attack grew: none reserved for more than the plan (a quota's peak above its base is at
+    most the largest planned VM with one VM per batch, else all of them), none back bigger, and one left on the node
+    is named with what changed. before: {vm: (limits, containers)} read before the drain."""
+    plan_max = {}
+    for limits, _n in before.values():
+        for res, value in limits.items():
+            plan_max[res] = max(plan_max.get(res, 0), value) if one_per_batch else plan_max.get(res, 0) + value
+    for key, peak in sorted(getattr(attack, "peak", {}).items()):
+        if key.split("/")[0] != ns:
+            continue
+        for res, extra in sorted(peak.items()):
+            if res in plan_max and extra > plan_max[res]:
+                attack.fail("%s reserved +%s %s, more than the plan's %s (+%s): the tenant's growth was reserved for"
+                            % (key, _fmt(extra, res), res, "largest VM" if one_per_batch else "VMs",
+                               _fmt(plan_max[res], res)))
+            elif res in plan_max:
+                attack.notes.append("%s peak +%s %s (plan: +%s %s)" % (
+                    key, _fmt(extra, res), res, _fmt(plan_max[res], res), "per VM" if one_per_batch else "in all"))
+    flat = " ".join(out.split())
+    for vm, (limits, containers) in sorted(before.items()):
+        now, count = _pod_size(_launcher(c, ns, vm))
+        grown = dict((r, v) for r, v in now.items() if v > limits.get(r, 0))
+        if grown or count > containers:
+            attack.fail("VM %s/%s came back bigger: %s, %d containers (was %s, %d)"
+                        % (ns, vm, dict((r, _fmt(v, r)) for r, v in now.items()), count,
+                           dict((r, _fmt(v, r)) for r, v in limits.items()), containers))
+        if (ns, vm) in _vms_on(c, node, ns):
+            if vm in flat and what in flat:
+                attack.notes.append("VM %s/%s left on %s, named with %s" % (ns, vm, node, what))
+            else:
+                attack.fail("VM %s/%s left on %s without the run naming it with %s: %s"
+                            % (ns, vm, node, what, _failure_text(out)))
+
+
+def attack_pvc_capture(c, attack):
+    """edit tenant: a 10Mi PVC created while the namespace holds the reservation of a VM with a persistent EFI (the
+    reservation adds persistentvolumeclaims and requests.storage for the target's backend-storage PVC; once the
+    migration handed the VM's state over to the target PVC, KubeVirt deleted the source's and the room is free until
+    the release): the fence must refuse it."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    created = []
+    tries = []
+
+    def grab():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and c.active(ns):
+            body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "grab-pvc-" + secrets.token_hex(2), "namespace": ns},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+                             "resources": {"requests": {"storage": "10Mi"}}}}
+            status, text = attempt(c.tenant(ns).create, "/api/v1/namespaces/%s/persistentvolumeclaims" % ns, body)
+            tries.append(status)
+            if status == 403 and "is fenced" in text:
+                attack.fence_refusals += 1
+                attack.notes.append("PVC %s refused by the fence" % body["metadata"]["name"])
+                return
+            if status == 0:
+                created.append(body["metadata"]["name"])
+                attack.fail("the tenant's PVC %s was admitted during the reservation (%s)" % (
+                    body["metadata"]["name"],
+                    _quota_line(c, ns, ("persistentvolumeclaims", "requests.storage"))))
+                return
+            if "exceeded quota" not in text:
+                attack.fail("the tenant's PVC: refused but not by the fence: %s %s" % (status, text[:300]))
+                return
+            time.sleep(0.1)
+        attack.fail("no PVC of the tenant was decided during the reservation (%d refused by quota admission only)"
+                    % len(tries))
+
+    c.r.set_knobs(migration_seconds=4)
+    try:
+        drain(c, attack, node, during=grab, trigger="migrated")
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    for name in created:
+        attempt(c.rest.delete, "/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (ns, name))
+    pvcs = c.rest.get("/api/v1/namespaces/%s/persistentvolumeclaims" % ns)["items"]
+    attack.notes.append("PVCs after the run: %s" % ", ".join(sorted(
+        "%s%s" % (p["metadata"]["name"], " (migration %s)" % p["metadata"]["labels"]["kubevirt.io/migrationName"]
+                  if "kubevirt.io/migrationName" in (p["metadata"].get("labels") or {}) else "") for p in pvcs)))
+    settle(c, attack, node)
+    if attack.failures:
+        reset(c, attack)
+
+
+def _quota_line(c, ns, names):
+    out = []
+    for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+        st = q.get("status") or {}
+        out.append("%s: %s" % (q["metadata"]["name"], ", ".join(
+            "%s %s/%s" % (n, (st.get("used") or {}).get(n), (st.get("hard") or {}).get(n)) for n in names)))
+    return "; ".join(out)
+
+
+def _grow_attack(c, attack, change, undo, what):
+    """A VM of a later batch grows after the plan: change(vm) once the run's first migration exists (one VM per
+    batch), then the sizes checked (_check_sizes) and the change undone."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    on_node = [vm for _ns, vm in _vms_on(c, node, ns)]
+    if len(on_node) < 2:
+        attack.fail("premise: %s holds %d VM(s) of %s, two are needed (a later batch)" % (node, len(on_node), ns))
+        return
+    before = dict((vm, _pod_size(_launcher(c, ns, vm))) for vm in on_node)
+    earlier = set(m["metadata"]["uid"] for m in c.r.vmims(ns))
+    grown = []
+
+    def grow():
+        started = _run_migrations(c, ns, earlier)
+        later = [vm for vm in on_node if vm not in started]
+        if not later:
+            attack.fail("every VM of %s was already migrating: no later batch to grow" % ns)
+            return
+        status, text = change(later[-1])
+        if status:
+            attack.fail("the tenant's change was refused: %s %s" % (status, text[:300]))
+            return
+        grown.append(later[-1])
+        attack.notes.append("%s while %s migrates, before %s's batch" % (what, sorted(started), later[-1]))
+
+    c.r.set_knobs(migration_seconds=4)
+    try:
+        _rc, out = drain(c, attack, node, during=grow, expect_ok=False, trigger="migration", extra_vars=ONE_BY_ONE)
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    _check_sizes(c, attack, ns, before, node, out, what.split()[0])
+    left = [vm for _ns, vm in _vms_on(c, node, ns)]
+    if attack.runs[-1][1] != 0 and not left:
+        attack.fail("the drain failed (rc %s) although every VM left: %s" % (attack.runs[-1][1], _failure_text(out)))
+    settle(c, attack, node if not left else None)
+    undo()
+    if attack.failures:
+        reset(c, attack)
+    # a grown VM is restarted (its launcher sized from its spec again); one left on the node stays for a re-run
+    bigger = [vm for vm in grown if _pod_size(_launcher(c, ns, vm)) != before[vm]]
+    if bigger:
+        _restart(c, ns, bigger)
+        attack.notes.append("VM(s) %s of %s restarted by the administrator to shrink them back" % (bigger, ns))
+    c.uncordon_all()
+
+
+def attack_grow_annotation(c, attack):
+    """edit tenant: three hook sidecars (hooks.kubevirt.io/hookSidecars on its running VMI, which virt-api allows)
+    on a VM of a later batch, after the plan: that VM must not be reserved for more than the plan, nor come back
+    bigger; it is named and left out (or the run stops naming it)."""
+    ns = attack.ns
+    path = KV + "/namespaces/%s/virtualmachineinstances/" % ns
+    changed = []
+
+    def change(vm):
+        changed.append(vm)
+        return attempt(c.tenant(ns).patch, path + vm, {"metadata": {"annotations": {HOOK_SIDECARS: THREE_SIDECARS}}})
+
+    def undo():
+        for vm in changed:
+            attempt(c.rest.patch, path + vm, {"metadata": {"annotations": {HOOK_SIDECARS: None}}})
+    _grow_attack(c, attack, change, undo, "%s (three sidecars)" % HOOK_SIDECARS)
+
+
+def attack_grow_ratio_label(c, attack):
+    """Rancher project member: namespace label alpha.kubevirt.io/auto-memory-limits-ratio=8 once the run's first
+    migration exists (VMs without a memory limit, one per batch): no batch reserves more than the plan, no VM comes
+    back bigger, a VM left out is named with the label."""
+    ns = attack.ns
+
+    def change(_vm):
+        return attempt(c.tenant(ns, "project-member").patch, "/api/v1/namespaces/" + ns,
+                       {"metadata": {"labels": {RATIO_LABEL: "8"}}})
+
+    def undo():
+        attempt(c.rest.patch, "/api/v1/namespaces/" + ns, {"metadata": {"labels": {RATIO_LABEL: None}}})
+    _grow_attack(c, attack, change, undo, "%s=8" % RATIO_LABEL)
+
+
+def attack_grow_during_batch(c, attack):
+    """edit tenant: one hook sidecar (+200m) on its VMs once the run's migrations exist, before KubeVirt renders their
+    target pods (emulator knob target_pod_delay_seconds): the target pods are larger than planned. Nothing the tenant
+    asked for may be reserved (no top-up for it) or admitted into the headroom: no VM may come back bigger, a VM
+    left out is named with the annotation."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    on_node = [vm for _ns, vm in _vms_on(c, node, ns)]
+    before = dict((vm, _pod_size(_launcher(c, ns, vm))) for vm in on_node)
+    earlier = set(m["metadata"]["uid"] for m in c.r.vmims(ns))
+    path = KV + "/namespaces/%s/virtualmachineinstances/" % ns
+    sidecar = json.dumps([{"image": "example.invalid/tenant-hook:1", "args": ["--version", "v1alpha2"]}])
+    changed = []
+
+    def grow():
+        for vm in on_node:
+            status, text = attempt(c.tenant(ns).patch, path + vm,
+                                   {"metadata": {"annotations": {HOOK_SIDECARS: sidecar}}})
+            if status:
+                attack.fail("the tenant's annotation of %s was refused: %s %s" % (vm, status, text[:300]))
+            else:
+                changed.append(vm)
+
+    # KubeVirt renders the target pods 3 s after the migrations get their slots: the tenant's change lands first
+    c.r.set_knobs(target_pod_delay_seconds=3)
+    try:
+        _rc, out = drain(c, attack, node, during=grow, expect_ok=False, trigger="migration")
+    finally:
+        c.r.set_knobs(target_pod_delay_seconds=None)
+    # the moment: KubeVirt rendered the run's target pods after the change (they carry the sidecar)
+    targets = []
+    for m in _run_migrations(c, ns, earlier).values():
+        for pod in c.rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io/migrationJobUID=%s"
+                              % m["metadata"]["uid"])["items"]:
+            targets.append(len(pod["spec"]["containers"]))
+    grown_targets = [n for n in targets if n > max(cnt for _l, cnt in before.values())]
+    attack.notes.append("run's target pods: %d, %d of them with the tenant's sidecar; top-ups: %s"
+                        % (len(targets), len(grown_targets), re.findall(r"topped up by [^\"]*", out)[:2] or "none"))
+    if changed and not grown_targets and HOOK_SIDECARS not in " ".join(out.split()):
+        attack.fail("the run's target pods were rendered before the tenant's change (the attack's moment passed)")
+    _check_sizes(c, attack, ns, before, node, out, HOOK_SIDECARS, one_per_batch=False)
+    left = [vm for _ns, vm in _vms_on(c, node, ns)]
+    settle(c, attack, node if not left else None)
+    for vm in changed:
+        attempt(c.rest.patch, path + vm, {"metadata": {"annotations": {HOOK_SIDECARS: None}}})
+    if attack.failures:
+        reset(c, attack)
+    bigger = [vm for vm in changed if _pod_size(_launcher(c, ns, vm)) != before[vm]]
+    if bigger:
+        _restart(c, ns, bigger)
+        attack.notes.append("VM(s) %s of %s restarted by the administrator to shrink them back" % (bigger, ns))
+    c.uncordon_all()
+
+
+def _blocked_beside_others(c, attack, ns, node, out, what):
+    """Only ns's VMs may stay on node, each named with what; every other namespace's VM left."""
+    flat = " ".join(out.split())
+    for other_ns, vm in _vms_on(c, node):
+        if other_ns != ns:
+            attack.fail("VM %s/%s of another tenant stayed on %s: %s" % (other_ns, vm, node, _failure_text(out)))
+        elif vm in flat and other_ns in flat and what in flat:
+            attack.notes.append("VM %s/%s left on %s, named with %s" % (ns, vm, node, what))
+        else:
+            attack.fail("VM %s/%s left on %s without being named with its namespace and %s: %s"
+                        % (ns, vm, node, what, _failure_text(out)))
+
+
+def attack_ratio_label_before_plan(c, attack):
+    """Rancher project member: label alpha.kubevirt.io/auto-memory-limits-ratio=8 on its namespace before the drain,
+    on a node that holds other tenants' VMs too: only its VMs may be blocked, each named with the label; the others
+    leave the node."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    others = [k for k in _vms_on(c, node) if k[0] != ns]
+    if not others:
+        attack.fail("premise: no other tenant's VM beside %s's on %s" % (ns, node))
+        return
+    status, text = attempt(c.tenant(ns, "project-member").patch, "/api/v1/namespaces/" + ns,
+                           {"metadata": {"labels": {RATIO_LABEL: "8"}}})
+    if status:
+        attack.fail("the project member could not label its namespace: %s %s" % (status, text[:300]))
+        return
+    try:
+        _rc, out = drain(c, attack, node, expect_ok=False)
+        _blocked_beside_others(c, attack, ns, node, out, RATIO_LABEL)
+        settle(c, attack)
+    finally:
+        attempt(c.rest.patch, "/api/v1/namespaces/" + ns, {"metadata": {"labels": {RATIO_LABEL: None}}})
+    if attack.failures:
+        reset(c, attack)
+    c.uncordon_all()
+
+
+def attack_invalid_annotation(c, attack):
+    """edit tenant: hooks.kubevirt.io/hookSidecars: "{" on its running VMI beside another tenant's VMs: the others
+    leave the node, the bad VM is named with its namespace, name and the annotation; once it is fixed a re-run
+    completes."""
+    ns = attack.ns
+    node, bad = None, None
+    for vmi in c.r.vmis(ns):
+        where = (vmi.get("status") or {}).get("nodeName")
+        if any(k[0] != ns for k in _vms_on(c, where)):
+            node, bad = where, vmi["metadata"]["name"]
+            break
+    if node is None:
+        attack.fail("premise: no VM of %s beside another tenant's VM" % ns)
+        return
+    path = KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, bad)
+    status, text = attempt(c.tenant(ns).patch, path, {"metadata": {"annotations": {HOOK_SIDECARS: "{"}}})
+    if status:
+        attack.fail("the tenant could not annotate its VMI: %s %s" % (status, text[:300]))
+        return
+    try:
+        _rc, out = drain(c, attack, node, expect_ok=False)
+        _blocked_beside_others(c, attack, ns, node, out, HOOK_SIDECARS)
+    finally:
+        attempt(c.tenant(ns).patch, path, {"metadata": {"annotations": {HOOK_SIDECARS: None}}})
+    c.uncordon_all()
+    if _vms_on(c, node):
+        rc2, out2, secs2 = c.run(dict(BOUNDED, node_maintenance_node=node))
+        attack.runs.append(("node_maintenance", rc2, secs2))
+        if rc2 != 0:
+            attack.fail("the re-run once the annotation was fixed failed: %s" % _failure_text(out2))
+    settle(c, attack, node)
+    if attack.failures:
+        reset(c, attack)
+
+
+def _tenant_migrations(c, ns, tag):
+    return [m for m in c.r.vmims(ns) if (m["metadata"].get("labels") or {}).get(ATTACK_LABEL) == tag]
+
+
+class OwnMigrations(object):
+    """The tenant migrates VMs again and again: one migration of its own per VM not final at any time. A target pod
+    of one of them created while the namespace held a reservation was admitted into the headroom."""
+
+    def __init__(self, c, attack, ns):
+        self.c, self.attack, self.ns = c, attack, ns
+        self.tag = secrets.token_hex(3)
+        self.path = KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns
+        self.admitted = {}     # migration name -> target pod admitted during a reservation
+        self.created = []
+        self.refused = set()
+
+    def step(self, vms):
+        mine = _tenant_migrations(self.c, self.ns, self.tag)
+        if self.c.active(self.ns):
+            found = {}
+            for m in mine:
+                name = m["metadata"]["name"]
+                if name not in self.admitted:
+                    pods = self.c.rest.get("/api/v1/namespaces/%s/pods" % self.ns, labelSelector=(
+                        "kubevirt.io/migrationJobUID=%s" % m["metadata"]["uid"]))["items"]
+                    if pods:
+                        found[name] = pods[0]["metadata"]["name"]
+            if found and self.c.active(self.ns):   # held before and after the pods were read
+                self.admitted.update(found)
+        busy = set(m["spec"].get("vmiName") for m in mine if (m.get("status") or {}).get("phase") not in FINAL)
+        for vm in vms:
+            if vm in busy or len(self.created) >= 40:
+                continue
+            name = "%s-tenant-%s-%d" % (vm, self.tag, len(self.created))
+            status, text = attempt(self.c.tenant(self.ns).create, self.path, {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": name, "labels": {ATTACK_LABEL: self.tag}}, "spec": {"vmiName": vm}})
+            if status:
+                self.attack.fail("the tenant could not create migration %s: %s %s" % (name, status, text[:200]))
+                return False
+            self.created.append(name)
+        return True
+
+    def fence_refusals(self):
+        names = set(self.created)
+        count = 0
+        for ev in self.c.rest.get("/api/v1/namespaces/%s/events" % self.ns)["items"]:
+            if ev.get("involvedObject", {}).get("name") in names and "is fenced" in (ev.get("message") or ""):
+                count += int(ev.get("count") or 1)
+        return count
+
+    def finish(self, out):
+        """Checks, then the tenant's migrations deleted."""
+        self.attack.fence_refusals += self.fence_refusals()
+        self.attack.notes.append("tenant migrations created: %d, target pods admitted during a reservation: %d, "
+                                 "refusals by the fence: %d" % (len(self.created), len(self.admitted),
+                                                                self.fence_refusals()))
+        if not self.created:
+            self.attack.fail("the tenant never migrated while the reservation was held")
+        for name, pod in sorted(self.admitted.items())[:3]:
+            self.attack.fail("target pod %s of the tenant's migration %s was admitted while %s held a reservation"
+                             % (pod, name, self.ns))
+        for m in _tenant_migrations(self.c, self.ns, self.tag):
+            attempt(self.c.rest.delete, self.path + "/" + m["metadata"]["name"])
+        self.c.wait(lambda: not [m for m in _tenant_migrations(self.c, self.ns, self.tag)
+                                 if (m.get("status") or {}).get("phase") not in FINAL], 60,
+                    "the tenant's migrations to end")
+
+
+def attack_own_migration_drive(c, attack):
+    """edit tenant (create on virtualmachineinstancemigrations, as KubeVirt's edit up to 1.4): migrates its VMs of the
+    batch again and again while the reservation is held: its target pods must be refused by the fence; the run
+    completes (or fails naming the tenant's migration), quotas end at their base."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    vms = [vm for _ns, vm in _vms_on(c, node, ns)]
+    own = OwnMigrations(c, attack, ns)
+
+    def keep_migrating():
+        deadline = time.monotonic() + 150
+        while c.proc.poll() is None and time.monotonic() < deadline:
+            if not own.step(vms):
+                break
+            time.sleep(0.3)
+
+    c.r.set_knobs(migration_seconds=3)
+    try:
+        rc, out = drain(c, attack, node, during=keep_migrating, expect_ok=False, trigger="migration")
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    own.finish(out)
+    if rc != 0:
+        named = [n for n in own.created if n in out]
+        if named:
+            attack.notes.append("drain failed naming the tenant's migration %s" % named[0])
+        else:
+            attack.blocked = True
+            attack.fail("drain of %s failed (rc %s) without naming the tenant's migrations: %s"
+                        % (node, rc, _failure_text(out)))
+    settle(c, attack, node if rc == 0 else None)
+    if attack.failures:
+        reset(c, attack)
+    if _vms_on(c, node):
+        rc2, out2, secs2 = c.run(dict(BOUNDED, node_maintenance_node=node))
+        attack.runs.append(("node_maintenance", rc2, secs2))
+        if rc2 != 0:
+            attack.fail("the re-run failed: %s" % _failure_text(out2))
+        settle(c, attack, node)
+
+
+def attack_own_migration_follow(c, attack):
+    """edit tenant beside `kubectl drain` with the maintenance_window role: keeps migrating the node's VMs after
+    they left it; the fence must refuse its target pods, the window must end (or fail naming the tenant's
+    migration) with every quota at its base."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    vms = [vm for _ns, vm in _vms_on(c, node, ns)]
+    own = OwnMigrations(c, attack, ns)
+    sampler = c.sampler = Sampler(c, c.base)
+    sampler.start()
+    proc = c.proc = c.start({"maintenance_window_nodes": [node], "maintenance_window_until": "nodes_schedulable",
+                             "maintenance_window_deadline_seconds": 150, "maintenance_window_poll_interval": 1,
+                             "maintenance_window_reservation_ttl": "10m",
+                             "maintenance_window_top_up_settle_seconds": 5}, name="maintenance_window")
+    drained = {}
+    c.r.set_knobs(migration_seconds=3)
+    try:
+        time.sleep(8)   # the window is up before the drain evicts anything
+        if proc.poll() is not None:
+            attack.fail("the window ended before the drain: %s" % _failure_text(Path(proc.out_file).read_text()))
+        else:
+            def kubectl_drain():
+                res = subprocess.run(["kubectl", "--kubeconfig", str(c.r.lab.admin_kubeconfig), "drain", node,
+                                      "--timeout=200s"], capture_output=True, text=True, timeout=260, check=False)
+                drained["rc"], drained["out"] = res.returncode, res.stdout + res.stderr
+            drainer = threading.Thread(target=kubectl_drain, daemon=True)
+            drainer.start()
+            # the node stays cordoned 20 s after the drain (the window watches on), the tenant migrating the VMs
+            # that left it; then it is uncordoned, and the tenant stops 20 s later: the window must end by itself
+            drained_at = uncordoned_at = None
+            deadline = time.monotonic() + 200
+            while proc.poll() is None and time.monotonic() < deadline:
+                left = [vm for vm in vms if (ns, vm) not in _vms_on(c, node, ns)]
+                if left and not own.step(left):
+                    break
+                if "rc" in drained and drained_at is None:
+                    drained_at = time.monotonic()
+                if drained_at and uncordoned_at is None and time.monotonic() - drained_at > 20:
+                    c.r.lab.kubectl("uncordon", node)
+                    uncordoned_at = time.monotonic()
+                if uncordoned_at and time.monotonic() - uncordoned_at > 20:
+                    break
+                time.sleep(0.3)
+            if not own.created:
+                attack.fail("none of %s's VMs left %s while the window ran" % (ns, node))
+            drainer.join(260)
+            if drained.get("rc"):
+                attack.fail("kubectl drain failed: %s" % drained.get("out", "")[-600:])
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+        rc, out, secs = c.finish(proc)
+        sampler.stop()
+        c.r.lab.kubectl("uncordon", node, check=False)
+    attack.runs.append(("maintenance_window", rc, secs))
+    attack.uncovered.extend(sampler.uncovered)
+    own.finish(out)
+    if rc != 0:
+        named = [n for n in own.created if n in out]
+        if named:
+            attack.notes.append("window failed naming the tenant's migration %s" % named[0])
+        else:
+            attack.blocked = True
+            attack.fail("the window failed (rc %s) without naming the tenant's migrations: %s"
+                        % (rc, _failure_text(out)))
+    # the node was uncordoned: the tenant's last migrations may have moved a VM back onto it
+    settle(c, attack)
+    if attack.failures:
+        reset(c, attack)
+
+
+def attack_new_vm_window(c, attack):
+    """edit tenant: a new VM and a bare VMI started while the namespace holds a reservation: their launcher pods must
+    be refused by the fence."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    token = secrets.token_hex(2)
+    names = ("tenant-new-vm-" + token, "tenant-bare-vmi-" + token)
+    spec = {"domain": {"cpu": {"cores": 1}, "resources": {"requests": {"memory": "64Mi"},
+                                                          "limits": {"cpu": "100m", "memory": "64Mi"}},
+                       "devices": {"disks": []}}, "terminationGracePeriodSeconds": 0}
+    outcome = {}
+
+    def start_vms():
+        _wait_expanded(c, ns)
+        status, text = attempt(c.tenant(ns).create, KV + "/namespaces/%s/virtualmachines" % ns, {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": names[0]},
+            "spec": {"running": True, "template": {"metadata": {"labels": {ATTACK_LABEL: token}}, "spec": spec}}})
+        if status:
+            attack.fail("creating the VM: %s %s" % (status, text[:200]))
+        status, text = attempt(c.tenant(ns).create, KV + "/namespaces/%s/virtualmachineinstances" % ns, {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": names[1], "labels": {ATTACK_LABEL: token}}, "spec": spec})
+        if status:
+            attack.fail("creating the bare VMI: %s %s" % (status, text[:200]))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(outcome) < 2 and c.active(ns):
+            for name in names:
+                vmi = c.rest.get_or_none(KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name))
+                if not vmi or name in outcome:
+                    continue
+                pods = c.rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io/created-by=%s"
+                                  % vmi["metadata"]["uid"])["items"]
+                conds = [x for x in (vmi.get("status") or {}).get("conditions") or []
+                         if x.get("reason") == "FailedCreate"]
+                if pods:
+                    outcome[name] = "admitted"
+                elif conds and "is fenced" in (conds[0].get("message") or ""):
+                    outcome[name] = "fenced"
+                elif conds:
+                    outcome[name] = "refused: " + conds[0].get("message", "")[:200]
+            time.sleep(0.3)
+
+    c.r.set_knobs(migration_seconds=8)
+    try:
+        drain(c, attack, node, during=start_vms)
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+        attempt(c.rest.delete, KV + "/namespaces/%s/virtualmachines/%s" % (ns, names[0]))
+        attempt(c.rest.delete, KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, names[1]))
+    for name in names:
+        result = outcome.get(name)
+        if result == "fenced":
+            attack.fence_refusals += 1
+            attack.notes.append("%s: launcher pod refused by the fence" % name)
+        elif result is None:
+            attack.fail("%s: no launcher pod tried while the reservation was held" % name)
+        else:
+            attack.fail("%s: launcher pod %s during the reservation" % (name, result))
+    c.wait(lambda: not [v for v in c.r.vmis(ns) if v["metadata"]["name"] in names], 60, "the tenant's VMs gone")
+    settle(c, attack, node)
+    if attack.failures:
+        reset(c, attack)
+
+
 # name, namespace, function, in --quick
 ATTACKS = (
+    # issue 24 first: each needs the layout its nodes have at first (node-5 to node-8)
+    ("pvc-capture", PVC_NS, attack_pvc_capture, True),
+    ("ratio-label-before-plan", AUTO_NS, attack_ratio_label_before_plan, True),
+    ("grow-ratio-label", AUTO_NS, attack_grow_ratio_label, False),
+    ("invalid-annotation", OTHER_NS, attack_invalid_annotation, True),
+    ("grow-annotation", GROW_NS, attack_grow_annotation, True),
+    ("own-migration-drive", GROW_NS, attack_own_migration_drive, True),
+    ("grow-during-batch", GROW_NS, attack_grow_during_batch, False),
+    ("own-migration-follow", OTHER_NS, attack_own_migration_follow, False),
+    ("new-vm-window", PVC_NS, attack_new_vm_window, False),
     ("forged-event", PLAIN[0], attack_forged_event, True),
     ("forged-ledger", RANCHER_NS, attack_forged_ledger, True),
     ("lock-squat", PLAIN[1], attack_lock_squat, True),

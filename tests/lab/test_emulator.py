@@ -331,6 +331,40 @@ def test_non_rwx_pvc_makes_vmi_not_live_migratable(lab, rest, emu, ns):
     wait(lambda: phase_of(rest, ns, m) == "Failed", 15, "migration of a non-migratable VMI Failed")
 
 
+def test_backend_storage_pvc_follows_the_migration(lab, rest, emu, ns, knobs):
+    """A persistent EFI (v1.5): the target's backend-storage PVC is created by KubeVirt's identity before the target
+    pod (labelled with the migration's name), quota admission charges it, and on success it becomes the VM's while
+    the source's PVC is deleted (the PVC protection controller lets it go); target_pod_delay_seconds holds the target
+    pod back."""
+    knobs(target_pod_delay_seconds=2)
+    make_quota(rest, lab, ns, {"persistentvolumeclaims": "2", "requests.storage": "20Mi"})
+    rest.create("/api/v1/namespaces/%s/persistentvolumeclaims" % ns, {
+        "metadata": {"name": "persistent-state-for-efi", "labels": {"persistent-state-for": "efi"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}})
+    vm = scenarios.vm_object({"name": "efi", "namespace": ns, "cpu": 1, "memory": "1Gi",
+                              "limits": {"cpu": "1", "memory": "1Gi"},
+                              "firmware": {"bootloader": {"efi": {"persistent": True, "secureBoot": False}}}})
+    rest.create(KV + "/namespaces/%s/virtualmachines" % ns, vm)
+    wait_running(rest, ns, "efi")
+    m = migrate(rest, ns, "efi")
+
+    def pvcs():
+        return dict((p["metadata"]["name"], p) for p in
+                    rest.get("/api/v1/namespaces/%s/persistentvolumeclaims" % ns)["items"])
+    target = wait(lambda: [p for p in pvcs().values()
+                           if (p["metadata"].get("labels") or {}).get("kubevirt.io/migrationName") == m], 15,
+                  "the target's backend-storage PVC")[0]
+    assert target["metadata"]["name"].startswith("persistent-state-for-efi-")
+    assert target["metadata"]["ownerReferences"][0]["kind"] == "VirtualMachine"
+    # the delay knob: no target pod yet while the PVC exists
+    assert not rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io/migrationJobUID=%s"
+                        % vmim(rest, ns, m)["metadata"]["uid"])["items"]
+    wait(lambda: phase_of(rest, ns, m) == "Succeeded", 30, "migration Succeeded")
+    left = wait(lambda: (lambda got: got if list(got) == [target["metadata"]["name"]] else None)(pvcs()), 30,
+                "the source's PVC gone")
+    assert left[target["metadata"]["name"]]["metadata"]["labels"] == {"persistent-state-for": "efi"}
+
+
 def test_migration_rejected_by_quota_then_completes_after_raise(lab, rest, emu, ns, knobs):
     knobs(source_pod_delay_seconds=1)
     make_quota(rest, lab, ns, {"limits.cpu": "3", "limits.memory": "10Gi"})

@@ -846,8 +846,10 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
         f"--kubeconfig={kc_paths['kube-controller-manager']}",
         "--leader-elect=false",
         # never pod-garbage-collector-controller: it deletes pods bound to nodes it deems gone
+        # persistentvolumeclaim-protection-controller: a deleted PVC goes once no pod uses it (KubeVirt deletes the
+        # source's backend-storage PVC after a migration; until the finalizer is removed the quota still counts it)
         "--controllers=resourcequota-controller,namespace-controller,garbage-collector-controller,"
-        "clusterrole-aggregation-controller",
+        "clusterrole-aggregation-controller,persistentvolumeclaim-protection-controller",
         "--use-service-account-credentials=false",
         "--concurrent-resource-quota-syncs=10",
         "--resource-quota-sync-period=10s",

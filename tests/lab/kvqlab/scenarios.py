@@ -79,7 +79,7 @@ _TOP = {"name", "description", "kubevirt", "harvester", "emulator", "nodes", "pr
         "namespaces", "vms", "notes", "waitRunning", "concurrency"}
 _VM_KEYS = {"name", "namespace", "count", "spreadNamespaces", "spreadNodes", "node", "cpu", "memory", "requests",
             "limits", "guestMemory", "volumes", "running", "kind", "bulk", "labels", "annotations",
-            "evictionStrategy", "priorityClassName", "nodeSelector", "runStrategy"}
+            "evictionStrategy", "priorityClassName", "nodeSelector", "runStrategy", "firmware"}
 
 
 def validate(data):
@@ -188,6 +188,9 @@ def vm_template_spec(vm):
         domain["resources"]["limits"] = {k: str(v) for k, v in limits.items()}
     if vm.get("guestMemory"):
         domain["memory"] = {"guest": str(vm["guestMemory"])}
+    if vm.get("firmware"):
+        # e.g. {bootloader: {efi: {persistent: true}}}: a persistent EFI keeps its state in a backend-storage PVC
+        domain["firmware"] = copy.deepcopy(vm["firmware"])
     volumes = []
     for vol in vm.get("volumes") or [{"name": "rootdisk", "containerDisk": True}]:
         name = vol["name"]
@@ -435,7 +438,7 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
             rest.patch("/api/v1/namespaces/" + ns["name"], {"metadata": {"annotations": ann}})
         for pvc in ns.get("pvcs") or []:
             _ignore_conflict(rest.create, path("pvc", ns["name"]), {
-                "metadata": {"name": pvc["name"]},
+                "metadata": {"name": pvc["name"], "labels": dict(pvc.get("labels") or {})},
                 "spec": {"accessModes": list(pvc.get("accessModes") or ["ReadWriteOnce"]),
                          "resources": {"requests": {"storage": str(pvc.get("size", "10Gi"))}},
                          "volumeMode": pvc.get("volumeMode", "Block")}})

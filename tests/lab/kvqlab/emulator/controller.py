@@ -43,8 +43,13 @@ BULK_ANNOTATION = "kvqlab.io/bulk"
 END_ANNOTATION = "kvqlab.io/migration-end"         # precise end time (epoch s) of the last migration
 START_ANNOTATION = "kvqlab.io/transfer-start"      # precise start of the transfer (epoch s), on the VMIM
 SCHED_ANNOTATION = "kvqlab.io/scheduling-since"    # when the target pod was created (epoch s), on the VMIM
+SLOT_ANNOTATION = "kvqlab.io/slot-since"           # when the migration first had a slot (epoch s), on the VMIM
 VACATED_ANNOTATION = "kvqlab.io/vacated-at"        # on a source pod: when its migration Succeeded (epoch s)
 DEFAULT_KV_VERSION = "1.5.0"
+# backend storage (persistent TPM/EFI, pkg/storage/backend-storage): the VM's PVC is labelled
+# persistent-state-for=<VMI name>; a migration's target PVC kubevirt.io/migrationName=<migration> until the handoff
+BACKEND_PVC_LABEL = "persistent-state-for"
+MIGRATION_NAME_LABEL = "kubevirt.io/migrationName"
 # what virt-handler's device plugins (and a kubelet, for ephemeral-storage) put on a node
 NODE_DEVICES = {
     "devices.kubevirt.io/kvm": "1k",
@@ -953,6 +958,23 @@ class Emulator(EvacuationMixin):
                 return 2.0
             if sum(1 for n in flying.values() if n == source) >= cfg["parallelOutboundMigrationsPerNode"]:
                 return 2.0
+            refused = self.ensure_target_backend_pvc(m, vmi)
+            if refused:
+                # virt-controller re-enqueues the migration (handleBackendStorage failed) before any target pod
+                self.counters["rejections"] += 1
+                vclog.info("reenqueuing Migration %s/%s: failed to create backend-storage PVC: %s", ns, name, refused)
+                self.event(m, "FailedCreate", "Error creating backend-storage PVC: %s" % refused, "Warning")
+                return self.backoff(key, gen)
+            delay = self.knobs.target_pod_delay_seconds
+            if delay > 0:
+                # knob: virt-controller's latency between a free slot and the target pod (rendered only then)
+                since = (md.get("annotations") or {}).get(SLOT_ANNOTATION)
+                if since is None:
+                    self.patch_meta("vmim", ns, name, {"annotations": {SLOT_ANNOTATION: "%.3f" % time.time()}},
+                                    self.vmims)
+                    return delay
+                if time.time() < float(since) + delay:
+                    return float(since) + delay - time.time()
             body = self.render_pod(vmi, migration=m)
             try:
                 pod = self.kubevirt_rest().create(path("pod", ns), body)
@@ -971,6 +993,73 @@ class Emulator(EvacuationMixin):
         self.set_phase(m, "Scheduling", {"conditions": conds, "migrationState": self.vmim_state(m, vmi, pod)})
         self.update_vmi_migration(vmi, m, pod, None, fresh=True)
         return None
+
+    # ------------------------------------------------------- backend storage
+    def needs_backend_pvc(self, vmi):
+        """A target PVC per migration: a persistent TPM/EFI (sizing's rule for the version), storage not RWX."""
+        sizing = render.collection.core()[0]
+        try:
+            lp = sizing.launcher_pod(vmi, self.sizing_config())
+        except Exception:  # noqa: BLE001 - an unreadable VMI fails when its pod is rendered
+            return False
+        return bool(lp.pvc_charge)
+
+    def backend_pvcs(self, vmi):
+        ns, name = vmi["metadata"]["namespace"], vmi["metadata"]["name"]
+        return [p for p in self.rest.get(path("pvc", ns)).get("items") or []
+                if (p["metadata"].get("labels") or {}).get(BACKEND_PVC_LABEL) == name
+                or (p["metadata"]["name"].startswith("%s-%s" % (BACKEND_PVC_LABEL, name))
+                    and MIGRATION_NAME_LABEL not in (p["metadata"].get("labels") or {}))]
+
+    def target_backend_pvc(self, m):
+        return (self.rest.get(path("pvc", m["metadata"]["namespace"]), labelSelector="%s=%s" % (
+            MIGRATION_NAME_LABEL, m["metadata"]["name"])).get("items") or [None])[0]
+
+    def ensure_target_backend_pvc(self, m, vmi):
+        """CreatePVCForMigrationTarget as KubeVirt's controller: a 10Mi RWO PVC persistent-state-for-<vmi>-xxxxx
+        labelled with the migration's name, owned like the VMI (by its VM). Returns the refusal's message, or None."""
+        if not self.needs_backend_pvc(vmi) or self.target_backend_pvc(m) is not None:
+            return None
+        md = vmi["metadata"]
+        owners = md.get("ownerReferences") or [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                                "name": md["name"], "uid": md["uid"], "controller": True,
+                                                "blockOwnerDeletion": True}]
+        spec = {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+                "resources": {"requests": {"storage": "10Mi"}}}
+        storage_class = self.sizing_config().vm_state_storage_class
+        if storage_class:
+            spec["storageClassName"] = storage_class
+        try:
+            pvc = self.kubevirt_rest().create(path("pvc", md["namespace"]), {
+                "metadata": {"generateName": "%s-%s-" % (BACKEND_PVC_LABEL, md["name"]), "ownerReferences": owners,
+                             "labels": {MIGRATION_NAME_LABEL: m["metadata"]["name"]}}, "spec": spec})
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            return api_message(exc)
+        vclog.info("created backend-storage PVC %s/%s for migration %s", md["namespace"], pvc["metadata"]["name"],
+                   m["metadata"]["name"])
+        return None
+
+    def backend_pvc_handoff(self, m, vmi, succeeded):
+        """MigrationHandoff (success: the target PVC becomes the VM's, the source PVC is deleted) or MigrationAbort
+        (failure: the target PVC is deleted)."""
+        target = self.target_backend_pvc(m)
+        if target is None:
+            return
+        ns = m["metadata"]["namespace"]
+        try:
+            if not succeeded:
+                self.kubevirt_rest().delete(path("pvc", ns, target["metadata"]["name"]))
+                return
+            sources = [p for p in self.backend_pvcs(vmi) if p["metadata"]["uid"] != target["metadata"]["uid"]]
+            labels = {BACKEND_PVC_LABEL: vmi["metadata"]["name"], MIGRATION_NAME_LABEL: None}
+            self.kubevirt_rest().patch(path("pvc", ns, target["metadata"]["name"]), {"metadata": {"labels": labels}})
+            for p in sources:
+                self.kubevirt_rest().delete(path("pvc", ns, p["metadata"]["name"]))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def rejected(self, m, msg, gen):
         md = m["metadata"]
@@ -1055,6 +1144,7 @@ class Emulator(EvacuationMixin):
         mst = dict((m.get("status") or {}).get("migrationState") or {})
         mst.update({"completed": True, "endTimestamp": now_iso(end), "targetNode": tnode})
         self.set_phase(m, "Succeeded", {"migrationState": mst})
+        self.backend_pvc_handoff(m, vmi, True)
         self.admitted.pop(md["uid"], None)
         self.counters["migrations_succeeded"] += 1
         vclog.info("migration %s/%s of VMI %s Succeeded (%s -> %s); source pod completes in %.1fs", ns, name,
@@ -1076,6 +1166,8 @@ class Emulator(EvacuationMixin):
         mst = dict((m.get("status") or {}).get("migrationState") or {})
         mst.update({"completed": True, "failed": True, "endTimestamp": now_iso(), "failureReason": reason})
         self.set_phase(m, "Failed", {"migrationState": mst})
+        if vmi is not None:
+            self.backend_pvc_handoff(m, vmi, False)
         self.admitted.pop(md["uid"], None)
         self.counters["migrations_failed"] += 1
         vclog.info("migration %s/%s Failed: %s", ns, name, reason)
@@ -1093,6 +1185,8 @@ class Emulator(EvacuationMixin):
             ms.update({"completed": True, "failed": True, "abortStatus": "Succeeded", "endTimestamp": now_iso(),
                        "failureReason": reason})
             self.patch_status("vmi", md["namespace"], vmi["metadata"]["name"], {"migrationState": ms}, self.vmis)
+        if vmi is not None:
+            self.backend_pvc_handoff(m, vmi, False)
         vclog.info("migration %s/%s aborted: %s", md["namespace"], md["name"], reason)
 
     # ---------------------------------------------------------------- Rancher

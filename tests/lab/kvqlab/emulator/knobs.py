@@ -54,6 +54,7 @@ class Knobs:
     backoff_base_seconds: float = 0.5              # target-pod rejection retry backoff: base * 2^n ...
     backoff_max_seconds: float = 16.0              # ... capped
     pending_timeout_seconds: float = 300.0         # unschedulable target pod -> migration Failed
+    target_pod_delay_seconds: float = 0.0          # a migration given a slot waits this long for its target pod
     rejection_condition_message: bool = False      # also put the apiserver message on the VMIM condition
     rancher: bool = True                           # Rancher quota emulation on
     rancher_agent_restart: str = ""                # change to any new value = "cattle-cluster-agent restarted"
@@ -85,6 +86,7 @@ _PARSERS = {
     "backoff_base_seconds": float,
     "backoff_max_seconds": float,
     "pending_timeout_seconds": float,
+    "target_pod_delay_seconds": float,
     "rejection_condition_message": parse_bool,
     "rancher": parse_bool,
     "rancher_agent_restart": str,
