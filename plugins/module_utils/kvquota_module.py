@@ -198,6 +198,10 @@ def run(module, operation):
         result = operation(module)
     except KvquotaError as err:
         fail_from_error(module, err)
+    except Exception as err:   # noqa: a defect; the executor's stopper has cleaned up already (stopper.unexpected)
+        module.fail_json(msg="unexpected error %s: %s. Fix: this is a defect of kvquota: report it with the "
+                             "traceback (-vvv shows it)" % (type(err).__name__, err),
+                         error=type(err).__name__, exception=traceback.format_exc())
     for warning in result.pop('warnings', []):
         module.warn(warning)
     if not module._diff:

@@ -132,8 +132,13 @@ overuse:
       namespace, name, controller owner, creation time, the clients that wrote it (C(managers), from its
       managedFields), what it charges, and why (C(why) is C(grew) for a VM whose new launcher pod charges more
       than its source pod did, with C(grew); C(created-during-reservation) for a pod or PVC that took the room;
-      C(migration-not-of-this-run) for a migration the run did not create, with its target C(pod)).
-    - On Harvester also C(held) (what stays in the ledger, at usage) and C(held_as) (the remainder's id).
+      C(migration-not-of-this-run) for a migration the run did not create, with its target C(pod);
+      C(claims-to-be-a-launcher) for a pod whose controller ownerReference names a reserved VM but that KubeVirt
+      does not name for the reservation, with C(vm); C(left-by-its-migration) for a source or target pod a final
+      migration of the reservation left that nothing removes, with C(vm) and C(named)).
+    - On Harvester also C(held) (what stays in the ledger, at usage) and C(held_as) (the remainder's id). Where the
+      headroom fence is installed, that namespace stays fenced (nothing new admitted) until the reaper restored
+      its base.
   returned: always (empty when nothing is over-used); with O(expired=true) each item also has C(id)
   type: list
   elements: dict

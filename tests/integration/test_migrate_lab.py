@@ -514,3 +514,56 @@ def test_a_vm_grown_after_the_plan_is_left_out_and_named_while_the_others_migrat
     finally:
         scenarios.delete(lab, sc)
         lab.delete_node(node)
+
+
+def test_a_vm_grown_after_its_batchs_reservation_gets_no_migration_while_its_sibling_migrates(lab, emu, r, user):
+    """Issue 24, second review: batch 2 (t/vm-1, t/vm-2) is reserved for while batch 1 (another namespace) migrates
+    slowly; then the tenant adds three hook sidecars to vm-1's running VMI. Before, vm-1's larger target pod was
+    admitted on vm-2's share and vm-2's top-up paid for the growth. Now the prepared batch is sized again before
+    its migrations are created: vm-1 gets none, is named (vms_left, progress), vm-2 migrates with no top-up, and
+    every quota ends at its base."""
+    import secrets
+    tag = secrets.token_hex(2)
+    node, slow, ns = "late-node-" + tag, "late-a-" + tag, "late-b-" + tag
+    vm = lambda name, namespace: {"name": name, "namespace": namespace, "node": node, "cpu": 2, "memory": "4Gi",  # noqa
+                                  "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
+    sc = scenarios.from_dict({
+        "name": ns, "kubevirt": M.KUBEVIRT_A, "nodes": [{"name": node, "cpu": "16", "memory": "64Gi"}],
+        "namespaces": [{"name": n, "labels": {"kvqlab/test": "true"}, "quotas": [{
+            "name": "compute", "hard": {"limits.memory": "15000Mi", "limits.cpu": "8", "pods": "20"}}]}
+            for n in (slow, ns)],
+        "vms": [vm("vm-0", slow), vm("vm-1", ns), vm("vm-2", ns)]})
+    scenarios.apply(lab, sc, timeout=120)
+    emulator.set_knobs(lab, migration_seconds=12)
+    outcome = {}
+    try:
+        M.wait(lambda: M.settled(r, slow, 1) and M.settled(r, ns, 2), 30, "tenants settled")
+        original = M.quota(r, ns, "compute")
+        runner = threading.Thread(target=lambda: outcome.update(res=M.run_module("kvquota_migrate", {
+            "node": node, "batches": [["%s/vm-0" % slow], ["%s/vm-1" % ns, "%s/vm-2" % ns]],
+            "reservation_prefix": "late-%s" % tag, "poll_interval": 0.5, "ttl": "1h"}, user)), daemon=True)
+        runner.start()
+        # batch 2's reservation exists (prepared ahead) while batch 1 still migrates: the tenant grows vm-1
+        M.wait(lambda: "%s/compute" % ns in M.ledgers(r), 90, "batch 2 reserved for")
+        assert vms_on(r, node, [slow]) == ["%s/vm-0" % slow], "batch 1 ended before the attack"
+        r.patch(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns, {"metadata": {"annotations": {
+            "hooks.kubevirt.io/hookSidecars": json.dumps([{"image": "registry.example/hook:%d" % i} for i in range(3)])}}})
+        runner.join(300)
+        res = M.assert_ok(outcome["res"])
+        print(json.dumps(res.get("progress"), indent=1))
+        left = dict((vm["name"], vm) for vm in res["vms_left"] if vm["namespace"] == ns)
+        assert sorted(left) == ["vm-1"], res["vms_left"]
+        reason = left["vm-1"]["left_out"]
+        assert reason.startswith("%s/vm-1: its target pod now charges " % ns), reason
+        assert "hooks.kubevirt.io/hookSidecars" in reason and "no migration is made for it" in reason, reason
+        assert sorted(k for b in res["batches"] for k in b["vms"]) == ["%s/vm-0" % slow, "%s/vm-2" % ns]
+        assert not [h for b in res["batches"] for h in (b.get("top_up_details") or [])]
+        assert not [m for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
+                    if m["spec"]["vmiName"] == "vm-1"]
+        assert vms_on(r, node, [slow, ns]) == ["%s/vm-1" % ns]
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == original["spec"]["hard"]
+        assert ledgers(r, [slow, ns]) == []
+    finally:
+        emulator.set_knobs(lab, migration_seconds=None)
+        scenarios.delete(lab, sc)
+        lab.delete_node(node)

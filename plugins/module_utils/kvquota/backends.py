@@ -188,14 +188,19 @@ def rancher_annotation(namespace):
     raw = _annotations(namespace).get(RANCHER_QUOTA_ANNOTATION)
     if raw is None:
         return False, None, {}
+    fix = "fix the namespace's resource quota in Rancher (Projects/Namespaces, Edit Config)"
     try:
-        parsed = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        raise InputError("the %s annotation of namespace %s is not valid JSON" % (RANCHER_QUOTA_ANNOTATION,
-                                                                                  _meta(namespace).get("name")),
-                         "fix the namespace's resource quota in Rancher (Projects/Namespaces, Edit Config)")
-    if not isinstance(parsed, dict):
-        parsed = {}
+        parsed = json.loads(raw) if str(raw).strip() else {}
+    except (ValueError, TypeError, RecursionError):
+        # RecursionError: valid JSON nested deeper than Python's decoder goes (a project member may write it)
+        raise InputError("the %s annotation of namespace %s is not valid JSON (or nested too deeply to read)"
+                         % (RANCHER_QUOTA_ANNOTATION, _meta(namespace).get("name")), fix)
+    # the shape Rancher reads: {"limit": {key: "quantity"}, ...}; anything else is refused by name, never guessed at
+    limit = parsed.get("limit") if isinstance(parsed, dict) else None
+    if not isinstance(parsed, dict) or (limit is not None and not isinstance(limit, dict)) or any(
+            not isinstance(value, (str, int, float)) or isinstance(value, bool) for value in (limit or {}).values()):
+        raise InputError("the %s annotation of namespace %s is not a JSON object whose \"limit\" maps resource "
+                         "names to quantities" % (RANCHER_QUOTA_ANNOTATION, _meta(namespace).get("name")), fix)
     return True, raw, parsed
 
 
@@ -347,9 +352,11 @@ def rancher_document(namespace, ledger):
 def _parse_json(text):
     try:
         value = json.loads(text or "{}")
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or not isinstance(value.get("limit") or {}, dict):
+        return None
+    return value
 
 
 # ---------------------------------------------------------------------------

@@ -152,11 +152,47 @@ class BatchRunner(object):
             self.left_out_migrations.update(m["uid"] for m in batch.migrations if (m["namespace"], m["vm"]) in gone)
             batch.migrations = [m for m in batch.migrations if (m["namespace"], m["vm"]) not in gone]
 
+    def _stop_grown(self, batch, grown, when):
+        """Take VMs grown past their pin since the batch's reservation was made (grown: headroom.grown_since_pin's
+        items) out of the running batch: the run's own migration of each is cancelled (deleted: KubeVirt aborts it,
+        the VM stays on the node at its old size), the fence no longer lists it (a later migration of the VM gets no
+        target pod), and the VM is left out, named with what grew (vms_left, node_maintenance). A migration the run
+        only follows (another's) is not deleted; it is no longer followed or admitted. The reservation stays as it
+        was made: a top-up never adds what the growth asks for (pinned_room), and the release restores the base,
+        naming any over-use. A batch with no migration left is final, with nothing moved."""
+        gone = set((item["namespace"], item["name"]) for item in grown)
+        stopped = [m for m in batch.migrations if (m["namespace"], m["vm"]) in gone]
+        for migration in stopped:
+            if not migration["reused"] and not batch.followed and migration["uid"] is not None:
+                self.delete_vmim(migration["namespace"], migration["name"])
+                self.record.cancelled.append("%s/%s" % (migration["namespace"], migration["name"]))
+        fenced = self.fenced.get(batch.reservation) or ()
+        ended = [m for m in stopped if m["namespace"] in fenced and m["uid"] is not None
+                 and (m["namespace"], m["name"], m["uid"]) not in self.ended]
+        if ended and batch.launched is not None:
+            reservations.end_migrations(self.cluster, [{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+                                                       for m in ended], self.config.check_mode,
+                                        self.config.operator_namespace, installed=True)
+            self.ended.update((m["namespace"], m["name"], m["uid"]) for m in ended)
+        for item in grown:
+            item = dict(item, reason="%s (grown %s; %s)" % (
+                item["reason"], when, "its migration was cancelled" if any(
+                    (m["namespace"], m["vm"]) == (item["namespace"], item["name"]) and m["uid"] is not None
+                    and not m["reused"] and not batch.followed for m in stopped)
+                else "no migration is made for it"))
+            self._leave_out(batch, [item])
+        if not batch.followed:
+            batch.migrations = [m for m in batch.migrations if (m["namespace"], m["vm"]) not in gone]
+        batch.phases = dict((k, v) for k, v in batch.phases.items() if k not in set(
+            "%s/%s" % (m["namespace"], m["name"]) for m in stopped))
+        if not batch.migrations and batch.state == RUNNING:
+            batch.state, batch.final_at, batch.moved = FINAL, self.config.clock(), False
+
     def start(self, batch):
         """Reserve for the batch and create its migrations at once."""
         self.prepare(batch)
         if batch.state == RUNNING and batch.launched is None:
-            self.launch(batch)
+            self.launch(batch, just_prepared=True)
 
     def prepare(self, batch):
         """Reserve for the batch (sized from the plan when there is one) and wait until status.hard enforces it;
@@ -184,6 +220,9 @@ class BatchRunner(object):
             if not batch.vms:
                 batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
                 return
+        # what the batch's VMs' target pods charge each quota at their (pinned) sizes: the most its top-ups may
+        # bring the reservation to (headroom.pinned_room)
+        batch.quota_charges = dict(sized.get("quota_charges") or {})
         memory = [(sized.get("charges", {}).get(key) or {}).get("requests.memory", 0) for key in batch.vms]
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
         # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are
@@ -222,14 +261,26 @@ class BatchRunner(object):
         self.wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
         batch.prepared = (needs, refs)
 
-    def launch(self, batch):
+    def launch(self, batch, just_prepared=False):
         """Create the prepared batch's migrations (or follow those already under way) and record their UIDs.
+
+        A batch prepared ahead (while the previous one migrated) is sized again first, each VM against its pin: a VM
+        grown since its reservation was made gets no migration (left out, named; see _stop_grown), so its larger
+        target pod never takes its siblings' share of the headroom.
 
         The headroom fence admits target pods only for migrations it lists, by name and UID, and virt-controller
         may create a target pod within milliseconds of the migration's create: so the names of the migrations this
         batch creates are listed first, with no UID yet (admitted by name, bound to the VMI; the run's token is in
         each name), and their UIDs are written the moment the creates have returned (then only that object's pods
         pass). A name taken meanwhile is not ours to create (_create follows that migration, by its UID)."""
+        if not just_prepared and not batch.followed and batch.vms:
+            grown = headroom_mod.grown_since_pin(self.cluster, [{"namespace": ns, "name": n} for ns, n in batch.vms],
+                                                 self.config.sizing, pins=self.pins, planned=self.record.plan)
+            if grown:
+                self._stop_grown(batch, grown, "before its migration was created")
+                if not batch.migrations:
+                    batch.launched = self.config.clock()
+                    return
         fenced = self.fenced.get(batch.reservation) or ()
         own = [m for m in batch.migrations if not m["reused"] and m["namespace"] in fenced]
         if own:
@@ -354,7 +405,9 @@ class BatchRunner(object):
         for namespace in batch.namespaces:
             for vmim in self.vmims(namespace):
                 key = (namespace, vmim["metadata"]["name"])
-                if key in mine and (not batch.followed or uid_of(vmim) == mine[key]["uid"]):
+                # by name AND UID once the UID is known: a tenant that deletes the run's migration and creates one
+                # under the same name does not pass for it (the run's own is then missing, and named)
+                if key in mine and (not mine[key].get("uid") or uid_of(vmim) == mine[key]["uid"]):
                     seen[key] = vmim
         batch.phases = dict(("%s/%s" % k, migration_phase(v) or "Pending") for k, v in seen.items())
         missing = [k for k in mine if k not in seen]
@@ -431,31 +484,55 @@ class BatchRunner(object):
             batch.refused_since = now
         if now - batch.refused_since < self.config.top_up_settle_seconds:
             return
-        self.top_up(batch, refused)
+        self.top_up(batch, refused, seen)
 
-    def top_up(self, batch, refused):
+    def _grown_siblings(self, batch, refused, seen, found):
+        """headroom.grown_since_pin's items for the VMs of the batch, in the namespaces of the refused migrations,
+        whose migrations are not final (seen: the batch's migrations as read, else all of them), the refused VMs
+        found grown by refused_target_pods included (found["left_out"])."""
+        namespaces = set(v["metadata"]["namespace"] for v in refused)
+        final = set((k[0], (v.get("spec") or {}).get("vmiName")) for k, v in (seen or {}).items()
+                    if migration_phase(v) in FINAL_MIGRATION_PHASES)
+        grown = list(found.get("left_out") or [])
+        known = set((item["namespace"], item["name"]) for item in grown)
+        others = [{"namespace": ns, "name": name} for ns, name in batch.vms
+                  if ns in namespaces and (ns, name) not in final and (ns, name) not in known]
+        if others:
+            grown.extend(item for item in headroom_mod.grown_since_pin(self.cluster, others, self.config.sizing,
+                                                                        pins=self.pins, planned=self.record.plan)
+                         if (item["namespace"], item["name"]) not in known)
+        return grown
+
+    def top_up(self, batch, refused, seen=None):
         """Add to the batch's reservation what the refused target pods lack, from trusted state only (see
         headroom.refused_target_pods and top_up_amounts): the quotas' status, the computed charge, KubeVirt's
-        condition; Events at most name the quota."""
+        condition; Events at most name the quota.
+
+        First every VM of the batch in the refused quotas' namespaces (migration not final) is sized again against
+        its pin: a VM grown since the reservation was made (a tenant's annotation, its namespace's labels, a
+        hotplug: its larger target pod may be what took a sibling's share) has its migration cancelled and is
+        left out, named (_stop_grown); the run goes on with the others, and this refusal is answered by that (no
+        top-up for it: KubeVirt retries once the grown target pod is gone). A top-up never brings the reservation
+        past what the batch's VMs charge at their pinned sizes (headroom.pinned_room)."""
         keys = [{"namespace": v["metadata"]["namespace"], "name": v["metadata"]["name"]} for v in refused]
         found = headroom_mod.refused_target_pods(self.cluster, keys, self.config.sizing, pins=self.pins,
                                                  planned=self.record.plan)
         batch.refused_since = None   # wait a settle time again before looking at the refusal anew
-        if found.get("left_out"):
-            # the target larger than planned because of a change since (its annotations, its namespace's labels, a
-            # hotplug): no top-up adds what that change asks for; the run stops, its migrations never admitted
-            # are cancelled, and the VM stays where it is
-            for item in found["left_out"]:
-                self.left_out[(item["namespace"], item["name"])] = item["reason"]
-            raise KvquotaError(
-                "%s: quota admission refuses %s, and no top-up is made for a target pod larger than planned: %s"
-                % (batch.label(), ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys),
-                   "; ".join(item["reason"] for item in found["left_out"])),
-                "the VM stays on node %s: revert the change named (or have the VM restarted, so that its pod is "
-                "sized anew within its own quota), then re-run; the quota is not raised for it" % self.config.node)
         names = ", ".join("%s/%s" % (k["namespace"], k["name"]) for k in keys)
         # without a verified Event a later refusal looks like this one: each settle time then counts as new
         key = found["key"] if found["evidence"] else "%s#round%d" % (found["key"], batch.rounds + 1)
+        grown = self._grown_siblings(batch, refused, seen, found) if found["refused"] else []
+        if grown:
+            # the target pods larger than planned because of a change since (annotations, the namespace's labels,
+            # a hotplug): no top-up adds what that change asks for; those migrations are cancelled, their VMs stay
+            # where they are, and the others go on within the reservation as it was made
+            self._stop_grown(batch, grown, "after its batch's reservation was made")
+            batch.top_up_keys.append(key)
+            self.record.say("%s: admission refused %s; no top-up: %s grew since the reservation was made, %s"
+                            % (batch.label(), names, ", ".join("%s/%s" % (i["namespace"], i["name"]) for i in grown),
+                               "its migration is cancelled and KubeVirt retries the others once its target pod is "
+                               "gone" if batch.migrations else "nothing is left to migrate in this batch"))
+            return
         # with a verified Event a refusal already read as lag is the same refusal: KubeVirt has not retried yet
         seen = batch.top_up_keys + (batch.lag_keys if found["evidence"] else [])
         if not found["refused"] or key in seen:
@@ -474,7 +551,25 @@ class BatchRunner(object):
             self.wait_enforced(batch, dict((t, batch.written[t]) for t in lagging),
                                "reservation %s" % batch.reservation)
             return
-        amounts, problems, how = headroom_mod.top_up_amounts(found["exact"], found["charge"], self.config.top_up_cap,
+        exact = found["exact"]
+        room = headroom_mod.pinned_room(getattr(batch, "quota_charges", None), batch.deltas) \
+            if getattr(batch, "quota_charges", None) is not None else None
+        if room is not None and any(exact.values()):
+            # what the quota lacks beyond the batch's pinned sizes was taken by something grown since (a VM whose
+            # migration is already over, a pod): never the run's to pay for, nor a reason to raise top_up_cap
+            bounded = dict((t, remove_zeros(dict((n, min(v, (room.get(t) or {}).get(n, 0))) for n, v in need.items())))
+                           for t, need in exact.items())
+            if not any(bounded.values()):
+                # pods started during the reservation (no fence) are named, as past top_up_cap
+                self._raise_if_captured(batch, "quota admission refuses %s" % names)
+                batch.top_up_keys.append(key)
+                self.record.say("%s: admission refused %s: the quota lacks %s, but reservation %s already holds what "
+                                "the batch's VMs charge at their planned sizes (what is missing was taken by something "
+                                "grown since): no top-up; waiting for KubeVirt to retry"
+                                % (batch.label(), names, headroom_text(exact), batch.reservation))
+                return
+            exact = bounded
+        amounts, problems, how = headroom_mod.top_up_amounts(exact, found["charge"], self.config.top_up_cap,
                                                              found["pointed"], batch.added)
         if problems or batch.rounds >= self.config.top_up_max_rounds:
             self._raise_if_captured(batch, "quota admission refuses %s" % names)

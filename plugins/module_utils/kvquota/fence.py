@@ -441,6 +441,29 @@ def unfence(cluster, operator_namespace, namespace, vmis=None, check_mode=False)
             "removed": result["removed"]}
 
 
+def unfence_keeping_namespace(cluster, operator_namespace, namespace, vmis, note, check_mode=False):
+    """Stop admitting target pods of vmis (a list of {name, uid}) in namespace and keep the namespace fenced, in one
+    conditional write (never unfenced in between): with note when nothing else keeps it fenced, so that nothing
+    is admitted there (a remainder of a reservation still held at usage, see reservations.py).
+    Returns {'changed', 'namespace', 'vmis' (left), 'fenced', 'added', 'removed'}."""
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
+    uids = set(normalize_vmis(vmis))
+
+    def change(data):
+        new = unfence_data(data, namespace, uids)
+        if namespace_key(namespace) not in new:
+            new = fence_data(new, namespace, {}, str(note))
+        return new
+    result = _update(cluster, operator_namespace, change,
+                     "keep namespace %s fenced (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
+                                                                                operator_namespace),
+                     check_mode)
+    return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
+            "fenced": namespace_key(namespace) in result["data"], "added": result["added"],
+            "removed": result["removed"]}
+
+
 def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     """True when rbac/fence.yml's policy and binding are installed, False when either is missing; an
     InputError when the binding reads its parameters from another namespace than operator_namespace (the

@@ -130,6 +130,44 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     return needs, refs, sized
 
 
+def grown_since_pin(cluster, vms, options=None, pins=None, planned=None):
+    """[{namespace, name, reason, ...}] (as batch_headroom's left_out) of these VMs ({namespace, name}), sized again
+    from a fresh read of their namespaces, whose charge grew past their pin (pins, else their planned charge) in any
+    resource, or whose own input can no longer be sized. A VM without a pin, or no longer running, is not looked
+    at. Nothing is reserved or computed for the others: this only tells which VMs changed since their batch's
+    reservation was made (a tenant's annotation, its namespace's labels, a hotplug), so that the run stops their
+    migrations rather than let their larger target pods use their siblings' share of the headroom."""
+    keys = _vm_keys(vms, "vms")
+    pins = dict(pins or {})
+    if planned is not None:
+        for key in keys:
+            if key not in pins and "%s/%s" % key in planned.vms:
+                pins[key] = planned_pin(planned, key)
+    wanted = set(k for k in keys if k in pins)
+    if not wanted:
+        return []
+    snapshot = read_inventory(cluster, {"nodes": [], "namespaces": sorted(set(ns for ns, _n in wanted))}, options)
+    vmis = snapshot.get("vmis") or {}
+    batch_snapshot = dict(snapshot, vmis=dict(
+        (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
+    opts = dict(options or {}, parallel_migrations_per_cluster=len(wanted),
+                parallel_outbound_migrations_per_node=len(wanted), per_namespace_cap=None)
+    return _left_out(plan_scope(batch_snapshot, opts), batch_snapshot, pins)
+
+
+def pinned_room(quota_charges, deltas):
+    """{(ns, quota): ResourceList} what a batch's top-ups may still add to each quota: what its VMs' target pods were
+    computed to charge it when its reservation was made (quota_charges, their pinned sizes) minus what the
+    reservation holds there now (deltas: the first reserve, its margin and the top-ups so far), never below 0. A
+    top-up never adds what the pinned sizes do not need: a quota short by more is short because something grew
+    since (a sibling's larger target pod), which is not the run's to pay for."""
+    room = {}
+    for target, charge in (quota_charges or {}).items():
+        held = (deltas or {}).get(target) or {}
+        room[target] = dict((name, max(Fraction(0), value - held.get(name, 0))) for name, value in charge.items())
+    return room
+
+
 # ---------------------------------------------------------------------------
 # pinned sizes
 

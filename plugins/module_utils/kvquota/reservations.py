@@ -497,7 +497,8 @@ def _parsed_annotation(text):
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
+        # RecursionError: valid JSON nested too deeply for Python's decoder; compared as text then
         return text
 
 
@@ -563,12 +564,20 @@ def _rancher_refusal(namespace):
         return None
     try:
         status = json.loads(text)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return None
-    for condition in (status or {}).get("Conditions") or (status or {}).get("conditions") or []:
+    # a namespace's annotations are writable by Rancher project members: only the shape Rancher writes counts
+    # ({"Conditions": [{"Type": ..., "Status": ..., "Message": ...}]}); anything else says nothing
+    if not isinstance(status, dict):
+        return None
+    conditions = status.get("Conditions") or status.get("conditions") or []
+    for condition in conditions if isinstance(conditions, list) else []:
+        if not isinstance(condition, dict):
+            continue
         if condition.get("Type", condition.get("type")) == "ResourceQuotaValidated" and \
                 str(condition.get("Status", condition.get("status"))) == "False":
-            return condition.get("Message", condition.get("message")) or "ResourceQuotaValidated is False"
+            message = condition.get("Message", condition.get("message"))
+            return message if isinstance(message, str) and message else "ResourceQuotaValidated is False"
     return None
 
 
@@ -904,16 +913,80 @@ def end_migrations(cluster, migrations, check_mode=False, operator_namespace=sto
     return results
 
 
-def _unfence(run, released):
-    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]})
-    and their migrations; a namespace is unfenced with its last VMI."""
+def _unfence(run, released, reservation_id=None, held_now=None):
+    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]}, a
+    namespace with no VM listed when only a remainder or a reservation without VMs was given back there) and their
+    migrations; a namespace is unfenced with its last VMI, unless a remainder of a reservation is held there
+    (ledger.hold_at_usage: Harvester keeps the quota at the namespace's usage, above its base). Then the namespace
+    stays fenced with no VMI and no migration listed, so that nothing new is admitted (the tenant cannot replace
+    pods that end, and usage drops to the base); the reaper unfences it once it restored the base (_unfence_idle).
+    A VMI that another active reservation of the namespace still names stays listed. reservation_id: the one just
+    given back (not counted from the ledgers, which check_mode leaves as they were); held_now: {namespace: [ids]}
+    of the remainders this release kept."""
     results = []
     if not released or not run.fence_installed():
         return results
+    holds = _fence_holds(run, set(released), reservation_id)
+    for namespace, ids in (held_now or {}).items():
+        if holds is not None and namespace in released:
+            holds.setdefault(namespace, ([], set()))[0].extend(i for i in ids if i not in holds[namespace][0])
     for namespace, vmis in sorted(released.items()):
-        if vmis:
-            results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, vmis, run.check_mode))
+        if holds is None:
+            # the ledgers could not be read: keep the fence (the reaper lifts it once it can tell)
+            run.warn("namespace %s stays fenced: the ledgers could not be read to tell whether a reservation or a "
+                     "remainder is still held there; the reaper (kvquota_release expired: true) unfences it once "
+                     "nothing is" % namespace)
+            continue
+        held, named = holds.get(namespace, ([], set()))
+        gone = [vmi for vmi in vmis if vmi["uid"] not in named]
+        if held:
+            results.append(_keep_fenced(run, namespace, gone, held))
+        elif vmis or fence_mod.namespace_key(namespace) in _fence_data(run):
+            results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, gone, run.check_mode))
     return results
+
+
+def _fence_data(run):
+    """The fence ConfigMap's data as it is now ({} without one)."""
+    return (fence_mod.read_fence(run.cluster, run.store.namespace) or {}).get("data") or {}
+
+
+def _fence_holds(run, namespaces, leaving=None):
+    """{namespace: ([ids of the remainders held there], {uids of the VMIs its active reservations name})} for
+    namespaces, from the ledgers as they are now, the reservation leaving left out; None when they cannot be
+    read."""
+    try:
+        found = find_ledgers(run.cluster, None, run.store.namespace)
+    except KvquotaError:
+        return None
+    holds = {}
+    for (namespace, _quota), entry in found.items():
+        if namespace not in namespaces:
+            continue
+        held, named = holds.setdefault(namespace, ([], set()))
+        for rid, item in sorted(entry.reservations.items()):
+            if rid == leaving:
+                continue
+            if item.remainder:
+                held.append(rid)
+            else:
+                named.update(v["uid"] for v in _ref_items(item.refs, "vms", namespace, True) if v.get("uid"))
+    return holds
+
+
+def held_fence_note(held):
+    """The text a refusal shows in a namespace kept fenced for the remainders held there."""
+    return ("no maintenance window now: kvquota keeps this namespace's quota at its usage, above its base, as "
+            "'%s' (what it used of a released reservation); nothing new is admitted until usage is back within the "
+            "base, then the reaper restores the base and lifts this" % "', '".join(sorted(held)))
+
+
+def _keep_fenced(run, namespace, vmis, held):
+    """vmis (and their migrations) unlisted, the namespace kept fenced (with the note of held when nothing else
+    keeps it: no VMI, no migration, so nothing is admitted), in one write. fence.unfence's result shape + 'held'."""
+    outcome = fence_mod.unfence_keeping_namespace(run.cluster, run.store.namespace, namespace, vmis,
+                                                  held_fence_note(held), run.check_mode)
+    return dict(outcome, held=list(held))
 
 
 def _reserve_message(reservation_id, final, state, item):
@@ -1071,7 +1144,10 @@ def _own_blockers(run, state, entry, now):
             state.running.append((migration["namespace"], migration["name"]))
         source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
         if source:
-            lingering.append({"namespace": migration["namespace"], "name": source})
+            # by name only: the pod must be older than the migration (a source pod is), never a pod a tenant
+            # created under that name once KubeVirt's was gone
+            lingering.append({"namespace": migration["namespace"], "name": source,
+                              "not_after": _created_at(vmim)})
     for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True) + lingering:
         try:
             pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
@@ -1079,6 +1155,8 @@ def _own_blockers(run, state, entry, now):
             continue
         uid = pod_ref.get("uid")
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
+            continue
+        if "not_after" in pod_ref and not _created_no_later(pod, pod_ref["not_after"]):
             continue
         if pod_counts(pod, now) and not _is_active_launcher(run, pod):
             reasons.append("source pod %s/%s still counts (it ends by itself once its migration completed)"
@@ -1090,11 +1168,13 @@ def _release_blockers(run, state, reservation_id, now):
     """Why reservation_id cannot be released from this quota yet ([] = it can).
 
     Only the reservation's own migrations and source pods, and usage that is about to drop by itself (status.used
-    not caught up with pods that ended; a launcher pod of a reserved VM that its migration left, which KubeVirt
-    removes), are waited for. Usage above the value to restore that lasts - what running pods and PVCs really
-    charge: a VM that came back bigger, a pod or PVC created during the reservation, a migration this run did
-    not create - never keeps the reservation: the quota goes back to its base all the same (Kubernetes keeps a
-    quota below its usage; new pods are refused until usage is within it), and state.overuse names it. Sets
+    not caught up with pods that ended; a pod KubeVirt named for the reservation - a recorded source pod by UID, a
+    source or target pod its migrations name in their status - that is being removed), are waited for. Usage
+    above the value to restore that lasts - what running pods and PVCs really charge: a VM that came back bigger,
+    a pod or PVC created during the reservation, a pod that claims a reserved VM as its owner but that KubeVirt
+    does not name, a migration this run did not create - never keeps the reservation: the quota goes back to its
+    base all the same (Kubernetes keeps a quota below its usage; new pods are refused until usage is within it),
+    and state.overuse names it. Sets
     state.captured (objects that hold the headroom without being the reservation's migrations, as text),
     state.overuse and state.running."""
     entry = state.ledger.reservations.get(reservation_id)
@@ -1109,10 +1189,10 @@ def _release_blockers(run, state, reservation_id, now):
     if fits:
         return reasons
     usage = _usage_now(run, state, entry, names, now)
-    state.captured = [_object_text(item) for item in usage["objects"] if item["why"] != GREW]
+    state.captured = [_object_text(item) for item in usage["objects"] if item["why"] not in (GREW, LEFT_OVER)]
     if reasons:
         if state.captured:
-            reasons.append("created during the reservation and no migration of it, these hold its headroom: %s"
+            reasons.append("none of them the reservation's migrations, these hold its headroom: %s"
                            % _listed(state.captured))
         return reasons
     lasting, waiting = _usage_verdict(used, target, names, usage["charged"], usage["known"], usage["settling"])
@@ -1123,7 +1203,8 @@ def _release_blockers(run, state, reservation_id, now):
     for name in waiting:
         charged = usage["charged"].get(name, 0)
         if usage["settling"].get(name):
-            reasons.append("%s used %s > %s: %s still count%s (KubeVirt removes what a finished migration leaves)"
+            reasons.append("%s used %s > %s: %s still count%s (KubeVirt is removing what the reservation's "
+                           "migrations left)"
                            % (name, used_of(state.quota)[name], strings[name], ", ".join(usage["settling_pods"]),
                               "s" if len(usage["settling_pods"]) == 1 else ""))
         else:
@@ -1134,6 +1215,12 @@ def _release_blockers(run, state, reservation_id, now):
 
 
 CREATED_DURING, GREW, FOREIGN_MIGRATION = "created-during-reservation", "grew", "migration-not-of-this-run"
+# a pod whose controller ownerReference names a reserved VM, that is not its active launcher and that KubeVirt does
+# not name for the reservation (a tenant may write any ownerReference): over-use, whenever it was created
+CLAIMS_LAUNCHER = "claims-to-be-a-launcher"
+# a source or target pod KubeVirt named for the reservation's final migration that still counts without being
+# removed: over-use too (only what KubeVirt is removing is waited for)
+LEFT_OVER = "left-by-its-migration"
 
 
 def _show(value, name):
@@ -1210,15 +1297,101 @@ def _object_text(item):
     if item["why"] == FOREIGN_MIGRATION:
         return ("%s (%s; not created by this run) of VM %s: its target pod %s charges %s"
                 % (ref, who, item["vm"], item["pod"], charges))
+    if item["why"] == CLAIMS_LAUNCHER:
+        return ("%s (owner %s, %s) claims to be a launcher pod of VM %s, but KubeVirt does not name it (neither "
+                "the VM's active pod nor a source or target pod of the reservation's migrations) and it charges %s"
+                % (ref, item.get("owner") or "none", who, item["vm"], charges))
+    if item["why"] == LEFT_OVER:
+        return ("%s (%s), %s of VM %s, still charges %s although that migration is final, and nothing is removing "
+                "it" % (ref, who, item["named"], item["vm"], charges))
     return "%s (owner %s, %s, after the reservation of %s) charges %s" % (
         ref, item.get("owner") or "none", who, item.get("reservation_created"), charges)
 
 
+def _created_at(obj):
+    """metadata.creationTimestamp of obj in epoch seconds (set by the API server: nobody can choose it), or None."""
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return ledger_mod.parse_time(stamp) if stamp else None
+    except InputError:
+        return None
+
+
+def _created_no_later(obj, limit):
+    """Whether obj was created at or before limit (epoch seconds; None: unknown, so never)."""
+    created = _created_at(obj)
+    return created is not None and limit is not None and created <= limit
+
+
+def _final_at(vmim):
+    """When a migration went final (the later of its migrationState.endTimestamp and the time of its Succeeded or
+    Failed phase transition) in epoch seconds, or None when it says neither."""
+    status = vmim.get("status") or {}
+    stamps = [(status.get("migrationState") or {}).get("endTimestamp")]
+    stamps.extend(item.get("phaseTransitionTimestamp") for item in status.get("phaseTransitionTimestamps") or ()
+                  if isinstance(item, dict) and item.get("phase") in ownership.FINAL_MIGRATION_PHASES)
+    times = []
+    for stamp in stamps:
+        try:
+            when = ledger_mod.parse_time(stamp) if stamp else None
+        except InputError:
+            when = None
+        if when is not None:
+            times.append(when)
+    return max(times) if times else None    # the later of the two: clocks of virt-handler and virt-controller
+
+
+def _named_by_kubevirt(entry, namespace, vmims):
+    """The pods KubeVirt itself named for this reservation: ({pod UID: text} of its recorded source pods,
+    {pod name: (text, not_before, not_after)} of the source and target pods that its migrations (matched by UID:
+    refs["migrations"]) name in status.migrationState). A pod named only by name must have been created within
+    those bounds (epoch seconds; None: no bound known, so no pod matches): a source pod before its migration, a
+    target pod between the migration's creation and its end; so a pod a tenant creates under such a name once
+    KubeVirt's is gone is not taken for it. Labels and ownerReferences are the tenant's to write: never used."""
+    by_uid = dict((item["uid"], "its recorded source pod")
+                  for item in _ref_items(entry.refs, "sourcePods", namespace, True) if item.get("uid"))
+    own = set(item["uid"] for item in _ref_items(entry.refs, "migrations", namespace, True) if item.get("uid"))
+    by_name = {}
+    for vmim in vmims:
+        if not ownership.uid_of(vmim) or ownership.uid_of(vmim) not in own:
+            continue
+        migration_state = (vmim.get("status") or {}).get("migrationState") or {}
+        name = (vmim.get("metadata") or {}).get("name")
+        started = _created_at(vmim)
+        source, target = migration_state.get("sourcePod"), migration_state.get("targetPod")
+        if source:
+            by_name[source] = ("the source pod of its migration %s" % name, None, started)
+        if target:
+            by_name[target] = ("the target pod of its migration %s" % name, started, _final_at(vmim))
+    return by_uid, by_name
+
+
+def _kubevirt_named(pod, named):
+    """How KubeVirt named pod for the reservation (text), or None (named: _named_by_kubevirt)."""
+    by_uid, by_name = named
+    uid = ownership.uid_of(pod)
+    if uid and uid in by_uid:
+        return by_uid[uid]
+    found = by_name.get((pod.get("metadata") or {}).get("name"))
+    if found is None:
+        return None
+    text, not_before, not_after = found
+    created = _created_at(pod)
+    if created is None or not_after is None or created > not_after:
+        return None
+    if not_before is not None and created < not_before:
+        return None
+    return text
+
+
 def _usage_now(run, state, entry, names, now):
     """What really uses names in the quota's namespace now: {charged: ResourceList (pods, and PVCs when a PVC name
-    is over), known: the names charged counts for, settling: ResourceList of launcher pods of the reserved VMs that
-    their migration left (KubeVirt removes them), settling_pods, objects: [_object_facts] of what took the
-    headroom or grew on it}. Identity by controller ownerReference and UID, never by labels."""
+    is over), known: the names charged counts for, settling: ResourceList of the pods KubeVirt is removing that it
+    named for this reservation (its recorded source pods by UID, the source and target pods its migrations name
+    in status.migrationState; _named_by_kubevirt), settling_pods, objects: [_object_facts] of what took the
+    headroom or grew on it}. Identity by controller ownerReference, UID and KubeVirt's status, never by labels; a
+    pod whose ownerReference claims a reserved VM but that is neither its active launcher nor named by KubeVirt
+    for the reservation (ownerReferences are the tenant's to write) is over-use, named as such."""
     namespace = state.target[0]
     quota = state.quota
     created = ledger_mod.parse_time(entry.created) if entry.created else None
@@ -1227,8 +1400,10 @@ def _usage_now(run, state, entry, names, now):
         recorded.update(ownership.ref_uids(item.refs, "migrations").values())
     vmis = dict(((vmi.get("metadata") or {}).get("name"), vmi)
                 for vmi in _kubevirt_list(run, "virtualmachineinstances", namespace))
+    vmims = _kubevirt_list(run, "virtualmachineinstancemigrations", namespace)
+    named = _named_by_kubevirt(entry, namespace, vmims)
     foreign = {}   # VMI name -> a migration under way that no reservation of this quota recorded
-    for vmim in _kubevirt_list(run, "virtualmachineinstancemigrations", namespace):
+    for vmim in vmims:
         if (vmim.get("status") or {}).get("phase") in ownership.FINAL_MIGRATION_PHASES:
             continue
         if ownership.uid_of(vmim) and ownership.uid_of(vmim) not in recorded:
@@ -1260,15 +1435,25 @@ def _usage_now(run, state, entry, names, now):
         active = owner is not None and _runs_on_launcher(vmi, pod)
         mine = owner is not None and owner[1] in reserved
         name = (pod.get("metadata") or {}).get("name")
-        if owner and not active and owner[0] in foreign:
+        kubevirts = _kubevirt_named(pod, named) if mine and not active else None
+        if kubevirts and (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # KubeVirt named it for this reservation and is removing it: what it charges is going away
+            result["settling"] = add(result["settling"], mask(charge, names))
+            result["settling_pods"].append("pod %s/%s of VM %s, %s"
+                                           % (namespace, _pod_label(pod), owner[0], kubevirts))
+        elif owner and not active and owner[0] in foreign:
             vmim = foreign[owner[0]]
             item = _object_facts(vmim, "VirtualMachineInstanceMigration", FOREIGN_MIGRATION, charge, names)
             item.update(vm="%s/%s" % (namespace, owner[0]), pod=name)
             result["objects"].append(item)
+        elif kubevirts:
+            item = _object_facts(pod, "Pod", LEFT_OVER, charge, names)
+            item.update(vm="%s/%s" % (namespace, owner[0]), named=kubevirts)
+            result["objects"].append(item)
         elif mine and not active:
-            result["settling"] = add(result["settling"], mask(charge, names))
-            result["settling_pods"].append("launcher pod %s/%s of VM %s, left by its migration"
-                                           % (namespace, _pod_label(pod), owner[0]))
+            item = _object_facts(pod, "Pod", CLAIMS_LAUNCHER, charge, names)
+            item["vm"] = "%s/%s" % (namespace, owner[0])
+            result["objects"].append(item)
         elif mine:
             if not after_reservation(pod):
                 continue   # the VM never moved: what it charges is what it charged before the reservation
@@ -1360,7 +1545,8 @@ def _overuse_text(reservation_id, report, fence_installed):
     made = _listed([_object_text(item) for item in objects]) or \
         "no object created during the reservation (pods that were there before use more now)"
     fixes = []
-    removable = ["%s %s/%s" % (o["kind"], o["namespace"], o["name"]) for o in objects if o["why"] != GREW]
+    removable = ["%s %s/%s" % (o["kind"], o["namespace"], o["name"]) for o in objects
+                 if o["why"] not in (GREW, LEFT_OVER)]
     if removable:
         fixes.append("remove %s (it took the room reserved for the migrations), and %s the headroom fence "
                      "(kubectl apply -f rbac/fence.yml) so that only the run's own migrations use a reservation"
@@ -1369,6 +1555,10 @@ def _overuse_text(reservation_id, report, fence_installed):
     if grown:
         fixes.append("VM %s uses more than before its migration: it keeps running, and its namespace is over its "
                      "base until it is back within it" % ", ".join(grown))
+    left = ["%s/%s" % (o["namespace"], o["name"]) for o in objects if o["why"] == LEFT_OVER]
+    if left:
+        fixes.append("pod %s, which a final migration left, is KubeVirt's to remove: look at virt-controller's "
+                     "log and the migration's status" % ", ".join(left))
     held = report.get("held")
     tail = ""
     if held:
@@ -1487,6 +1677,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                            "made)" % reservation_id, "check_mode": run.check_mode}
     pending = list(targets)
     released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
+    held_now = {}       # namespace -> ids of the remainders this release kept there (ledger.hold_at_usage)
     deadline = run.clock() + max(0, timeout or 0)
     captured = {}  # target -> objects created during the reservation that hold its headroom (no fence kept them)
     running = {}   # target -> its migrations still under way (for the fix)
@@ -1514,8 +1705,11 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             item = _release_one(run, target, reservation_id, state) if run.check_mode else \
                 _release_locked(run, target, reservation_id)
             if item.get("outcome") in _GIVEN_BACK:
+                # a namespace with no VM listed too: a remainder held there keeps it fenced, one released lifts it
                 released_vms.setdefault(target[0], []).extend(v for v in vms if v not in
                                                               released_vms.get(target[0], []))
+            if item.get("outcome") == ledger_mod.HELD_AT_USAGE and item.get("held_as"):
+                held_now.setdefault(target[0], []).append(item["held_as"])
             if reasons:
                 item["would_wait_for"] = reasons
             if state.overuse and item.get("outcome") in _GIVEN_BACK:
@@ -1535,7 +1729,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
     # unfence only namespaces none of whose quotas still waits for this reservation
     unfenced = _unfence(run, dict((ns, vms) for ns, vms in released_vms.items()
-                                  if not any(t[0] == ns for t in waiting)))
+                                  if not any(t[0] == ns for t in waiting)), reservation_id, held_now)
     result = {
         "changed": any(item["changed"] for item in results) or any(item["changed"] for item in unfenced),
         "reservation_id": reservation_id,
@@ -1627,9 +1821,11 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
             results.append(_settle_ledger(run, target))
     stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
     gone = set((item["id"], item["namespace"], item["quota"]) for item in released + held)
-    # a remainder held at usage (ledger.hold_at_usage) holds no headroom: nothing for a fence to keep
+    # a remainder held at usage (ledger.hold_at_usage) keeps its namespace fenced (nothing new admitted while the
+    # quota is above its base): one not released by this run, or held again (same id) or anew (X.held) by it
     active = set(ns for (ns, quota), entry in found.items()
-                 if any((rid, ns, quota) not in gone and not item.remainder for rid, item in entry.reservations.items()))
+                 if any((rid, ns, quota) not in gone for rid in entry.reservations))
+    active.update(item["namespace"] for item in held)
     unfenced = _unfence_idle(run, active)
     removed = []
     for entry, configmap in orphans:
@@ -1647,7 +1843,9 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
 
 def _unfence_idle(run, active):
     """Unfence every fenced namespace that holds no active reservation any more (a run killed between its fence
-    and its quota write, or a release that could not unfence): a fence must never outlive its headroom."""
+    and its quota write, or a release that could not unfence): a fence must never outlive its headroom. active
+    counts a namespace where a remainder is held (ledger.hold_at_usage): it stays fenced until the reaper
+    restored its base."""
     if not run.fence_installed():
         return []
     results = []

@@ -778,13 +778,32 @@ class _Vmi(object):
         text = self.annotations.get(HOOK_SIDECARS_ANNOTATION)
         if not text:
             return 0
+        field = "metadata.annotations[%s]" % HOOK_SIDECARS_ANNOTATION
         try:
             sidecars = json.loads(text)
-        except ValueError:
-            raise VmInputError("annotation %s is not valid JSON" % HOOK_SIDECARS_ANNOTATION,
+        except (ValueError, RecursionError):
+            # RecursionError: valid JSON nested deeper than Python's decoder goes ("[" * 5000 + "]" * 5000)
+            raise VmInputError("annotation %s is not valid JSON (or nested too deeply to read)" % HOOK_SIDECARS_ANNOTATION,
                                "fix the VM's hook sidecar annotation (KubeVirt cannot start its target pod either)",
-                               field="metadata.annotations[%s]" % HOOK_SIDECARS_ANNOTATION)
-        return len(sidecars) if isinstance(sidecars, list) else 0
+                               field=field)
+        # KubeVirt reads it as a list of sidecar objects ([{"image": ...}, ...]); anything else starts no pod
+        if not isinstance(sidecars, list) or not all(isinstance(item, dict) for item in sidecars):
+            raise VmInputError("annotation %s is not a JSON list of hook sidecar objects (got %s)"
+                               % (HOOK_SIDECARS_ANNOTATION, _json_shape(sidecars)),
+                               "fix the VM's hook sidecar annotation to a list such as [{\"image\": \"...\"}] "
+                               "(KubeVirt cannot start its target pod either)", field=field)
+        return len(sidecars)
+
+
+def _json_shape(value):
+    """What a decoded JSON value is, for a message (never the value: it is tenant input of any size)."""
+    if isinstance(value, list):
+        kinds = sorted(set(_json_shape(item) for item in value if not isinstance(item, (list, dict))) |
+                       set("a list" if isinstance(item, list) else "an object" for item in value
+                           if isinstance(item, (list, dict))))
+        return "a list of %s" % " and ".join(kinds) if kinds else "an empty list"
+    return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
 
 
 # ---------------------------------------------------------------- KubeVirt's memory overhead

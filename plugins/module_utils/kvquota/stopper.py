@@ -26,6 +26,16 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.owners
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list
 
 
+def unexpected(exc):
+    """A KvquotaError standing for an exception the core did not expect (a defect): the stopper still cancels,
+    releases and reports the state with it; the original is its __cause__ (its traceback)."""
+    err = KvquotaError("unexpected error %s: %s" % (type(exc).__name__, str(exc)[:300] or "(no message)"),
+                       "this is a defect of kvquota: report it with the run's output (-vvv shows the traceback)",
+                       {"exception": type(exc).__name__})
+    err.__cause__ = exc
+    return err
+
+
 class Stopper(object):
     """Stops a run cleanly: cluster, config (ExecutorConfig), record (RunRecord), runner (BatchRunner)."""
 
@@ -74,11 +84,15 @@ class Stopper(object):
                % (err.fix or "fix the cause", self.config.node)) if self.config.mode == "drive" else (
             "%s; then re-run: it follows the groups still held, releases each once its source pods are gone, and goes on "
             "following %s" % (err.fix or "fix the cause", self.config.scope_text()))
-        raise type(err)(message, fix, {"result": result})
+        stopped = type(err)(message, fix, {"result": result})
+        stopped.__cause__ = err.__cause__   # an unexpected error's original (see unexpected)
+        raise stopped
 
     def guarded(self, plan, loop):
         """A run's body: plan() in check mode (result "planned"), else loop() (result "succeeded"); a KvquotaError
-        stops cleanly (stop() raises it with the state); Interrupted stops without touching anything more."""
+        stops cleanly (stop() raises it with the state), and so does any other Exception (a defect: raised as a
+        KvquotaError naming it, the original its __cause__); Interrupted stops without touching anything more, and
+        KeyboardInterrupt/SystemExit (not Exceptions) pass untouched: a killed run is resumed by a re-run."""
         try:
             if self.config.check_mode:
                 plan()
@@ -88,6 +102,8 @@ class Stopper(object):
             raise
         except KvquotaError as err:
             self.stop(err)
+        except Exception as exc:   # noqa: any defect still leaves a consistent state (KeyboardInterrupt, SystemExit pass)
+            self.stop(unexpected(exc))
         return self.result("succeeded")
 
     def clean_up(self):
@@ -168,4 +184,4 @@ class Stopper(object):
         }
 
 
-__all__ = ["Stopper"]
+__all__ = ["Stopper", "unexpected"]

@@ -360,3 +360,223 @@ def test_a_cluster_without_kubevirt_is_released_with_its_over_use_named():
     result = release(api, clock)
     assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi"
     assert [o["name"] for o in result["overuse"][0]["objects"]] == ["grab"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# only what KubeVirt itself named for the reservation is waited for (a tenant writes ownerReferences and names)
+
+def test_a_pod_that_claims_a_reserved_vm_as_its_owner_is_over_use_not_a_launcher_to_wait_for():
+    """A tenant's pod with a controller ownerReference to its own reserved VMI, on another node, made before the
+    window: neither the VM's active pod nor named by KubeVirt for the reservation. It used to be taken for a
+    launcher pod its migration left ("KubeVirt removes it"): the reservation was kept until the timeout, the
+    reaper only deferred. Now it is over-use, named as a pod claiming to be the VM's launcher."""
+    objects, clock = cluster_objects(), Clock()
+    api = TenantApi(objects)
+    reserve(api, clock)
+    migrated(api, "2Gi")
+    api.pods.append(pod("decoy", "256Mi", BEFORE, owner=("vm-1", "vmi-1"), node="n9", managers=("kubectl-create",)))
+    api.set_used(**{"limits.memory": "8448Mi"})     # 6Gi + 2Gi + the decoy's 256Mi: above the 8Gi base for good
+    result = release(api, clock)
+    assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi"
+    assert ledger_of(objects) is None and result["pending"] == []
+    [report] = result["overuse"]
+    decoy = [o for o in report["objects"] if o["name"] == "decoy"]
+    assert [(o["kind"], o["why"], o["vm"], o["owner"]) for o in decoy] == [
+        ("Pod", R.CLAIMS_LAUNCHER, "tenant-a/vm-1", "VirtualMachineInstance/vm-1")]
+    [warning] = [w for w in result["warnings"] if "back at its base" in w]
+    assert ("Pod tenant-a/decoy (owner VirtualMachineInstance/vm-1, created %s by kubectl-create) claims to be a "
+            "launcher pod of VM tenant-a/vm-1, but KubeVirt does not name it" % BEFORE) in warning
+    assert "remove Pod tenant-a/decoy" in warning and "KubeVirt removes" not in warning
+    assert "Pod tenant-a/decoy" in result["captured"][0]["pods"][0]
+
+
+def failed_migration(api, target_phase="Running", target_deleted=None):
+    """vm-1's migration vm-1-kvq failed at 00:00:40: vm-1 still runs on n1 (its source pod, 1Gi), the target pod
+    virt-launcher-vm-1-tgt (1Gi, created 00:00:31 on n2) is named in the migration's status; vm-2 uses 7Gi."""
+    api.vmis = [vmi("vm-1", "vmi-1", node="n1"), vmi("vm-2", "vmi-2", node="n3")]
+    failed = vmim("vm-1-kvq", "mig-1", "vm-1", "Failed")
+    failed["status"].update(
+        migrationState={"sourcePod": "virt-launcher-vm-1-src", "targetPod": "virt-launcher-vm-1-tgt",
+                        "failed": True},
+        phaseTransitionTimestamps=[{"phase": "Scheduling", "phaseTransitionTimestamp": DURING},
+                                   {"phase": "Failed", "phaseTransitionTimestamp": "2025-01-01T00:00:40Z"}])
+    api.vmims = [failed]
+    target = pod("virt-launcher-vm-1-tgt", "1Gi", "2025-01-01T00:00:31Z", ("vm-1", "vmi-1"), phase=target_phase,
+                 uid="pod-tgt")
+    if target_deleted:
+        target["metadata"].update(deletionTimestamp=target_deleted, deletionGracePeriodSeconds=30)
+    api.pods = [pod("virt-launcher-vm-2-a", "7Gi", BEFORE, ("vm-2", "vmi-2"), node="n3"),
+                pod("virt-launcher-vm-1-src", "1Gi", BEFORE, ("vm-1", "vmi-1"), node="n1", uid="pod-src"),
+                target]
+
+
+def test_the_target_pod_kubevirt_is_removing_is_waited_for_but_not_a_tenant_pod_under_its_name():
+    objects, clock = cluster_objects(), Clock()
+    api = TenantApi(objects)
+    reserve(api, clock)
+    api.set_used(**{"limits.memory": "9Gi"})
+    # KubeVirt's own target pod of the failed migration, being deleted: about to go, so the release waits
+    failed_migration(api, target_deleted="2025-01-01T00:00:41Z")
+    with pytest.raises(WaitTimeoutError) as err:
+        release(api, clock)
+    assert "tenant-a/virt-launcher-vm-1-tgt (Running, terminating) of VM vm-1" in err.value.message
+    assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "10Gi"
+    # KubeVirt's pod is gone; the tenant creates one under the same name and owner, after the migration ended,
+    # and deletes it with a long grace period on a node that never confirms: not KubeVirt's, so over-use
+    fake = pod("virt-launcher-vm-1-tgt", "1Gi", "2025-01-01T00:00:50Z", ("vm-1", "vmi-1"), node="n9",
+               uid="pod-fake")
+    fake["metadata"].update(deletionTimestamp="2025-01-01T00:00:55Z", deletionGracePeriodSeconds=86400)
+    api.pods = api.pods[:2] + [fake]
+    result = release(api, clock)
+    assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi" and ledger_of(objects) is None
+    [item] = result["overuse"][0]["objects"]
+    assert (item["name"], item["why"]) == ("virt-launcher-vm-1-tgt", R.CLAIMS_LAUNCHER)
+    # what the wait named: KubeVirt's pod, and why it was waited for
+    assert "the target pod of its migration vm-1-kvq still counts" in err.value.message
+
+
+def test_a_target_pod_a_final_migration_left_that_nothing_removes_is_over_use():
+    """Only a pod being removed is waited for: one KubeVirt named that stays is named, and the base restored."""
+    objects, clock = cluster_objects(), Clock()
+    api = TenantApi(objects)
+    reserve(api, clock)
+    api.set_used(**{"limits.memory": "9Gi"})
+    failed_migration(api)
+    result = release(api, clock)
+    assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi" and ledger_of(objects) is None
+    [item] = result["overuse"][0]["objects"]
+    assert (item["name"], item["why"], item["named"]) == ("virt-launcher-vm-1-tgt", R.LEFT_OVER,
+                                                          "the target pod of its migration vm-1-kvq")
+    [warning] = [w for w in result["warnings"] if "back at its base" in w]
+    assert "although that migration is final, and nothing is removing it" in warning
+    assert "is KubeVirt's to remove" in warning and "remove Pod" not in warning
+
+
+def test_a_pod_created_under_the_source_pods_name_after_the_migration_is_not_waited_for():
+    """The migration's status names its source pod by name only: a pod a tenant creates under that name once
+    KubeVirt's source pod is gone (newer than the migration) is no source pod, and never holds the release."""
+    objects, clock = cluster_objects(), Clock()
+    api = TenantApi(objects)
+    reserve(api, clock)
+    migrated(api, "1Gi")
+    api.vmims[0]["status"]["migrationState"] = {"sourcePod": "virt-launcher-vm-1-src",
+                                                "targetPod": "virt-launcher-vm-1-tgt"}
+    api.pods = [p for p in api.pods if p["metadata"]["name"] != "virt-launcher-vm-1-src"]
+    api.pods.append(pod("virt-launcher-vm-1-src", "256Mi", "2025-01-01T00:00:50Z", node="n1", uid="pod-tenant"))
+    api.set_used(**{"limits.memory": "7424Mi"})
+    result = release(api, clock)
+    assert result["pending"] == [] and objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi"
+    # KubeVirt's own source pod (older than the migration), still running after it, is waited for as before, also
+    # when the reservation recorded no source pod (found through the migration's status only)
+    objects2, clock2 = cluster_objects(), Clock()
+    api2 = TenantApi(objects2)
+    reserve(api2, clock2, refs=dict(REFS, sourcePods=[]))
+    migrated(api2, "1Gi", source_phase="Running")
+    api2.vmims[0]["status"]["migrationState"] = {"sourcePod": "virt-launcher-vm-1-src"}
+    api2.set_used(**{"limits.memory": "8Gi"})
+    with pytest.raises(WaitTimeoutError, match="source pod tenant-a/virt-launcher-vm-1-src"):
+        release(api2, clock2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Harvester: a remainder held at usage keeps its namespace fenced until the reaper restores the base
+
+FENCE_PATH = "/api/v1/namespaces/%s/configmaps/kvq-fence" % OPERATOR
+ADMISSION = "/apis/admissionregistration.k8s.io/v1/"
+
+
+def install_fence(objects):
+    """rbac/fence.yml as installed: the policy and its binding reading kvq-fence of the operator namespace."""
+    objects[ADMISSION + "validatingadmissionpolicies/kvquota-headroom-fence"] = {"metadata": {}}
+    objects[ADMISSION + "validatingadmissionpolicybindings/kvquota-headroom-fence"] = {
+        "metadata": {}, "spec": {"paramRef": {"name": "kvq-fence", "namespace": OPERATOR}}}
+
+
+def fence_keys(objects):
+    """The fence ConfigMap's keys of tenant-a (ns., vmi., mig.), with the namespace's note."""
+    data = (objects.get(FENCE_PATH) or {}).get("data") or {}
+    return dict((k, v) for k, v in data.items() if k.split(".", 2)[:2] in (["ns", NS], ["vmi", NS], ["mig", NS]))
+
+
+def reap(api, clock):
+    return R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+
+
+def test_harvester_remainder_keeps_the_namespace_fenced_until_the_reaper_restores_the_base():
+    """Harvester keeps the quota at the namespace's usage (above its base) as '<id>.held'. Unfenced, the tenant
+    could replace every pod that ends up to that value, so usage would never drop and the reaper never restore
+    the base. So the namespace stays fenced (no VMI, no migration listed: nothing new is admitted) while the
+    remainder is held, and is unfenced when the reaper restores the base."""
+    objects, clock = cluster_objects(rancher=True), Clock()
+    install_fence(objects)
+    api = TenantApi(objects, harvester=True)
+    reserve(api, clock)
+    assert fence_keys(objects).get("vmi.tenant-a.vmi-1") == "vm-1" and "ns.tenant-a" in fence_keys(objects)
+    migrated(api, "2Gi")
+    api.pods.append(pod("sidecar-old", "512Mi", BEFORE))
+    api.set_used(**{"limits.memory": "8704Mi"})
+    result = release(api, clock)
+    assert result["quotas"][0]["outcome"] == L.HELD_AT_USAGE
+    kept = fence_keys(objects)
+    assert sorted(kept) == ["ns.tenant-a"]                     # the VM and its migration unlisted: nothing admitted
+    assert "'node-1-b0.held'" in kept["ns.tenant-a"] and "nothing new is admitted" in kept["ns.tenant-a"]
+    [outcome] = result["fence"]
+    assert outcome["fenced"] and outcome["held"] == [RID + ".held"] and outcome["vmis"] == {}
+    # the reaper with usage still above the base: the remainder stays, and so does the fence
+    reaped = reap(api, clock)
+    assert [h["held_as"] for h in reaped["held_at_usage"]] == [RID + ".held"] and reaped["unfenced"] == []
+    assert sorted(fence_keys(objects)) == ["ns.tenant-a"]
+    # usage drops to the base: the reaper restores it and lifts the fence
+    api.pods = [p for p in api.pods if p["metadata"]["name"] != "sidecar-old"]
+    api.set_used(**{"limits.memory": "8Gi"})
+    reaped = reap(api, clock)
+    assert [r["id"] for r in reaped["released"]] == [RID + ".held"] and ledger_of(objects) is None
+    assert fence_keys(objects) == {}
+
+
+def test_a_later_reservation_in_a_held_namespace_is_fenced_for_its_vms_and_its_release_keeps_the_fence():
+    objects, clock = cluster_objects(rancher=True), Clock()
+    install_fence(objects)
+    api = TenantApi(objects, harvester=True)
+    reserve(api, clock)
+    migrated(api, "2Gi")
+    api.pods.append(pod("sidecar-old", "512Mi", BEFORE))
+    api.set_used(**{"limits.memory": "8704Mi"})
+    release(api, clock)
+    assert sorted(fence_keys(objects)) == ["ns.tenant-a"]
+    # a later maintenance reserves for vm-2 in the same namespace: fenced with its own VMI, the window's note
+    refs = {"vms": [{"namespace": NS, "name": "vm-2", "uid": "vmi-2"}],
+            "migrations": [{"namespace": NS, "name": "vm-2-kvq", "uid": "mig-2"}]}
+    R.reserve(api, "node-3-b0", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
+              sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0}, refs=refs)
+    later = fence_keys(objects)
+    assert later.get("vmi.tenant-a.vmi-2") == "vm-2" and "reserved from" in later["ns.tenant-a"]
+    # its release unlists vm-2, but the namespace stays fenced while the remainder is held
+    result = release(api, clock, rid="node-3-b0")
+    assert [q["outcome"] for q in result["quotas"]] == [L.RELEASED]
+    kept = fence_keys(objects)
+    assert sorted(kept) == ["ns.tenant-a"] and "'node-1-b0.held'" in kept["ns.tenant-a"]
+    assert sorted(ledger_of(objects)["reservations"]) == [RID + ".held"]
+    # and the reaper lifts it once the base is restored
+    api.pods = [p for p in api.pods if p["metadata"]["name"] != "sidecar-old"]
+    api.set_used(**{"limits.memory": "8Gi"})
+    reap(api, clock)
+    assert fence_keys(objects) == {} and ledger_of(objects) is None
+
+
+def test_a_vmi_another_active_reservation_names_stays_fenced_when_one_reservation_is_released():
+    """Two reservations of the same VM in one namespace (a re-run's batch beside a kept one): releasing one must
+    not unlist the VMI the other still holds headroom for (its target pods would be refused)."""
+    objects, clock = cluster_objects(), Clock()
+    install_fence(objects)
+    api = TenantApi(objects)
+    reserve(api, clock)
+    R.reserve(api, "node-1-b1", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
+              sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
+              refs={"vms": REFS["vms"]})
+    migrated(api, "1Gi")
+    api.set_used(**{"limits.memory": "7Gi"})
+    release(api, clock)
+    assert fence_keys(objects).get("vmi.tenant-a.vmi-1") == "vm-1" and "ns.tenant-a" in fence_keys(objects)
+    release(api, clock, rid="node-1-b1")
+    assert fence_keys(objects) == {}
