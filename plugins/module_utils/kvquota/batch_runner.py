@@ -12,8 +12,11 @@ migrations the other parts share (vmims, refresh, delete_vmim).
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import hashlib
+
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET, custom_path
@@ -48,6 +51,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     parse_resource_list,
     remove_zeros,
 )
+
+# a migration's name is a label value where KubeVirt copies it (kubevirt.io/migrationName on the target's
+# backend-storage PVC): 63 characters at most
+MIGRATION_NAME_MAX = 63
 
 
 class BatchRunner(object):
@@ -194,6 +201,39 @@ class BatchRunner(object):
         if batch.state == RUNNING and batch.launched is None:
             self.launch(batch, just_prepared=True)
 
+    def migration_name(self, vm):
+        """The name of the run's migration of VM vm: <vm>-kvq-<token>, at most 63 characters (KubeVirt copies it
+        into the label kubevirt.io/migrationName of the target's backend-storage PVC, and the fence lists it in a
+        ConfigMap key): a long VM name is cut and a hash of it added, so two long names never share one."""
+        name = "%s-kvq-%s" % (vm, self.config.token)
+        if len(name) <= MIGRATION_NAME_MAX:
+            return name
+        digest = hashlib.sha256(vm.encode("utf-8")).hexdigest()[:8]
+        keep = MIGRATION_NAME_MAX - len("-%s-kvq-%s" % (digest, self.config.token))
+        return "%s-%s-kvq-%s" % (vm[:keep].rstrip("-."), digest, self.config.token)
+
+    def _under_way(self, batch):
+        """{(namespace, vm): (name, uid)} of the live migrations already under way for the batch's VMs (drive mode:
+        followed, not doubled; a followed group's migrations are given: those the follower picked, by UID). A VM
+        whose migration's name is too long for the fence to list it is left out, named: the fence would refuse its
+        target pod, and the batch would wait for it until its timeout."""
+        existing, too_long = {}, []
+        for namespace in ([] if batch.followed else batch.namespaces):
+            for vmim in self.vmims(namespace):
+                vmi = (vmim.get("spec") or {}).get("vmiName")
+                if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
+                    existing.setdefault((namespace, vmi), (vmim["metadata"]["name"], uid_of(vmim)))
+        for (namespace, vmi), (name, _uid) in sorted(existing.items()):
+            if len(fence_mod.migration_key(namespace, name)) > fence_mod.MAX_KEY_LENGTH:
+                too_long.append({"namespace": namespace, "name": vmi, "reason": (
+                    "%s/%s: migration %s, already under way for it and not the run's, has a name too long for the "
+                    "headroom fence to list (%d characters); it is not followed: let it finish or cancel it "
+                    "(kubectl delete vmim -n %s %s), then re-run" % (namespace, vmi, name, len(name), namespace, name))})
+                del existing[(namespace, vmi)]
+        if too_long:
+            self._leave_out(batch, too_long)
+        return existing
+
     def prepare(self, batch):
         """Reserve for the batch (sized from the plan when there is one) and wait until status.hard enforces it;
         its migrations are created by launch(). The scheduler prepares the next batch while one migrates, so that
@@ -205,6 +245,10 @@ class BatchRunner(object):
         if batch.skipped:
             gone = ", ".join("%s/%s" % k for k in batch.skipped)
             self.record.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.config.node))
+        if not batch.vms:
+            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            return
+        existing = self._under_way(batch)
         if not batch.vms:
             batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
             return
@@ -225,18 +269,10 @@ class BatchRunner(object):
         batch.quota_charges = dict(sized.get("quota_charges") or {})
         memory = [(sized.get("charges", {}).get(key) or {}).get("requests.memory", 0) for key in batch.vms]
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
-        # a live migration already under way for a VM is followed, not doubled (a followed group's migrations are
-        # given: those the follower picked, by UID)
-        existing = {}
-        for namespace in ([] if batch.followed else batch.namespaces):
-            for vmim in self.vmims(namespace):
-                vmi = (vmim.get("spec") or {}).get("vmiName")
-                if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
-                    existing.setdefault((namespace, vmi), (vmim["metadata"]["name"], uid_of(vmim)))
         for ns, name in ([] if batch.followed else batch.vms):
             reused = (ns, name) in existing
             batch.migrations.append({"namespace": ns, "vm": name, "reused": reused,
-                                     "name": existing[(ns, name)][0] if reused else "%s-kvq-%s" % (name, self.config.token),
+                                     "name": existing[(ns, name)][0] if reused else self.migration_name(name),
                                      "uid": existing[(ns, name)][1] if reused else None})
         # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
         # once created (see _record_created)

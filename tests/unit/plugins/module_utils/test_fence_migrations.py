@@ -258,3 +258,31 @@ def test_a_reservation_fences_only_the_recorded_migrations_of_its_own_vms():
     data = cluster.configmap["data"]
     assert sorted(k for k in data if k.startswith("mig.")) == ["mig.t.m1", "mig.u.m-b"]
     assert data["mig.t.m1"] == "%s/%s" % (VMI_A, MIG_1) and data["mig.u.m-b"] == "%s/" % VMI_B
+
+
+# -- names the fence can list (issue 24 review) ---------------------------------------------------------------------
+
+def test_the_runs_migration_name_stays_a_label_value_for_any_vm_name(monkeypatch):
+    runner = _runner(monkeypatch, _Cluster())
+    assert runner.migration_name("vm-a") == "vm-a-kvq-260101000000"
+    long_a, long_b = "a" * 200 + "-x", "a" * 200 + "-y"            # VMI names may have 253 characters
+    names = [runner.migration_name(n) for n in (long_a, long_b)]
+    assert all(len(n) == br.MIGRATION_NAME_MAX and n.endswith("-kvq-260101000000") for n in names)
+    assert names[0] != names[1]                                    # cut alike, told apart by the hash
+    assert len(F.migration_key("t", names[0])) <= F.MAX_KEY_LENGTH
+
+
+def test_a_vm_whose_migration_under_way_has_a_name_the_fence_cannot_list_is_left_out_named(monkeypatch):
+    cluster = _Cluster()
+    runner = _runner(monkeypatch, cluster)
+    long_name = "m" * (F.MAX_KEY_LENGTH - len(F.migration_key("t", "")) + 1)
+    for name, vm in ((long_name, "vm-a"), ("short", "vm-b")):
+        cluster.vmims[("t", name)] = {"metadata": {"namespace": "t", "name": name, "uid": "u-" + vm},
+                                      "spec": {"vmiName": vm}, "status": {"phase": "Pending"}}
+    batch = Batch(0, 1, [("t", "vm-a"), ("t", "vm-b")], "node-1-b0")
+    batch.vms = list(batch.keys)
+    existing = runner._under_way(batch)
+    assert existing == {("t", "vm-b"): ("short", "u-vm-b")}        # followed, not doubled
+    assert batch.vms == [("t", "vm-b")]
+    assert "too long for the headroom fence" in runner.left_out[("t", "vm-a")]
+    assert long_name in runner.left_out[("t", "vm-a")]
