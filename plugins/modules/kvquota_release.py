@@ -29,7 +29,7 @@ description:
     the module succeeds, and the over-use is reported in RV(overuse), as a warning and as a Warning Event
     C(QuotaOverUse), naming the objects that make it.
   - Harvester refuses a quota below usage (its namespace webhook). There the quota is written at its usage and
-    what is still to give back stays in the ledger as the reservation C(<id>.held) (RV(quotas[].outcome)
+    what is still to give back stays in the ledger as the reservation C(<id>.held) (outcome
     C(held-at-usage)); O(expired=true) (the reaper) restores the base once usage dropped.
   - Releasing an unknown or already released id changes nothing and says so.
   - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose migrations

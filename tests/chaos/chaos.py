@@ -1112,7 +1112,7 @@ def _ansible_warnings(out):
                 found.append(" ".join(current.split()))
             current = line_[len("[WARNING]:"):]
         elif current is not None and line_.strip() and not line_.startswith(("TASK [", "PLAY", "[", "ok:",
-                                                                               "changed:", "fatal:", "skipping:")):
+                                                                             "changed:", "fatal:", "skipping:")):
             current += " " + line_
         elif current is not None:
             found.append(" ".join(current.split()))
@@ -1222,7 +1222,7 @@ def campaign_short(args):
                 grew = re.findall(r"(limits\.memory|requests\.memory) used (\d+)", warned[0]) if warned else []
                 then = ("rc=%s after %.0fs: quota back at its base byte for byte, over-use named in a warning (%s); "
                         "re-run rc=%s, nothing held" % (rc, secs, "; ".join("%s %s" % g for g in grew) or "none",
-                                                       rc2))
+                                                        rc2))
             if sampler.below_base:
                 probs.append("spec.hard below base during the run: %s" % sampler.below_base[:3])
             rows.append({"case": label, "node": node, "vms": len(moved), "rc": rc, "seconds": round(secs, 1),

@@ -1027,10 +1027,13 @@ def _restart(c, ns, names):
     old = dict((name, (c.rest.get_or_none(path) or {}).get("metadata", {}).get("uid")) for name, path in paths.items())
     for path in paths.values():
         attempt(c.rest.delete, path)
+
+    def running_anew(path, name):
+        vmi = c.rest.get_or_none(path)
+        return vmi and vmi["metadata"]["uid"] != old[name] and (vmi.get("status") or {}).get("phase") == "Running"
     for name, path in sorted(paths.items()):
-        c.wait(lambda path=path, name=name: (lambda v: v and v["metadata"]["uid"] != old[name]
-                                             and (v.get("status") or {}).get("phase") == "Running")(
-            c.rest.get_or_none(path)), 120, "VM %s/%s to run again" % (ns, name), interval=0.5)
+        c.wait(lambda path=path, name=name: running_anew(path, name), 120, "VM %s/%s to run again" % (ns, name),
+               interval=0.5)
 
 
 def reset(c, attack):

@@ -219,7 +219,7 @@ def test_fenced_namespace_admits_only_kubevirts_target_pods_of_reserved_vmis(lab
 
 
 def test_only_the_runs_own_migrations_get_target_pods_and_backend_pvcs(lab, r, emu, operator, installed,
-                                                                        tenant_ns):
+                                                                       tenant_ns):
     """Issue 24: a reservation also expands persistentvolumeclaims/requests.storage (the backend-storage PVC of
     a VM with persistent TPM/EFI), and a tenant may migrate its reserved VM itself. While fenced: a tenant's PVC
     is refused; KubeVirt's PVC labelled with a listed migration is admitted, one for another migration is not;

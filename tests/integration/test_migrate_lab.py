@@ -525,8 +525,10 @@ def test_a_vm_grown_after_its_batchs_reservation_gets_no_migration_while_its_sib
     import secrets
     tag = secrets.token_hex(2)
     node, slow, ns = "late-node-" + tag, "late-a-" + tag, "late-b-" + tag
-    vm = lambda name, namespace: {"name": name, "namespace": namespace, "node": node, "cpu": 2, "memory": "4Gi",  # noqa
-                                  "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
+
+    def vm(name, namespace):
+        return {"name": name, "namespace": namespace, "node": node, "cpu": 2, "memory": "4Gi",
+                "limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
     sc = scenarios.from_dict({
         "name": ns, "kubevirt": M.KUBEVIRT_A, "nodes": [{"name": node, "cpu": "16", "memory": "64Gi"}],
         "namespaces": [{"name": n, "labels": {"kvqlab/test": "true"}, "quotas": [{

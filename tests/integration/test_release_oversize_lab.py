@@ -62,7 +62,7 @@ def test_release_restores_the_base_below_usage_and_names_the_vm_that_grew(lab, e
     succeeded_at = time.monotonic()
 
     res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid, "wait": True,
-                                                        "wait_timeout": RELEASE_TIMEOUT},
+                                                       "wait_timeout": RELEASE_TIMEOUT},
                                    user, timeout=RELEASE_TIMEOUT + 120), "kvquota_release")
     waited = time.monotonic() - succeeded_at
     # it waited out the lingering source pod, then restored long before its timeout

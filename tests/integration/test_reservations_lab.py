@@ -648,7 +648,7 @@ def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_be
     assert ledger(admin, quota) is None
     [report] = result["overuse"]
     assert report["resources"]["limits.memory"] == {"used": "2560Mi", "charged": "2560Mi", "base": "2Gi",
-                                                     "restored": "2Gi"}
+                                                    "restored": "2Gi"}
     [grab] = [o for o in report["objects"] if o["name"] == "grab"]
     assert [o["name"] for o in report["objects"]] == ["grab"], report["objects"]
     assert (grab["kind"], grab["namespace"], grab["name"], grab["why"]) == ("Pod", ns, "grab",
@@ -701,7 +701,7 @@ def _harvester_namespace_webhook(lab, ns, quota_name):
 
 
 def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_usage_drops(lab, admin, cl, ns,
-                                                                                             rancher):
+                                                                                            rancher):
     """Harvester refuses a namespace quota below usage: a release with a tenant's usage above the base writes
     the lowest value it accepts (the usage), keeps the rest in the ledger as '<id>.held', names the over-use;
     the reaper leaves it while usage is there and restores the base (annotation byte for byte, opt-out put back,
@@ -907,6 +907,7 @@ def test_a_tenant_pod_claiming_the_reserved_vm_as_owner_never_keeps_the_reservat
         vmi = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)
         here = vmi["status"]["nodeName"]
         other = next(n["metadata"]["name"] for n in r.get("/api/v1/nodes")["items"] if n["metadata"]["name"] != here)
+
         def used_memory():
             return kvqlab_quantity(M.quota(r, ns, "compute")["status"]["used"]["limits.memory"])
         launcher = used_memory()      # the VM's launcher pod, as the quota charges it

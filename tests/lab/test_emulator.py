@@ -360,8 +360,11 @@ def test_backend_storage_pvc_follows_the_migration(lab, rest, emu, ns, knobs):
     assert not rest.get("/api/v1/namespaces/%s/pods" % ns, labelSelector="kubevirt.io/migrationJobUID=%s"
                         % vmim(rest, ns, m)["metadata"]["uid"])["items"]
     wait(lambda: phase_of(rest, ns, m) == "Succeeded", 30, "migration Succeeded")
-    left = wait(lambda: (lambda got: got if list(got) == [target["metadata"]["name"]] else None)(pvcs()), 30,
-                "the source's PVC gone")
+
+    def only_target():
+        got = pvcs()
+        return got if list(got) == [target["metadata"]["name"]] else None
+    left = wait(only_target, 30, "the source's PVC gone")
     assert left[target["metadata"]["name"]]["metadata"]["labels"] == {"persistent-state-for": "efi"}
 
 

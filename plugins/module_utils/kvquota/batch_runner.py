@@ -18,6 +18,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
@@ -52,6 +53,13 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     remove_zeros,
 )
 
+def _owned_by_vmi(pod):
+    """Whether pod's controller ownerReference is a VirtualMachineInstance (a target virt-launcher pod, not the
+    hotplug attachment pod, which the target pod owns)."""
+    return any(ref.get("controller") and ref.get("kind") == "VirtualMachineInstance"
+               for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
 # a migration's name is a label value where KubeVirt copies it (kubevirt.io/migrationName on the target's
 # backend-storage PVC): 63 characters at most
 MIGRATION_NAME_MAX = 63
@@ -73,6 +81,7 @@ class BatchRunner(object):
         self.left_out_migrations = set()   # follow mode: the UIDs of the migrations of those VMs
         self.fenced = {}     # reservation -> the namespaces its reserve fenced (from the result's "fence")
         self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
+        self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -448,6 +457,7 @@ class BatchRunner(object):
         batch.phases = dict(("%s/%s" % k, migration_phase(v) or "Pending") for k, v in seen.items())
         missing = [k for k in mine if k not in seen]
         self._end_final(batch, mine, seen, missing)
+        self._check_target_pods(batch, seen)
         if batch.followed:
             self._follow_only(batch, seen, missing, now)
             return
@@ -468,6 +478,47 @@ class BatchRunner(object):
             batch.state, batch.final_at, batch.moved = FINAL, now, True
             return
         self._watch(batch, seen, now)
+
+    def _check_target_pods(self, batch, seen):
+        """Each of the batch's migrations not final whose target pod KubeVirt has created: the pod's charge (what
+        quota admission charged it) against its VM's pin, once per migration. A target pod larger than the pin in
+        any name was rendered from an input changed after the run's last sizing (a tenant's annotation or its
+        namespace's label between the migration's create and the pod's render), and may have fitted only in the
+        room reserved for the batch's other VMs or for the source pods already gone: its migration is cancelled
+        (KubeVirt aborts it and the VM stays on the node at its old size) and the VM left out, named (_stop_grown).
+        One list of the namespace's target pods (label kubevirt.io/migrationJobUID) while a migration waits for it."""
+        waiting = {}
+        for (namespace, _name), vmim in sorted(seen.items()):
+            uid = uid_of(vmim)
+            if uid and uid not in self.targets_checked and migration_phase(vmim) not in FINAL_MIGRATION_PHASES:
+                waiting.setdefault(namespace, []).append(vmim)
+        grown = []
+        for namespace, vmims in sorted(waiting.items()):
+            pods = self.cluster.list_pods(namespace=namespace, label_selector="kubevirt.io/migrationJobUID")
+            by_job = dict((((p.get("metadata") or {}).get("labels") or {}).get("kubevirt.io/migrationJobUID"), p)
+                          for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+                          and _owned_by_vmi(p))
+            for vmim in vmims:
+                pod = by_job.get(uid_of(vmim))
+                if pod is None:
+                    continue            # not rendered yet: looked at again next poll
+                self.targets_checked.add(uid_of(vmim))
+                vm = (vmim.get("spec") or {}).get("vmiName")
+                pin = self.pins.get((namespace, vm))
+                if pin is None and self.record.plan is not None and "%s/%s" % (namespace, vm) in self.record.plan.vms:
+                    pin = headroom_mod.planned_pin(self.record.plan, (namespace, vm))
+                if pin is None:
+                    continue
+                # only the names the pin charges: a name quota derives for the pod alone (count/pods, ...) is no growth
+                over = dict((name, values) for name, values in headroom_mod.grown_over_pin(
+                    quotas_mod.pod_usage(pod), pin).items() if pin["charge"].get(name))
+                if over:
+                    grown.append({"namespace": namespace, "name": vm, "reason": (
+                        "%s/%s: its target pod %s charges %s (%s charge: the VM's input changed after the run's last "
+                        "sizing of it)" % (namespace, vm, pod["metadata"]["name"], headroom_mod.over_pin_text(over),
+                                           pin.get("what", "the pinned")))})
+        if grown:
+            self._stop_grown(batch, grown, "after its migration was created")
 
     def _end_final(self, batch, mine, seen, missing):
         """A migration of the batch that is final (or gone) admits nothing more in the headroom fence: a later
@@ -535,7 +586,7 @@ class BatchRunner(object):
                   if ns in namespaces and (ns, name) not in final and (ns, name) not in known]
         if others:
             grown.extend(item for item in headroom_mod.grown_since_pin(self.cluster, others, self.config.sizing,
-                                                                        pins=self.pins, planned=self.record.plan)
+                                                                       pins=self.pins, planned=self.record.plan)
                          if (item["namespace"], item["name"]) not in known)
         return grown
 

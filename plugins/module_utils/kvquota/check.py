@@ -196,7 +196,7 @@ def grown_block(namespace, vm, quota_name, names, plan):
     for name in names:
         target = q.expand_aliases(vm["pod_charge"]).get(name, 0)
         shown.append("%s %s instead of %s (+%s)" % (name, q.show(target, name), q.show(target - vm["grown"][name], name),
-                                                      q.show(vm["grown"][name], name)))
+                                                    q.show(vm["grown"][name], name)))
     causes = vm.get("grown_causes") or []
     cause = "because of %s" % " and ".join(causes)
     after = ", ".join("%s %s above hard %s" % (n, q.show(plan["used_after"].get(n, 0), n), q.show(plan["hard"][n], n))

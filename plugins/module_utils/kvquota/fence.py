@@ -457,7 +457,7 @@ def unfence_keeping_namespace(cluster, operator_namespace, namespace, vmis, note
         return new
     result = _update(cluster, operator_namespace, change,
                      "keep namespace %s fenced (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
-                                                                                operator_namespace),
+                                                                                  operator_namespace),
                      check_mode)
     return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
             "fenced": namespace_key(namespace) in result["data"], "added": result["added"],

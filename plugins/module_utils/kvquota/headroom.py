@@ -211,6 +211,12 @@ def _nano_text(name, value):
     return q.show(Fraction(value, versioned.NANO_UNITS), name)
 
 
+def over_pin_text(over):
+    """grown_over_pin's result as text: 'limits.cpu=1225m instead of 1025m, ...'."""
+    return ", ".join("%s=%s instead of %s" % (name, _nano_text(name, now), _nano_text(name, was))
+                     for name, (now, was) in sorted(over.items()))
+
+
 def changed_inputs(pin, snapshot, key, causes=()):
     """What changed since the pin was computed, as text: the tenant inputs that explain the growth (causes), then
     the VMI, the namespace's labels (each named with its values), the names the quotas track, the KubeVirt CR."""

@@ -1538,8 +1538,8 @@ def _overuse_text(reservation_id, report, fence_installed):
     Never "raise the base" (that would hand the tenant what it took) nor "delete the VM's pod"."""
     where = "%s/%s" % (report["namespace"], report["quota"])
     numbers = ", ".join("%s used %s > %s%s" % (name, r["used"], r["restored"],
-                                              "" if r["restored"] == r["base"] else " (base %s + other reservations)"
-                                              % r["base"])
+                                               "" if r["restored"] == r["base"] else " (base %s + other reservations)"
+                                               % r["base"])
                         for name, r in sorted(report["resources"].items()))
     objects = report["objects"]
     made = _listed([_object_text(item) for item in objects]) or \

@@ -132,6 +132,9 @@ class _Cluster(object):
     def list_custom(self, group, version, plural, namespace=None):
         return [v for (ns, _n), v in sorted(self.vmims.items()) if ns == namespace]
 
+    def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+        return []     # no target pod rendered: nothing to compare with a pin
+
 
 def _runner(monkeypatch, cluster):
     config = ExecutorConfig.build("node-1", clock=lambda: 0.0, token="260101000000")
@@ -286,3 +289,49 @@ def test_a_vm_whose_migration_under_way_has_a_name_the_fence_cannot_list_is_left
     assert batch.vms == [("t", "vm-b")]
     assert "too long for the headroom fence" in runner.left_out[("t", "vm-a")]
     assert long_name in runner.left_out[("t", "vm-a")]
+
+
+# -- a target pod rendered larger than its VM's pin (issue 24: a tenant's change between create and render) -------
+
+def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm_named(monkeypatch):
+    from fractions import Fraction
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+
+    def target(vm, uid, cpu):
+        return {"metadata": {"namespace": "t", "name": "virt-launcher-%s-x" % vm,
+                             "labels": {"kubevirt.io/migrationJobUID": uid},
+                             "ownerReferences": [{"kind": "VirtualMachineInstance", "name": vm, "controller": True}]},
+                "spec": {"containers": [{"name": "compute", "resources": {"limits": {"cpu": cpu, "memory": "1600Mi"},
+                                                                          "requests": {"cpu": cpu, "memory": "1600Mi"}}}]},
+                "status": {"phase": "Pending"}}
+
+    class Cluster(_Cluster):
+        deleted = []
+
+        def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+            assert (namespace, label_selector) == ("t", "kubevirt.io/migrationJobUID")
+            return [target("vm-a", "uid-a", "1225m"), target("vm-b", "uid-b", "1025m")]
+
+        def delete(self, path, what):
+            self.deleted.append(path.rsplit("/", 1)[1])
+
+    cluster = Cluster()
+    runner = _runner(monkeypatch, cluster)
+    pin = {"charge": versioned.amounts({"limits.cpu": Fraction(1025, 1000), "requests.cpu": Fraction(1025, 1000),
+                                        "limits.memory": Fraction(1600 * 2 ** 20)}), "what": "the planned"}
+    runner.pins = {("t", "vm-a"): pin, ("t", "vm-b"): pin}
+    batch = Batch(0, 1, [("t", "vm-a"), ("t", "vm-b")], "node-1-b0")
+    batch.state, batch.vms, batch.launched = RUNNING, [("t", "vm-a"), ("t", "vm-b")], 0.0
+    batch.migrations = [{"namespace": "t", "vm": vm, "reused": False, "name": "%s-kvq-1" % vm, "uid": "uid-" + vm[-1]}
+                        for vm in ("vm-a", "vm-b")]
+    seen = dict((("t", m["name"]), {"metadata": {"namespace": "t", "name": m["name"], "uid": m["uid"]},
+                                    "spec": {"vmiName": m["vm"]}, "status": {"phase": "Scheduling"}})
+                for m in batch.migrations)
+    runner._check_target_pods(batch, seen)
+    assert cluster.deleted == ["vm-a-kvq-1"]                      # the run's own migration of the grown VM
+    assert [m["vm"] for m in batch.migrations] == ["vm-b"] and batch.vms == [("t", "vm-b")]
+    assert "limits.cpu=1225m instead of 1025m" in runner.left_out[("t", "vm-a")]
+    # each target pod is compared once
+    cluster.deleted[:] = []
+    runner._check_target_pods(batch, seen)
+    assert cluster.deleted == []

@@ -152,6 +152,9 @@ class _Cluster(object):
     def clock(self):
         return self.now
 
+    def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+        return []     # no target pod rendered: nothing to compare with a pin
+
     def sleep(self, seconds):
         self.now += seconds
         self.tick()

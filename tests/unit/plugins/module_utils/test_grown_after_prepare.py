@@ -74,7 +74,9 @@ def _vm1_grown_after_the_reservation(monkeypatch, sidecars):
     # vm1's grown target pod: 200m of CPU per sidecar more than planned (Guaranteed QoS)
     used = dict(source)
     used["limits.cpu"] = source["limits.cpu"] + p1["limits.cpu"] + Fraction(2 * sidecars, 10)
-    shown = lambda values: dict((n, q.show(v, n)) for n, v in values.items())  # noqa: E731
+
+    def shown(values):
+        return dict((n, q.show(v, n)) for n, v in values.items())
     quota["spec"]["hard"] = quota["status"]["hard"] = shown(hard)
     quota["status"]["used"] = shown(used)
     monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: copy.deepcopy(after))

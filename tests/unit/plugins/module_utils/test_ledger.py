@@ -458,10 +458,10 @@ Mi_ = 1024 ** 2
 
 def _held_ledger():
     ledger = L.new_ledger("t", "q")
-    ledger, _ = L.reserve(ledger, "node-1-b0", {"limits.memory": "2Gi", "limits.cpu": "1"},
-                          {"limits.memory": "8Gi", "limits.cpu": "4"}, T0, ttl_seconds=3600,
-                          refs={"vms": [{"namespace": "t", "name": "vm-1", "uid": "u1"}]})
-    ledger, _ = L.reserve(ledger, "other", {"limits.memory": "1Gi"}, {"limits.memory": "8Gi"}, T0)
+    ledger, _outcome = L.reserve(ledger, "node-1-b0", {"limits.memory": "2Gi", "limits.cpu": "1"},
+                                 {"limits.memory": "8Gi", "limits.cpu": "4"}, T0, ttl_seconds=3600,
+                                 refs={"vms": [{"namespace": "t", "name": "vm-1", "uid": "u1"}]})
+    ledger, _outcome = L.reserve(ledger, "other", {"limits.memory": "1Gi"}, {"limits.memory": "8Gi"}, T0)
     return ledger
 
 
@@ -493,7 +493,7 @@ def test_hold_at_usage_never_keeps_more_than_the_reservation_held_and_nothing_is
     released, outcome = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 0}, T0)
     assert outcome["outcome"] == L.RELEASED and sorted(released.reservations) == ["other"]
     # the reaper finishing a remainder keeps its id (smaller), then releases it
-    ledger, _ = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 512 * Mi_}, T0)
+    ledger, _outcome = L.hold_at_usage(_held_ledger(), "node-1-b0", {"limits.memory": 512 * Mi_}, T0)
     smaller, outcome = L.hold_at_usage(ledger, "node-1-b0.held", {"limits.memory": 256 * Mi_}, T0 + 900)
     assert outcome["held_as"] == "node-1-b0.held" and smaller.reservations["node-1-b0.held"].delta == {
         "limits.memory": "256Mi"}

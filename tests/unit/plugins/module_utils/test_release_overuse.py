@@ -24,7 +24,6 @@ import pytest
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as S
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     KvquotaError,
     NotFoundError,
@@ -131,10 +130,10 @@ class TenantApi(FakeApi):
         self._bump(quota)
 
 
-def reserve(api, clock, delta=None, refs=REFS):
+def reserve(api, clock, delta=None, refs=None):
     return R.reserve(api, RID, {TARGET: delta or {"limits.memory": "2Gi"}}, "job", "drain", 600, clock=clock,
                      sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
-                     refs=refs)
+                     refs=REFS if refs is None else refs)
 
 
 def release(api, clock, rid=RID):
@@ -212,7 +211,7 @@ def test_a_vm_that_came_back_bigger_gets_its_quota_back_at_base_with_the_growth_
     assert ledger_of(objects) is None
     [report] = result["overuse"]
     assert report["resources"]["limits.memory"] == {"used": "8448Mi", "base": "8Gi", "restored": "8Gi",
-                                                     "charged": "8448Mi"}
+                                                    "charged": "8448Mi"}
     [grown] = report["objects"]
     assert grown["why"] == R.GREW and grown["vm"] == "tenant-a/vm-1" and grown["name"] == "virt-launcher-vm-1-tgt"
     assert grown["grew"] == {"limits.memory": "1Gi -> 2Gi"}
@@ -245,7 +244,7 @@ def test_quota_controller_lag_is_waited_for_then_a_tenant_pod_is_named_and_the_b
     [report] = result["overuse"]
     [grab] = report["objects"]
     assert (grab["kind"], grab["name"], grab["managers"], grab["why"]) == ("Pod", "grab", ["kubectl-run"],
-                                                                          R.CREATED_DURING)
+                                                                           R.CREATED_DURING)
     assert result["captured"][0]["pods"][0].startswith("Pod tenant-a/grab (owner none, created %s by kubectl-run"
                                                        % DURING)
     [warning] = [w for w in result["warnings"] if "back at its base" in w]

@@ -13,7 +13,6 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 

@@ -356,7 +356,7 @@ def _two_vm_batch(monkeypatch):
         sized = {"charges": {("t", "vm-1"): {"limits.cpu": 2}}, "quota_charges": {}, "from_plan": False,
                  "left_out": [{"namespace": "t", "name": "vm-2", "reason": GROWN}], "pins": {}}
         return {("t", "compute"): {"limits.cpu": "2"}}, {"vms": [{"namespace": "t", "name": "vm-1"}],
-                                                          "sourcePods": []}, sized
+                                                         "sourcePods": []}, sized
     monkeypatch.setattr(h, "batch_headroom", batch_headroom)
     monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1", "t/vm-2"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
