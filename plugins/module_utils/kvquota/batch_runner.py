@@ -53,6 +53,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     remove_zeros,
 )
 
+
 def _owned_by_vmi(pod):
     """Whether pod's controller ownerReference is a VirtualMachineInstance (a target virt-launcher pod, not the
     hotplug attachment pod, which the target pod owns)."""
