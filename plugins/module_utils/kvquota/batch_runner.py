@@ -519,6 +519,12 @@ class BatchRunner(object):
                         "sizing of it)" % (namespace, vm, pod["metadata"]["name"], headroom_mod.over_pin_text(over),
                                            pin.get("what", "the pinned")))})
         if grown:
+            # what changed, where a fresh sizing tells (the tenant's annotation, its namespace's label): named too
+            causes = dict(((item["namespace"], item["name"]), item["reason"]) for item in headroom_mod.grown_since_pin(
+                self.cluster, [{"namespace": i["namespace"], "name": i["name"]} for i in grown], self.config.sizing,
+                pins=self.pins, planned=self.record.plan))
+            grown = [dict(i, reason="%s; %s" % (i["reason"], causes[(i["namespace"], i["name"])]))
+                     if (i["namespace"], i["name"]) in causes else i for i in grown]
             self._stop_grown(batch, grown, "after its migration was created")
 
     def _end_final(self, batch, mine, seen, missing):

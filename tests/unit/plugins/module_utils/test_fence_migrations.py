@@ -317,6 +317,11 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
 
     cluster = Cluster()
     runner = _runner(monkeypatch, cluster)
+    # what changed, as a fresh sizing tells it (headroom.grown_since_pin reads the namespaces: faked here)
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    monkeypatch.setattr(headroom, "grown_since_pin", lambda _c, vms, *a, **kw: [
+        {"namespace": vm["namespace"], "name": vm["name"], "reason": "changed: annotation hooks.kubevirt.io/hookSidecars"}
+        for vm in vms])
     pin = {"charge": versioned.amounts({"limits.cpu": Fraction(1025, 1000), "requests.cpu": Fraction(1025, 1000),
                                         "limits.memory": Fraction(1600 * 2 ** 20)}), "what": "the planned"}
     runner.pins = {("t", "vm-a"): pin, ("t", "vm-b"): pin}
@@ -331,6 +336,7 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
     assert cluster.deleted == ["vm-a-kvq-1"]                      # the run's own migration of the grown VM
     assert [m["vm"] for m in batch.migrations] == ["vm-b"] and batch.vms == [("t", "vm-b")]
     assert "limits.cpu=1225m instead of 1025m" in runner.left_out[("t", "vm-a")]
+    assert "annotation hooks.kubevirt.io/hookSidecars" in runner.left_out[("t", "vm-a")]
     # each target pod is compared once
     cluster.deleted[:] = []
     runner._check_target_pods(batch, seen)
