@@ -483,11 +483,13 @@ class BatchRunner(object):
     def _check_target_pods(self, batch, seen):
         """Each of the batch's migrations not final whose target pod KubeVirt has created: the pod's charge (what
         quota admission charged it) against its VM's pin, once per migration. A target pod larger than the pin in
-        any name was rendered from an input changed after the run's last sizing (a tenant's annotation or its
-        namespace's label between the migration's create and the pod's render), and may have fitted only in the
+        any name, where an input of the VM changed after the run's last sizing (a tenant's annotation or its
+        namespace's label between the migration's create and the pod's render), may have fitted only in the
         room reserved for the batch's other VMs or for the source pods already gone: its migration is cancelled
         (KubeVirt aborts it and the VM stays on the node at its old size) and the VM left out, named (_stop_grown).
-        One list of the namespace's target pods (label kubevirt.io/migrationJobUID) while a migration waits for it."""
+        One list of the namespace's target pods (label kubevirt.io/migrationJobUID) while a migration waits for it;
+        a fresh sizing of the VMs whose target pod is larger (headroom.grown_since_pin) tells a tenant's change from a
+        sizing that misses something (every input as pinned: left to the top-ups, as before)."""
         waiting = {}
         for (namespace, _name), vmim in sorted(seen.items()):
             uid = uid_of(vmim)
@@ -518,13 +520,21 @@ class BatchRunner(object):
                         "%s/%s: its target pod %s charges %s (%s charge: the VM's input changed after the run's last "
                         "sizing of it)" % (namespace, vm, pod["metadata"]["name"], headroom_mod.over_pin_text(over),
                                            pin.get("what", "the pinned")))})
+        if not grown:
+            return
+        # grown only when a fresh sizing says so too (the tenant's annotation, its namespace's label: named): a
+        # target pod larger than computed while every input is as pinned is the sizing missing something (an
+        # overhead, a mutating webhook), which the top-ups answer within top_up_cap, not a tenant's growth
+        causes = dict(((item["namespace"], item["name"]), item["reason"]) for item in headroom_mod.grown_since_pin(
+            self.cluster, [{"namespace": i["namespace"], "name": i["name"]} for i in grown], self.config.sizing,
+            pins=self.pins, planned=self.record.plan))
+        for item in grown:
+            if (item["namespace"], item["name"]) not in causes:
+                self.record.say("%s: %s; no input of the VM changed since it was sized: the sizing misses something, "
+                                "top-ups within top_up_cap answer it" % (batch.label(), item["reason"]))
+        grown = [dict(i, reason="%s; %s" % (i["reason"], causes[(i["namespace"], i["name"])]))
+                 for i in grown if (i["namespace"], i["name"]) in causes]
         if grown:
-            # what changed, where a fresh sizing tells (the tenant's annotation, its namespace's label): named too
-            causes = dict(((item["namespace"], item["name"]), item["reason"]) for item in headroom_mod.grown_since_pin(
-                self.cluster, [{"namespace": i["namespace"], "name": i["name"]} for i in grown], self.config.sizing,
-                pins=self.pins, planned=self.record.plan))
-            grown = [dict(i, reason="%s; %s" % (i["reason"], causes[(i["namespace"], i["name"])]))
-                     if (i["namespace"], i["name"]) in causes else i for i in grown]
             self._stop_grown(batch, grown, "after its migration was created")
 
     def _end_final(self, batch, mine, seen, missing):

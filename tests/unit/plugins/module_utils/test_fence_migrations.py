@@ -341,3 +341,37 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
     cluster.deleted[:] = []
     runner._check_target_pods(batch, seen)
     assert cluster.deleted == []
+
+
+def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_top_ups(monkeypatch):
+    """A sizing that misses something (an overhead, a webhook) is not a tenant's growth: no cancel."""
+    from fractions import Fraction
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+
+    class Cluster(_Cluster):
+        deleted = []
+
+        def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+            return [{"metadata": {"namespace": "t", "name": "virt-launcher-vm-a-x",
+                                  "labels": {"kubevirt.io/migrationJobUID": "uid-a"},
+                                  "ownerReferences": [{"kind": "VirtualMachineInstance", "name": "vm-a",
+                                                       "controller": True}]},
+                     "spec": {"containers": [{"name": "compute", "resources": {"limits": {"cpu": "1100m"}}}]},
+                     "status": {"phase": "Pending"}}]
+
+        def delete(self, path, what):
+            self.deleted.append(path)
+
+    cluster = Cluster()
+    runner = _runner(monkeypatch, cluster)
+    monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: [])      # every input as pinned
+    runner.pins = {("t", "vm-a"): {"charge": versioned.amounts({"limits.cpu": Fraction(1)}), "what": "the planned"}}
+    batch = Batch(0, 1, [("t", "vm-a")], "node-1-b0")
+    batch.state, batch.vms, batch.launched = RUNNING, [("t", "vm-a")], 0.0
+    batch.migrations = [{"namespace": "t", "vm": "vm-a", "reused": False, "name": "vm-a-kvq-1", "uid": "uid-a"}]
+    runner._check_target_pods(batch, {("t", "vm-a-kvq-1"): {
+        "metadata": {"namespace": "t", "name": "vm-a-kvq-1", "uid": "uid-a"}, "spec": {"vmiName": "vm-a"},
+        "status": {"phase": "Scheduling"}}})
+    assert cluster.deleted == [] and batch.vms == [("t", "vm-a")] and not runner.left_out
+    assert any("the sizing misses something" in line for line in runner.record.log)
