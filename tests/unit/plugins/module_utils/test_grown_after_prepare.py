@@ -26,10 +26,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
-from test_check import NOW, make_quota, make_vmi, snapshot
-from test_fence_migrations import _Cluster as _FenceCluster, _prepared, _runner
-from test_migrate import MI, _Refused, _built, _executor
-from test_tenant_input import HOOKS, _at_its_usage, _guaranteed_vmi
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import NOW, make_quota, make_vmi, snapshot
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_fence_migrations import _Cluster as _FenceCluster, _prepared, _runner
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import MI, _Refused, _built, _executor
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_tenant_input import HOOKS, _at_its_usage, _guaranteed_vmi
 
 DEEP = "[" * 5000 + "]" * 5000      # valid JSON (Go's decoder takes depth up to 10000); Python's recursion does not
 

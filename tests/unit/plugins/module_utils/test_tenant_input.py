@@ -19,7 +19,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 
-from test_check import NOW, kubevirt_cr, make_quota, make_vmi, snapshot
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import NOW, kubevirt_cr, make_quota, make_vmi, snapshot
 
 Mi = 1024 ** 2
 HOOKS = sizing.HOOK_SIDECARS_ANNOTATION
@@ -324,7 +324,7 @@ def test_a_refused_target_pod_grown_since_the_plan_is_not_topped_up(monkeypatch)
 
 # ---------------------------------------------------------------- the batch runner
 
-from test_migrate import _Quotas, _Refused, _built, _executor, _reserve_writing  # noqa: E402  (its fakes)
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import _Quotas, _Refused, _built, _executor, _reserve_writing  # noqa: E402  (its fakes)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations  # noqa: E402
 
@@ -429,7 +429,7 @@ def test_a_malformed_rancher_quota_annotation_blocks_only_that_namespaces_vms():
 
 # ---------------------------------------------------------------- follow mode
 
-from test_follow import _Cluster as _FollowCluster, _faked, _follower  # noqa: E402
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_follow import _Cluster as _FollowCluster, _faked, _follower  # noqa: E402
 
 
 def test_a_followed_vm_grown_past_its_pin_is_never_reserved_for_and_named_once(monkeypatch):
