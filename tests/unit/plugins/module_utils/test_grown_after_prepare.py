@@ -216,7 +216,10 @@ def test_a_rancher_quota_annotation_of_another_shape_is_an_input_error_naming_it
 def test_a_rancher_status_annotation_of_another_shape_says_nothing(text):
     # before: RecursionError or AttributeError out of the reservation's wait for Rancher
     assert reservations._rancher_refusal(_namespace({reservations.RANCHER_STATUS_ANNOTATION: text})) is None
-    assert reservations._parsed_annotation(DEEP) == DEEP
+    # nested too deeply for the json module (Python 3.11: RecursionError; 3.13 parses it): the text itself, or the
+    # parsed list, never an exception
+    parsed = reservations._parsed_annotation(DEEP)
+    assert parsed == DEEP or isinstance(parsed, list)
 
 
 def test_a_rancher_refusal_is_still_read():
