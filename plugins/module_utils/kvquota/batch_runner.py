@@ -54,11 +54,18 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
 )
 
 
-def _owned_by_vmi(pod):
-    """Whether pod's controller ownerReference is a VirtualMachineInstance (a target virt-launcher pod, not the
-    hotplug attachment pod, which the target pod owns)."""
-    return any(ref.get("controller") and ref.get("kind") == "VirtualMachineInstance"
-               for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
+def _claims_migration(pod, vmim, vm):
+    """Whether pod presents itself as the target virt-launcher pod of migration vmim of VMI vm: label
+    kubevirt.io/migrationJobUID and annotation kubevirt.io/migrationJobName of that migration (as virt-controller
+    sets them), and a controller ownerReference to the VMI (not the hotplug attachment pod, which the target pod
+    owns). A claim, not proof: a tenant may write all of it on a pod of its own."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get("kubevirt.io/migrationJobUID") != uid_of(vmim):
+        return False
+    if (meta.get("annotations") or {}).get("kubevirt.io/migrationJobName") != (vmim.get("metadata") or {}).get("name"):
+        return False
+    return any(ref.get("controller") and ref.get("kind") == "VirtualMachineInstance" and ref.get("name") == vm
+               for ref in meta.get("ownerReferences") or [])
 
 
 # a migration's name is a label value where KubeVirt copies it (kubevirt.io/migrationName on the target's
@@ -83,6 +90,7 @@ class BatchRunner(object):
         self.fenced = {}     # reservation -> the namespaces its reserve fenced (from the result's "fence")
         self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
         self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
+        self.misses_named = set()      # the target pods larger than computed with no input changed, said once
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -219,8 +227,8 @@ class BatchRunner(object):
         if len(name) <= MIGRATION_NAME_MAX:
             return name
         digest = hashlib.sha256(vm.encode("utf-8")).hexdigest()[:8]
-        keep = MIGRATION_NAME_MAX - len("-%s-kvq-%s" % (digest, self.config.token))
-        return "%s-%s-kvq-%s" % (vm[:keep].rstrip("-."), digest, self.config.token)
+        keep = max(1, MIGRATION_NAME_MAX - len("-%s-kvq-%s" % (digest, self.config.token)))
+        return "%s-%s-kvq-%s" % (vm[:keep].rstrip("-.") or vm[0], digest, self.config.token)
 
     def _under_way(self, batch):
         """{(namespace, vm): (name, uid)} of the live migrations already under way for the batch's VMs (drive mode:
@@ -497,29 +505,35 @@ class BatchRunner(object):
                 waiting.setdefault(namespace, []).append(vmim)
         grown = []
         for namespace, vmims in sorted(waiting.items()):
-            pods = self.cluster.list_pods(namespace=namespace, label_selector="kubevirt.io/migrationJobUID")
-            by_job = dict((((p.get("metadata") or {}).get("labels") or {}).get("kubevirt.io/migrationJobUID"), p)
-                          for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
-                          and _owned_by_vmi(p))
+            pods = [p for p in self.cluster.list_pods(namespace=namespace, label_selector="kubevirt.io/migrationJobUID")
+                    if not (p.get("metadata") or {}).get("deletionTimestamp")]
             for vmim in vmims:
-                pod = by_job.get(uid_of(vmim))
-                if pod is None:
-                    continue            # not rendered yet: looked at again next poll
-                self.targets_checked.add(uid_of(vmim))
                 vm = (vmim.get("spec") or {}).get("vmiName")
+                # a tenant may label a pod of its own like a target pod (the fence guards creates, not updates): every
+                # pod that claims this migration is compared, and the migration counts as checked only once the pod
+                # KubeVirt names in the migration's status (migrationState.targetPod) was
+                claims = [p for p in pods if _claims_migration(p, vmim, vm)]
+                named = ((vmim.get("status") or {}).get("migrationState") or {}).get("targetPod")
+                if named and any(p["metadata"]["name"] == named for p in claims):
+                    self.targets_checked.add(uid_of(vmim))
+                if not claims:
+                    continue            # not rendered yet: looked at again next poll
                 pin = self.pins.get((namespace, vm))
                 if pin is None and self.record.plan is not None and "%s/%s" % (namespace, vm) in self.record.plan.vms:
                     pin = headroom_mod.planned_pin(self.record.plan, (namespace, vm))
                 if pin is None:
+                    self.targets_checked.add(uid_of(vmim))
                     continue
-                # only the names the pin charges: a name quota derives for the pod alone (count/pods, ...) is no growth
-                over = dict((name, values) for name, values in headroom_mod.grown_over_pin(
-                    quotas_mod.pod_usage(pod), pin).items() if pin["charge"].get(name))
-                if over:
-                    grown.append({"namespace": namespace, "name": vm, "reason": (
-                        "%s/%s: its target pod %s charges %s (%s charge: the VM's input changed after the run's last "
-                        "sizing of it)" % (namespace, vm, pod["metadata"]["name"], headroom_mod.over_pin_text(over),
-                                           pin.get("what", "the pinned")))})
+                for pod in claims:
+                    # only the names the pin charges: a name quota derives for the pod alone (count/pods) is no growth
+                    over = dict((name, values) for name, values in headroom_mod.grown_over_pin(
+                        quotas_mod.pod_usage(pod), pin).items() if pin["charge"].get(name))
+                    if over:
+                        grown.append({"namespace": namespace, "name": vm, "reason": (
+                            "%s/%s: its target pod %s charges %s (%s charge: the VM's input changed after the run's "
+                            "last sizing of it)" % (namespace, vm, pod["metadata"]["name"],
+                                                    headroom_mod.over_pin_text(over), pin.get("what", "the pinned")))})
+                        break
         if not grown:
             return
         # grown only when a fresh sizing says so too (the tenant's annotation, its namespace's label: named): a
@@ -529,7 +543,8 @@ class BatchRunner(object):
             self.cluster, [{"namespace": i["namespace"], "name": i["name"]} for i in grown], self.config.sizing,
             pins=self.pins, planned=self.record.plan))
         for item in grown:
-            if (item["namespace"], item["name"]) not in causes:
+            if (item["namespace"], item["name"]) not in causes and item["reason"] not in self.misses_named:
+                self.misses_named.add(item["reason"])
                 self.record.say("%s: %s; no input of the VM changed since it was sized: the sizing misses something, "
                                 "top-ups within top_up_cap answer it" % (batch.label(), item["reason"]))
         grown = [dict(i, reason="%s; %s" % (i["reason"], causes[(i["namespace"], i["name"])]))

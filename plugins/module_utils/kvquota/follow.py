@@ -161,6 +161,13 @@ def idle_in_scope(vmims, vmis, scope):
     return True
 
 
+def _marked_again(vmi):
+    """Whether KubeVirt marks vmi to move (again): evacuation from the node it runs on, or an outdated launcher."""
+    status = vmi.get("status") or {}
+    evacuating = status.get("evacuationNodeName") and status.get("evacuationNodeName") == status.get("nodeName")
+    return bool(evacuating or OUTDATED_LABEL in (_meta(vmi).get("labels") or {}))
+
+
 class Follower(object):
     """Follow mode of a run: cluster, config (ExecutorConfig, mode follow), record (RunRecord), runner
     (BatchRunner), stopper (Stopper). run() returns the result dict."""
@@ -176,6 +183,7 @@ class Follower(object):
         self.next_index = 0
         self.cordoned = set()   # the nodes of the scope seen unschedulable, by this run or one it resumes
         self.recorded = set()   # those of them in the window record (window_record.py)
+        self.skipped_named = set()   # UIDs of the migrations _never_reserved skipped and the record named
 
     # -- scope -------------------------------------------------------------
 
@@ -379,15 +387,24 @@ class Follower(object):
     def _never_reserved(self, vmims, vmis):
         """UIDs of the migrations no group reserves for: those of VMs left out of their group (grown past their
         pin), and any later migration of a VMI (by UID) that a followed migration of this window already moved.
-        The window reserves once per VM: a tenant that migrates its VM again after it left the node (or KubeVirt
-        moving it a second time) gets no headroom for it, and the fence admits no target pod for it either."""
+        The window reserves once per VM and move: a tenant that migrates its VM again after it left the node gets
+        no headroom for it, and the fence admits no target pod for it either; a VM KubeVirt marks to move again
+        (evacuation from the node it runs on now: a second node drained in the same window; an outdated launcher
+        after a KubeVirt update) is reserved for again. Only KubeVirt writes those marks (VMI status, and a
+        kubevirt.io/ label virt-api refuses to users)."""
         moved = set(m["vmi_uid"] for g in self.record.batches for m in g.migrations
                     if m.get("vmi_uid") and g.phases.get("%s/%s" % (m["namespace"], m["name"])) == "Succeeded")
         skip = set(self.runner.left_out_migrations)
         for vmim in vmims:
             vmi = vmis.get((_meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")))
-            if vmi is not None and uid_of(vmi) in moved:
-                skip.add(uid_of(vmim))
+            if vmi is None or uid_of(vmi) not in moved or _marked_again(vmi):
+                continue
+            skip.add(uid_of(vmim))
+            if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and uid_of(vmim) not in self.skipped_named:
+                self.skipped_named.add(uid_of(vmim))
+                self.record.say("migration %s/%s of VM %s gets no reservation: this window moved the VM already and "
+                                "KubeVirt has not marked it to move again (quota admission decides on it alone)"
+                                % (_meta(vmim).get("namespace"), _meta(vmim).get("name"), _meta(vmi).get("name")))
         return skip
 
     def _free_rooms(self, vmims, vmis, followed):

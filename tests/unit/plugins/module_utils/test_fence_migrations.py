@@ -297,9 +297,10 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
     from fractions import Fraction
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 
-    def target(vm, uid, cpu):
-        return {"metadata": {"namespace": "t", "name": "virt-launcher-%s-x" % vm,
+    def target(vm, uid, cpu, name=None):
+        return {"metadata": {"namespace": "t", "name": name or "virt-launcher-%s-x" % vm,
                              "labels": {"kubevirt.io/migrationJobUID": uid},
+                             "annotations": {"kubevirt.io/migrationJobName": "%s-kvq-1" % vm},
                              "ownerReferences": [{"kind": "VirtualMachineInstance", "name": vm, "controller": True}]},
                 "spec": {"containers": [{"name": "compute", "resources": {"limits": {"cpu": cpu, "memory": "1600Mi"},
                                                                           "requests": {"cpu": cpu, "memory": "1600Mi"}}}]},
@@ -310,7 +311,9 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
 
         def list_pods(self, namespace=None, label_selector=None, field_selector=None):
             assert (namespace, label_selector) == ("t", "kubevirt.io/migrationJobUID")
-            return [target("vm-a", "uid-a", "1225m"), target("vm-b", "uid-b", "1025m")]
+            # the tenant's decoy (a pod of its own, labelled like vm-a's target pod) listed after the real one
+            return [target("vm-a", "uid-a", "1225m"), target("vm-b", "uid-b", "1025m"),
+                    target("vm-a", "uid-a", "10m", name="zz-decoy")]
 
         def delete(self, path, what):
             self.deleted.append(path.rsplit("/", 1)[1])
@@ -330,7 +333,9 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
     batch.migrations = [{"namespace": "t", "vm": vm, "reused": False, "name": "%s-kvq-1" % vm, "uid": "uid-" + vm[-1]}
                         for vm in ("vm-a", "vm-b")]
     seen = dict((("t", m["name"]), {"metadata": {"namespace": "t", "name": m["name"], "uid": m["uid"]},
-                                    "spec": {"vmiName": m["vm"]}, "status": {"phase": "Scheduling"}})
+                                    "spec": {"vmiName": m["vm"]},
+                                    "status": {"phase": "Scheduling",
+                                               "migrationState": {"targetPod": "virt-launcher-%s-x" % m["vm"]}}})
                 for m in batch.migrations)
     runner._check_target_pods(batch, seen)
     assert cluster.deleted == ["vm-a-kvq-1"]                      # the run's own migration of the grown VM
@@ -355,6 +360,7 @@ def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_
         def list_pods(self, namespace=None, label_selector=None, field_selector=None):
             return [{"metadata": {"namespace": "t", "name": "virt-launcher-vm-a-x",
                                   "labels": {"kubevirt.io/migrationJobUID": "uid-a"},
+                                  "annotations": {"kubevirt.io/migrationJobName": "vm-a-kvq-1"},
                                   "ownerReferences": [{"kind": "VirtualMachineInstance", "name": "vm-a",
                                                        "controller": True}]},
                      "spec": {"containers": [{"name": "compute", "resources": {"limits": {"cpu": "1100m"}}}]},
@@ -375,3 +381,30 @@ def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_
         "status": {"phase": "Scheduling"}}})
     assert cluster.deleted == [] and batch.vms == [("t", "vm-a")] and not runner.left_out
     assert any("the sizing misses something" in line for line in runner.record.log)
+
+
+def test_a_pod_the_tenant_labels_like_a_target_pod_neither_hides_it_nor_marks_it_checked(monkeypatch):
+    from fractions import Fraction
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+
+    decoy = {"metadata": {"namespace": "t", "name": "decoy", "labels": {"kubevirt.io/migrationJobUID": "uid-a"},
+                          "annotations": {"kubevirt.io/migrationJobName": "vm-a-kvq-1"},
+                          "ownerReferences": [{"kind": "VirtualMachineInstance", "name": "vm-a", "controller": True}]},
+             "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "10m"}}}]}, "status": {}}
+
+    class Cluster(_Cluster):
+        def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+            return [decoy]
+
+    runner = _runner(monkeypatch, Cluster())
+    runner.pins = {("t", "vm-a"): {"charge": versioned.amounts({"limits.cpu": Fraction(1)}), "what": "the planned"}}
+    batch = Batch(0, 1, [("t", "vm-a")], "node-1-b0")
+    batch.state, batch.vms, batch.launched = RUNNING, [("t", "vm-a")], 0.0
+    batch.migrations = [{"namespace": "t", "vm": "vm-a", "reused": False, "name": "vm-a-kvq-1", "uid": "uid-a"}]
+    vmim = {"metadata": {"namespace": "t", "name": "vm-a-kvq-1", "uid": "uid-a"}, "spec": {"vmiName": "vm-a"},
+            "status": {"phase": "Scheduling"}}
+    runner._check_target_pods(batch, {("t", "vm-a-kvq-1"): vmim})
+    assert "uid-a" not in runner.targets_checked           # KubeVirt has named no target pod yet: looked at again
+    vmim["status"]["migrationState"] = {"targetPod": "virt-launcher-vm-a-x"}
+    runner._check_target_pods(batch, {("t", "vm-a-kvq-1"): vmim})
+    assert "uid-a" not in runner.targets_checked           # the named pod is not among the claims yet

@@ -667,7 +667,9 @@ def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_sti
     failed.phases = {"a/evac-2": "Failed"}
     Record.batches = [moved, failed]
     follower = f.Follower.__new__(f.Follower)
-    follower.record, follower.runner = Record(), Runner()
+    follower.record, follower.runner, follower.skipped_named = Record(), Runner(), set()
+    Record.say = lambda self, line: said.append(line)
+    said = []
     vmis = {("a", "vm-1"): dict(vmi("a", "vm-1", "n2"), metadata={"namespace": "a", "name": "vm-1", "uid": "vmi-1"}),
             ("a", "vm-2"): dict(vmi("a", "vm-2", "n1"), metadata={"namespace": "a", "name": "vm-2", "uid": "vmi-2"}),
             ("a", "vm-3"): dict(vmi("a", "vm-3", "n1"), metadata={"namespace": "a", "name": "vm-3", "uid": "vmi-3"})}
@@ -677,6 +679,16 @@ def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_sti
              vmim("a", "grown", "vm-3", "u-grown", "t0")]
     skip = follower._never_reserved(queue, vmis)
     assert skip == {"u-t1", "u-grown"}
+    assert len(said) == 1 and "tenant-again" in said[0]          # named once
+    follower._never_reserved(queue, vmis)
+    assert len(said) == 1
+    # KubeVirt marks the moved VM again (a second node of the window drained, where it landed): reserved again
+    vmis[("a", "vm-1")]["status"].update(evacuationNodeName="n2")
+    assert follower._never_reserved(queue, vmis) == {"u-grown"}
+    # a mark for another node than the one it runs on is not one
+    vmis[("a", "vm-1")]["status"].update(evacuationNodeName="n1")
+    assert follower._never_reserved(queue, vmis) == {"u-t1", "u-grown"}
+    vmis[("a", "vm-1")]["status"].pop("evacuationNodeName")
     chosen = f.pick_next(queue, vmis, set(), 5, 5, everything, skip=skip)
     assert [c["metadata"]["uid"] for c in chosen] == ["u-r2", "u-e3"]
     # once admitted elsewhere (its namespace no longer fenced) it takes a slot as KubeVirt counts it
