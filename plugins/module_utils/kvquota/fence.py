@@ -436,6 +436,11 @@ def unfence(cluster, operator_namespace, namespace, vmis=None, check_mode=False)
                      "unfence namespace %s (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
                                                                               operator_namespace),
                      check_mode)
+    return _unfence_result(namespace, result)
+
+
+def _unfence_result(namespace, result):
+    """unfence's result from _update's."""
     return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
             "fenced": namespace_key(namespace) in result["data"], "added": result["added"],
             "removed": result["removed"]}
@@ -459,9 +464,7 @@ def unfence_keeping_namespace(cluster, operator_namespace, namespace, vmis, note
                      "keep namespace %s fenced (configmap %s in namespace %s)" % (namespace, FENCE_CONFIGMAP,
                                                                                   operator_namespace),
                      check_mode)
-    return {"changed": result["changed"], "namespace": namespace, "vmis": fenced_vmis(result["data"], namespace),
-            "fenced": namespace_key(namespace) in result["data"], "added": result["added"],
-            "removed": result["removed"]}
+    return _unfence_result(namespace, result)
 
 
 def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):

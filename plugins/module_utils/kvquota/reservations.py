@@ -884,16 +884,8 @@ def admit_migrations(cluster, migrations, check_mode=False, operator_namespace=s
     (virt-controller may create the target pod within milliseconds of the create), then with its UID once created.
     Nothing where the fence is not installed or the namespace not fenced (installed: True when the caller knows
     it is, as from a reserve result's "fence", saving the look-up). Returns fence.admit_migrations' results."""
-    run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
-    run.fence_state = installed
-    if not migrations or not run.fence_installed():
-        return []
-    results = []
-    for namespace in sorted(set(m["namespace"] for m in migrations)):
-        results.append(fence_mod.admit_migrations(cluster, run.store.namespace, namespace,
-                                                  [dict(m) for m in migrations if m["namespace"] == namespace],
-                                                  check_mode))
-    return results
+    return _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed,
+                                 fence_mod.admit_migrations)
 
 
 def end_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
@@ -902,15 +894,20 @@ def end_migrations(cluster, migrations, check_mode=False, operator_namespace=sto
     migrations (a tenant's, KubeVirt's) get no target pod or PVC in the headroom; the namespace stays fenced until
     the reservation is released. Idempotent; nothing where the fence is not installed (installed as for
     admit_migrations)."""
+    return _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed,
+                                 fence_mod.end_migrations)
+
+
+def _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed, change):
+    """change(cluster, operator namespace, namespace, its migrations, check_mode) for each namespace of migrations;
+    [] where the fence is not installed (installed: True when the caller knows it is)."""
     run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
     run.fence_state = installed
     if not migrations or not run.fence_installed():
         return []
-    results = []
-    for namespace in sorted(set(m["namespace"] for m in migrations)):
-        results.append(fence_mod.end_migrations(cluster, run.store.namespace, namespace,
-                                                [m for m in migrations if m["namespace"] == namespace], check_mode))
-    return results
+    return [change(cluster, run.store.namespace, namespace,
+                   [dict(m) for m in migrations if m["namespace"] == namespace], check_mode)
+            for namespace in sorted(set(m["namespace"] for m in migrations))]
 
 
 def _unfence(run, released, reservation_id=None, held_now=None):
