@@ -906,7 +906,10 @@ def test_a_tenant_pod_claiming_the_reserved_vm_as_owner_never_keeps_the_reservat
     try:
         vmi = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)
         here = vmi["status"]["nodeName"]
-        other = next(n["metadata"]["name"] for n in r.get("/api/v1/nodes")["items"] if n["metadata"]["name"] != here)
+        # the decoy on the VM's node before the migration, which the VM leaves: on the node the VM runs on after it,
+        # the decoy would pass for its active launcher (a pod is told apart by the VMI's node; see the closing note
+        # of issue 24), and the scheduler may pick any other node for the target
+        other = here
 
         def used_memory():
             return kvqlab_quantity(M.quota(r, ns, "compute")["status"]["used"]["limits.memory"])
