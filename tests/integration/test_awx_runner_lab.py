@@ -193,7 +193,7 @@ def test_preflight_needs_a_reservation(lab, base, credential, tmp_path):
                  "preflight-ok")
     assert (job.status, job.rc) == ("successful", 0), job
     data = job.artifact_data
-    assert sorted(data) == ["preflight_blockers", "preflight_fixes", "preflight_report_files", "preflight_summary",
+    assert sorted(data) == ["preflight_blocked_vms", "preflight_blockers", "preflight_fixes", "preflight_report_files", "preflight_summary",
                             "preflight_verdict"], data
     assert data["preflight_verdict"] == "needs_reservation", data
     assert data["preflight_blockers"] == [], data
@@ -309,7 +309,7 @@ def test_reaper_with_nothing_expired(lab, base, credential, tmp_path):
     job = launch(credential, str(tmp_path), "reaper",
                  {"reaper_wait": "false", "reaper_wait_timeout": "60", "reaper_force": "false"}, "reaper")
     assert (job.status, job.rc) == ("successful", 0), job
-    assert job.artifact_data == {"reaper_released": [], "reaper_deferred": []}, job.artifact_data
+    assert job.artifact_data == {"reaper_released": [], "reaper_deferred": [], "reaper_held_at_usage": [], "reaper_overuse": []}, job.artifact_data
     lab.assert_restored(base, [NS])
 
 
