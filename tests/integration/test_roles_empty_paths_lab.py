@@ -183,7 +183,7 @@ def test_reaper_with_nothing_expired(ansible, lab, base):
     result = run(ansible, lab, "reaper")
     assert result.rc == 0, result
     summary = result.msg_starting("reaper: ")
-    assert summary[0].startswith("reaper: 0 quota(s) released, 0 deferred"), summary
+    assert summary[0].startswith("reaper: 0 quota(s) released, 0 held at usage, 0 deferred"), summary
     assert summary[1].split("|")[0].strip() == "outcome" and len(summary) == 2, summary
     assert result.artifacts() == {"reaper_released": [], "reaper_deferred": [], "reaper_held_at_usage": [], "reaper_overuse": []}, result.stats
     lab.assert_restored(base, [NS])
