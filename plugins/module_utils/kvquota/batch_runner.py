@@ -252,6 +252,10 @@ class BatchRunner(object):
             self._leave_out(batch, too_long)
         return existing
 
+    def _done_with_nothing_held(self, batch):
+        """The batch ends here holding nothing: no VM left to move, or check mode."""
+        batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+
     def prepare(self, batch):
         """Reserve for the batch (sized from the plan when there is one) and wait until status.hard enforces it;
         its migrations are created by launch(). The scheduler prepares the next batch while one migrates, so that
@@ -264,11 +268,11 @@ class BatchRunner(object):
             gone = ", ".join("%s/%s" % k for k in batch.skipped)
             self.record.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.config.node))
         if not batch.vms:
-            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            self._done_with_nothing_held(batch)
             return
         existing = self._under_way(batch)
         if not batch.vms:
-            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            self._done_with_nothing_held(batch)
             return
         vms = [{"namespace": ns, "name": name} for ns, name in batch.vms]
         needs, refs, sized = headroom_mod.batch_headroom(self.cluster, vms, self.config.sizing, self.record.plan,
@@ -280,7 +284,7 @@ class BatchRunner(object):
         if sized.get("left_out"):
             self._leave_out(batch, sized["left_out"])
             if not batch.vms:
-                batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+                self._done_with_nothing_held(batch)
                 return
         # what the batch's VMs' target pods charge each quota at their (pinned) sizes: the most its top-ups may
         # bring the reservation to (headroom.pinned_room)
@@ -310,7 +314,7 @@ class BatchRunner(object):
         self.record.warn(result.get("warnings"))
         self._record_reservation(batch, result)
         if self.config.check_mode:
-            batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+            self._done_with_nothing_held(batch)
             return
         self.wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
         batch.prepared = (needs, refs)
