@@ -318,6 +318,96 @@ def test_the_targets_attachment_pod_passes_and_a_pvc_cannot_move_to_a_charged_cl
     r.delete(claim_path)
 
 
+def test_a_target_pod_larger_than_its_migrations_pinned_size_is_refused(lab, r, emu, operator, installed,
+                                                                         tenant_ns):
+    """Issue 24 (grow-during-batch): the run lists each migration's pinned size (size.<ns>.<migration>); KubeVirt's
+    target pod for it is admitted up to that size, to the byte and the millicore, and refused past it in any of
+    requests/limits of cpu/memory: a container more (a hook sidecar), a larger limit (the memory-limits ratio
+    label), a larger init container, a native sidecar, the pod overhead. Without a size the pod's size is not
+    looked at (kvquota_reserve's standalone entries); ending the migration removes its size."""
+    ns = tenant_ns
+    kubevirt = emulator.as_identity(r, CONTROLLER)
+    vm1 = vmi_ref(r, ns, "vm-1")
+    own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000a7")
+    unsized = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000b8")
+
+    def target(containers=None, init=None, overhead=None):
+        body = pod_body(ns, vm1, migration=own)
+        body["spec"]["containers"] = containers or [
+            {"name": "compute", "image": "example.invalid/launcher",
+             "resources": {"requests": {"cpu": "925m", "memory": "1600Mi"},
+                           "limits": {"cpu": "1", "memory": "1677721601"}}},
+            {"name": "guest-console-log", "image": "example.invalid/launcher",
+             "resources": {"requests": {"cpu": "5m", "memory": "35M"}, "limits": {"cpu": "15m", "memory": "60M"}}}]
+        if init:
+            body["spec"]["initContainers"] = init
+        if overhead:
+            body["spec"]["overhead"] = overhead
+        return body
+
+    def try_target(body):
+        return _refusal(lambda: kubevirt.request("POST", "/api/v1/namespaces/%s/pods" % ns, {"dryRun": "All"},
+                                                 body=body))
+
+    # 930m + (1600Mi + 35M) requests, 1015m + (1677721601 + 60M) limits: pinned exactly
+    size = {"requests.cpu": "930m", "requests.memory": str(1600 * 2 ** 20 + 35 * 10 ** 6),
+            "limits.cpu": "1015m", "limits.memory": str(1677721601 + 60 * 10 ** 6)}
+    F.fence(operator, OPERATOR_NS, ns, [vm1], note="window", controller=CONTROLLER,
+            migrations=[{"name": own[0], "uid": own[1], "vm": "vm-1", "size": size},
+                        {"name": unsized[0], "uid": unsized[1], "vm": "vm-1"}])
+    M.wait(lambda: try_pod(kubevirt, ns, owner=vm1, migration=("x", "y")), 20, "the fence to be in force")
+    data = r.get("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))["data"]
+    assert data[F.size_key(ns, own[0])] == "930m %d 1015m %d" % (1600 * 2 ** 20 + 35 * 10 ** 6,
+                                                                 1677721601 + 60 * 10 ** 6)
+    assert F.size_key(ns, unsized[0]) not in data
+    assert try_target(target()) is None                                     # exactly the pin
+    sidecar = {"name": "hook-sidecar-0", "image": "example.invalid/hook",
+               "resources": {"requests": {"cpu": "1m", "memory": "1"}, "limits": {"cpu": "1m", "memory": "1"}}}
+    grown = target()
+    grown["spec"]["containers"].append(sidecar)                             # a container more: +1m, +1 byte
+    refused = try_target(grown)
+    assert refused is not None and "charges more than the maintenance run planned" in refused, refused
+    assert "limits.memory=%d" % (1677721601 + 60 * 10 ** 6) in refused and own[0] in refused, refused
+    one_byte = target()
+    one_byte["spec"]["containers"][0]["resources"]["limits"]["memory"] = "1677721602"
+    assert "charges more" in try_target(one_byte)                           # one byte over
+    one_milli = target()
+    one_milli["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "926m"
+    assert "charges more" in try_target(one_milli)                          # one millicore over
+    smaller = target()
+    smaller["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+    assert try_target(smaller) is None                                      # smaller passes
+    # an init container counts on its own (the pod's charge is the larger of it and the app containers)
+    small_init = dict(sidecar, name="container-disk-binary")
+    assert try_target(target(init=[small_init])) is None
+    big_init = dict(sidecar, name="container-disk-binary",
+                    resources={"requests": {"cpu": "931m"}, "limits": {"cpu": "931m"}})
+    assert "charges more" in try_target(target(init=[big_init]))
+    # a native sidecar (an init container that keeps running) adds to the app containers
+    assert "charges more" in try_target(target(init=[dict(sidecar, restartPolicy="Always")]))
+    # the same pod under another migration without a size: not looked at
+    bigger = target()
+    bigger["metadata"]["annotations"]["kubevirt.io/migrationJobName"] = unsized[0]
+    bigger["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = unsized[1]
+    bigger["spec"]["containers"].append(sidecar)
+    assert try_target(bigger) is None
+    # the run raises a size (a sizing miss it accepts): the larger pod passes
+    F.admit_migrations(operator, OPERATOR_NS, ns, [{"name": own[0], "uid": own[1], "vm": "vm-1",
+                                                    "size": dict(size, **{"requests.cpu": "931m",
+                                                                          "limits.cpu": "1016m"})}])
+    M.wait(lambda: try_target(one_milli) is None, 20, "the raised size to be in force")
+    # a later write without a size keeps the size listed
+    F.admit_migrations(operator, OPERATOR_NS, ns, [{"name": own[0], "uid": own[1], "vm": "vm-1"}])
+    assert F.fenced_migrations(r.get("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))[
+        "data"], ns)[own[0]]["size"]["requests.cpu"] == F.Fraction(931, 1000)
+    F.end_migrations(operator, OPERATOR_NS, ns, [{"name": own[0], "uid": own[1]}])
+    data = r.get("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))["data"]
+    assert F.size_key(ns, own[0]) not in data and F.migration_key(ns, own[0]) not in data
+    F.unfence(operator, OPERATOR_NS, ns)
+    data = r.get("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))["data"] or {}
+    assert not [k for k in data if ns in k], data
+
+
 def test_only_fenced_namespaces_and_only_with_params(lab, r, emu, operator, installed, tenant_ns):
     other = "fence-other-" + secrets.token_hex(3)
     r.create("/api/v1/namespaces", {"metadata": {"name": other, "labels": {"kvqlab/test": "true"}}})

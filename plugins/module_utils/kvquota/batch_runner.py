@@ -21,6 +21,11 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET, custom_path
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
+    event_stamp,
+    failed_create_events,
+    verified_events,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
     ConflictError,
     InputError,
@@ -52,6 +57,11 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resour
     parse_resource_list,
     remove_zeros,
 )
+
+
+def _size_text(size):
+    """'limits.cpu=1025m, limits.memory=...' of a fence size ({quota name: Fraction})."""
+    return ", ".join("%s=%s" % kv for kv in sorted(format_resource_list(size).items()))
 
 
 def _claims_migration(pod, vmim, vm):
@@ -91,6 +101,11 @@ class BatchRunner(object):
         self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
         self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
         self.misses_named = set()      # the target pods larger than computed with no input changed, said once
+        # {(namespace, migration name): {quota name: Fraction}} the most each migration's target pod may charge, as
+        # the headroom fence lists it (its VM's pinned size; raised only for a sizing miss, _answer_fence_refusals)
+        self.fence_sizes = {}
+        # {(namespace, migration name): (rounds, when, evidence)} of those raises
+        self.size_raises = {}
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -161,6 +176,27 @@ class BatchRunner(object):
                 else:
                     batch.skipped.append((ns, name))
         batch.vms = [k for k in batch.keys if k in keep]
+
+    def _pin_of(self, key):
+        """The pin of VM key ((namespace, name)): its first sizing in this run, else its planned charge; None."""
+        pin = self.pins.get(key)
+        if pin is None and self.record.plan is not None and "%s/%s" % key in self.record.plan.vms:
+            pin = headroom_mod.planned_pin(self.record.plan, key)
+        return pin
+
+    def _fence_size(self, migration):
+        """The most a migration of the run ({namespace, name, vm}) lets its target pod charge in the headroom fence
+        (its VM's pinned size, fence.size_value's input), or None without a pin for its VM (the pod's size is then
+        not checked at admission; _check_target_pods still compares it once rendered)."""
+        key = (migration["namespace"], migration["name"])
+        if key not in self.fence_sizes and migration.get("vm"):
+            size = headroom_mod.pinned_pod_size(self._pin_of((migration["namespace"], migration["vm"])))
+            if size is not None:
+                # only what the fence pins (requests and limits of cpu and memory; "cpu" is requests.cpu)
+                self.fence_sizes[key] = dict((name, value) for name, value in size.items()
+                                             if name in fence_mod.PINNED_NAMES or name in ("cpu", "memory"))
+        size = self.fence_sizes.get(key)
+        return None if size is None else format_resource_list(size)
 
     def _leave_out(self, batch, left_out):
         """Leave the VMs batch_headroom left out (grown past their pin, or their own input unusable) out of the
@@ -298,7 +334,8 @@ class BatchRunner(object):
                                      "uid": existing[(ns, name)][1] if reused else None})
         # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
         # once created (see _record_created)
-        refs = dict(refs, migrations=[{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
+        refs = dict(refs, migrations=[dict({"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]},
+                                           **({"size": self._fence_size(m)} if self._fence_size(m) else {}))
                                       for m in batch.migrations if m["reused"]])
         if not self.config.check_mode:
             # from here on a stop releases what this batch may hold (a reserve that failed half way included)
@@ -355,11 +392,11 @@ class BatchRunner(object):
                                           self.config.check_mode, self.config.operator_namespace, installed=True)
         self._record_created(batch, *batch.prepared)
 
-    @staticmethod
-    def _fence_entry(migration, pending=False):
-        """A migration of a batch as the fence lists it (fence.normalize_migrations)."""
+    def _fence_entry(self, migration, pending=False):
+        """A migration of a batch as the fence lists it (fence.normalize_migrations), with its pinned size."""
         return {"namespace": migration["namespace"], "name": migration["name"],
-                "uid": None if pending else migration["uid"], "vm": migration["vm"]}
+                "uid": None if pending else migration["uid"], "vm": migration["vm"],
+                "size": self._fence_size(migration)}
 
     def _record_created(self, batch, needs, refs):
         """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
@@ -522,9 +559,7 @@ class BatchRunner(object):
                     self.targets_checked.add(uid_of(vmim))
                 if not claims:
                     continue            # not rendered yet: looked at again next poll
-                pin = self.pins.get((namespace, vm))
-                if pin is None and self.record.plan is not None and "%s/%s" % (namespace, vm) in self.record.plan.vms:
-                    pin = headroom_mod.planned_pin(self.record.plan, (namespace, vm))
+                pin = self._pin_of((namespace, vm))
                 if pin is None:
                     self.targets_checked.add(uid_of(vmim))
                     continue
@@ -598,6 +633,7 @@ class BatchRunner(object):
                                         self.config.scheduling_timeout,
                                         ", ".join("%s %s" % kv for kv in sorted(batch.phases.items()))),
                 "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
+        self._answer_fence_refusals(batch, seen, now)
         refused = [v for v in seen.values() if migration_phase(v) not in FINAL_MIGRATION_PHASES
                    and admission.rejected_condition(v) is not None]
         if not refused:
@@ -608,6 +644,73 @@ class BatchRunner(object):
         if now - batch.refused_since < self.config.top_up_settle_seconds:
             return
         self.top_up(batch, refused, seen)
+
+    def _answer_fence_refusals(self, batch, seen, now):
+        """The headroom fence refuses a target pod larger than its migration's listed size (rbac/fence.yml): the
+        migration waits with no target pod while virt-controller retries. Looked at once a migration of the batch
+        waits so for top_up_settle_seconds and an Event verified to be about it (its UID, virt-controller) names the
+        fence's size refusal (an Event is only the trigger: every amount comes from a fresh sizing and the pin).
+        Its VM is sized again against its pin: grown (the tenant's annotation, its namespace's label, between the
+        migration's create and the pod's render) it is stopped and named (_stop_grown: the migration is cancelled,
+        the VM stays where it is at its old size); every input as pinned, the sizing misses something (a mutating
+        webhook's sidecar), and the migration's listed size is raised by top_up_cap's share of it, at most
+        top_up_max_rounds times, as a top-up would (a tenant who reverts its change after the render gains no more
+        than that share, bounded like any sizing miss)."""
+        fenced = self.fenced.get(batch.reservation) or ()
+        since = batch.launched if batch.launched is not None else batch.started
+        if not fenced or since is None or now - since < self.config.top_up_settle_seconds:
+            return
+        mine = dict(((m["namespace"], m["name"]), m) for m in batch.migrations)
+        waiting = [(k, v) for k, v in sorted(seen.items())
+                   if k[0] in fenced and k in mine and mine[k].get("vm") and never_admitted(v)
+                   and migration_phase(v) not in FINAL_MIGRATION_PHASES and k in self.fence_sizes
+                   and now - self.size_raises.get(k, (0, 0, ""))[1] >= self.config.top_up_settle_seconds]
+        if not waiting:
+            return
+        events = failed_create_events(self.cluster, sorted(set(k[0] for k, _v in waiting)))
+        refused = []
+        for key, vmim in waiting:
+            found = [e for e in verified_events(events, vmim)
+                     if fence_mod.SIZE_REFUSAL in " ".join(str(e.get("message") or "").split())]
+            if not found:
+                continue
+            evidence = "%s/%s/%s" % ((found[-1].get("metadata") or {}).get("name"), found[-1].get("count") or 1,
+                                     event_stamp(found[-1]))
+            if evidence != self.size_raises.get(key, (0, 0, ""))[2]:
+                refused.append((key, evidence))
+        if not refused:
+            return
+        vms = sorted(set((k[0], mine[k]["vm"]) for k, _e in refused))
+        grown = headroom_mod.grown_since_pin(self.cluster, [{"namespace": ns, "name": n} for ns, n in vms],
+                                             self.config.sizing, pins=self.pins, planned=self.record.plan)
+        if grown:
+            self._stop_grown(batch, [dict(item, reason="%s; the headroom fence refused its target pod as larger than "
+                                                       "its pinned size" % item["reason"]) for item in grown],
+                             "after its migration was created")
+        gone = set((item["namespace"], item["name"]) for item in grown)
+        for key, evidence in refused:
+            if (key[0], mine[key]["vm"]) in gone:
+                continue
+            rounds = self.size_raises.get(key, (0, 0, ""))[0]
+            size = self.fence_sizes[key]
+            if rounds >= self.config.top_up_max_rounds:
+                raise KvquotaError(
+                    "%s: the headroom fence still refuses the target pod of migration %s/%s as larger than %s after "
+                    "%d raise(s), and no input of VM %s changed since it was sized: the sizing misses something"
+                    % (batch.label(), key[0], key[1], _size_text(size), rounds, mine[key]["vm"]),
+                    "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger than "
+                    "planned (a mutating webhook, sidecars; kubectl get events -n %s)" % key[0])
+            more = headroom_mod.cap_limit(self.config.top_up_cap, size)
+            raised = dict((name, value + more.get(name, 0)) for name, value in size.items())
+            reservations.admit_migrations(self.cluster, [{"namespace": key[0], "name": key[1], "uid": mine[key]["uid"],
+                                                          "vm": mine[key]["vm"], "size": format_resource_list(raised)}],
+                                          self.config.check_mode, self.config.operator_namespace, installed=True)
+            self.fence_sizes[key] = raised
+            self.size_raises[key] = (rounds + 1, now, evidence)
+            self.record.say("%s: the headroom fence refused the target pod of migration %s/%s as larger than its "
+                            "pinned size, and no input of VM %s changed since it was sized (the sizing misses "
+                            "something): its listed size is raised by top_up_cap's share, to %s"
+                            % (batch.label(), key[0], key[1], mine[key]["vm"], _size_text(raised)))
 
     def _grown_siblings(self, batch, refused, seen, found):
         """headroom.grown_since_pin's items for the VMs of the batch, in the namespaces of the refused migrations,

@@ -16,6 +16,10 @@ one ConfigMap in the operator namespace, written only here:
                              "<VMI uid>/<migration uid>", or "<VMI uid>/" while the migration's UID is not
                              known yet (admitted by name: the name is listed just before the run creates the
                              migration and its UID written the moment the create returns)
+    size.<namespace>.<name>  the most that migration's target pod may charge: "<requests.cpu> <requests.memory>
+                             <limits.cpu> <limits.memory>" (quantities; the plan's pinned size of its VM). A
+                             target pod rendered larger (a tenant's annotation or label changed between the
+                             migration's create and the pod's render) is refused, so it never runs on the headroom
 
 Namespace names have no dots, so the kinds of keys cannot collide and parse one way: the namespace ends at the
 first dot after the prefix, the rest is the VMI uid or the migration name (a DNS subdomain, dots allowed). A
@@ -35,9 +39,11 @@ __metaclass__ = type
 
 import copy
 import re
+from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import api_path, conditional_update
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list, parse_resource_list
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.store import (
     DEFAULT_OPERATOR_NAMESPACE,
     check_namespace_name,
@@ -50,6 +56,14 @@ CONTROLLER_KEY = "kvquota.controller"
 NAMESPACE_PREFIX = "ns."
 VMI_PREFIX = "vmi."
 MIGRATION_PREFIX = "mig."
+SIZE_PREFIX = "size."
+# the names a size key pins, in its order: what tenant input can make a target pod charge more (hook sidecars add
+# containers, the namespace's memory-limits ratio label raises limits.memory); rbac/fence.yml sums them per pod
+PINNED_NAMES = ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
+# what rbac/fence.yml's refusal of a target pod larger than its listed size says (BatchRunner looks for it)
+SIZE_REFUSAL = "charges more than the maintenance run planned for its VM"
+# a quota name that means the same as a pinned one (ResourceQuota's "cpu" is requests.cpu)
+_PINNED_ALIASES = {"requests.cpu": "cpu", "requests.memory": "memory"}
 # a ConfigMap key: at most 253 characters of [-._a-zA-Z0-9] (a migration name longer than that leaves cannot be listed)
 MAX_KEY_LENGTH = 253
 CONTROLLER_SERVICE_ACCOUNT = "kubevirt-controller"
@@ -87,6 +101,37 @@ def migration_key(namespace, name):
     return "%s%s.%s" % (MIGRATION_PREFIX, namespace, name)
 
 
+def size_key(namespace, name):
+    return "%s%s.%s" % (SIZE_PREFIX, namespace, name)
+
+
+def size_value(charge):
+    """A size key's value from a target pod's charge ({quota name: Fraction or quantity string}, as sizing computes
+    it: requests.cpu or cpu, ...): the pinned names in PINNED_NAMES' order, a name the charge lacks pinned at 0."""
+    if not isinstance(charge, dict):
+        raise InputError("a migration's size must be a mapping of resource names to quantities, got %r" % (charge,),
+                         "give the target pod's charge, e.g. {'requests.cpu': '925m', 'limits.memory': '1600Mi'}")
+    known = dict((name, charge[name]) for name in PINNED_NAMES if name in charge)
+    known.update((name, charge[alias]) for name, alias in _PINNED_ALIASES.items()
+                 if name not in known and alias in charge)
+    parsed = parse_resource_list(known, "size") if known else {}
+    if any(value < 0 for value in parsed.values()):
+        raise InputError("a migration's size must not be negative: %r" % (charge,), "give the target pod's charge")
+    shown = format_resource_list(dict((name, parsed.get(name, Fraction(0))) for name in PINNED_NAMES))
+    return " ".join(shown[name] for name in PINNED_NAMES)
+
+
+def parse_size_value(value):
+    """{pinned name: Fraction} of a size key's value, or None when it is not four quantities."""
+    parts = str(value or "").split(" ")
+    if len(parts) != len(PINNED_NAMES):
+        return None
+    try:
+        return parse_resource_list(dict(zip(PINNED_NAMES, parts)), "size")
+    except InputError:
+        return None
+
+
 def migration_value(vmi_uid, uid=None):
     """The value of a migration's key: "<VMI uid>/<migration uid>", "<VMI uid>/" while its UID is not known."""
     return "%s/%s" % (vmi_uid, uid or "")
@@ -99,10 +144,10 @@ def parse_migration_value(value):
 
 
 def normalize_migrations(namespace, migrations):
-    """[{'name', 'uid' ('' while not known), 'vmi_uid' or None, 'vm' or None}] for migrations given as dicts with
-    name, uid (None or '' while the migration is not created yet) and the VMI they migrate: vmi_uid (its
-    metadata.uid) or vm (its name, looked up among the namespace's reserved VMIs). An InputError names what is
-    wrong."""
+    """[{'name', 'uid' ('' while not known), 'vmi_uid' or None, 'vm' or None, 'size' (size_value) or None}] for
+    migrations given as dicts with name, uid (None or '' while the migration is not created yet), the VMI they
+    migrate: vmi_uid (its metadata.uid) or vm (its name, looked up among the namespace's reserved VMIs), and
+    optionally size (the most its target pod may charge, see size_value). An InputError names what is wrong."""
     if migrations is None:
         return []
     if isinstance(migrations, (str, bytes, dict)) or not hasattr(migrations, "__iter__"):
@@ -132,7 +177,12 @@ def normalize_migrations(namespace, migrations):
         if vmi_uid is None and (not isinstance(vm, str) or not _DNS_SUBDOMAIN.match(vm)):
             raise InputError("migration %s/%s names no VMI (vm %r)" % (namespace, name, vm),
                              "give the name (vm) or uid (vmi_uid) of the VMI it migrates")
-        entry = {"name": name, "uid": uid, "vmi_uid": vmi_uid, "vm": vm}
+        size = item.get("size")
+        try:
+            size = None if size is None else size_value(size)
+        except InputError as err:
+            raise InputError("migration %s/%s: %s" % (namespace, name, err.message), err.fix)
+        entry = {"name": name, "uid": uid, "vmi_uid": vmi_uid, "vm": vm, "size": size}
         if seen.get(name, entry) != entry:
             raise InputError("migration %s/%s is given twice, differently" % (namespace, name),
                              "give each migration once")
@@ -152,14 +202,17 @@ def _resolve_vmi(data, namespace, migration):
 
 
 def _put_migration(new, namespace, migration, vmi_uid):
-    """Add or update one migration's key in new (a dict): a known UID is never replaced by 'not known yet' for the
-    same VMI (a late pending write must not widen what the entry admits)."""
+    """Add or update one migration's keys in new (a dict): a known UID is never replaced by 'not known yet' for the
+    same VMI (a late pending write must not widen what the entry admits); a size given replaces the one listed
+    (the run raises it only for a sizing miss, see BatchRunner), none given keeps it."""
     key = migration_key(namespace, migration["name"])
     old_vmi, old_uid = parse_migration_value(new.get(key)) if key in new else (None, "")
     uid = migration["uid"]
     if not uid and old_vmi == vmi_uid and old_uid:
         uid = old_uid
     new[key] = migration_value(vmi_uid, uid)
+    if migration.get("size") is not None:
+        new[size_key(namespace, migration["name"])] = migration["size"]
 
 
 def normalize_vmis(vmis):
@@ -196,15 +249,28 @@ def fenced_vmis(data, namespace):
 
 
 def fenced_migrations(data, namespace):
-    """{name: {'vmi': VMI uid, 'uid': migration uid ('' while not known)}} of the migrations listed in
-    namespace according to the ConfigMap data."""
+    """{name: {'vmi': VMI uid, 'uid': migration uid ('' while not known)[, 'size': {pinned name: Fraction}, None
+    when it does not parse]}} of the migrations listed in namespace according to the ConfigMap data ('size' only
+    where one is listed)."""
     prefix = "%s%s." % (MIGRATION_PREFIX, namespace)
     out = {}
-    for key, value in (data or {}).items():
+    data = data or {}
+    for key, value in data.items():
         if key.startswith(prefix):
             vmi, uid = parse_migration_value(value)
-            out[key[len(prefix):]] = {"vmi": vmi, "uid": uid}
+            name = key[len(prefix):]
+            out[name] = {"vmi": vmi, "uid": uid}
+            if size_key(namespace, name) in data:
+                out[name]["size"] = parse_size_value(data[size_key(namespace, name)])
     return out
+
+
+def _drop_sizes(new, namespace):
+    """Remove from new the size keys of namespace whose migration is not listed any more."""
+    prefix = "%s%s." % (SIZE_PREFIX, namespace)
+    for key in [k for k in new if k.startswith(prefix)]:
+        if migration_key(namespace, key[len(prefix):]) not in new:
+            del new[key]
 
 
 def fenced_namespaces(data):
@@ -281,6 +347,7 @@ def end_migrations_data(data, namespace, migrations):
         entry = listed.get(migration.get("name"))
         if entry is not None and (not migration.get("uid") or not entry["uid"] or entry["uid"] == migration["uid"]):
             del new[migration_key(namespace, migration["name"])]
+    _drop_sizes(new, namespace)
     return new
 
 
@@ -295,6 +362,7 @@ def unfence_data(data, namespace, uids=None):
     for name, entry in fenced_migrations(new, namespace).items():
         if gone or entry["vmi"] not in fenced_vmis(new, namespace):
             del new[migration_key(namespace, name)]
+    _drop_sizes(new, namespace)
     if gone:
         new.pop(namespace_key(namespace), None)
     return new
@@ -471,14 +539,34 @@ def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     """True when rbac/fence.yml's policy and binding are installed, False when either is missing; an
     InputError when the binding reads its parameters from another namespace than operator_namespace (the
     fence would never see what this collection writes). Needs the ClusterRole kvquota-maintenance-fence."""
+    return installed_policy(cluster, operator_namespace) is not None
+
+
+# the variable of rbac/fence.yml that checks a target pod against its migration's size (added in issue 24)
+SIZE_CHECK_VARIABLE = "withinPin"
+
+
+def outdated(policy):
+    """What an installed fence policy (installed_policy's result) lacks of this collection's rbac/fence.yml, as
+    text for a warning, or None when it has all of it."""
+    names = set(v.get("name") for v in ((policy or {}).get("spec") or {}).get("variables") or ())
+    if SIZE_CHECK_VARIABLE not in names:
+        return ("the installed headroom fence does not check a target pod's size against the run's plan (installed "
+                "from an older rbac/fence.yml): a VM whose input a tenant changes between its migration's create "
+                "and its target pod's render is seen only once rendered; re-apply rbac/fence.yml")
+    return None
+
+
+def installed_policy(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
+    """The fence's ValidatingAdmissionPolicy when it and its binding are installed, else None (see installed)."""
     check_operator_namespace(operator_namespace)
     try:
-        cluster.get(api_path(ADMISSION_API, "validatingadmissionpolicies", name=POLICY_NAME),
-                    "get validatingadmissionpolicy %s" % POLICY_NAME)
+        policy = cluster.get(api_path(ADMISSION_API, "validatingadmissionpolicies", name=POLICY_NAME),
+                             "get validatingadmissionpolicy %s" % POLICY_NAME)
         binding = cluster.get(api_path(ADMISSION_API, "validatingadmissionpolicybindings", name=POLICY_NAME),
                               "get validatingadmissionpolicybinding %s" % POLICY_NAME)
     except NotFoundError:
-        return False
+        return None
     ref = (binding.get("spec") or {}).get("paramRef") or {}
     if ref.get("name") != FENCE_CONFIGMAP or ref.get("namespace") != operator_namespace:
         raise InputError("the fence binding %s reads configmap %s/%s, not %s/%s"
@@ -486,4 +574,4 @@ def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
                          "set paramRef of the ValidatingAdmissionPolicyBinding %s to namespace %s, name %s (edit "
                          "rbac/fence.yml and apply it), or give operator_namespace: %s"
                          % (POLICY_NAME, operator_namespace, FENCE_CONFIGMAP, ref.get("namespace")))
-    return True
+    return policy

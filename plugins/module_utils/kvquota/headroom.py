@@ -125,8 +125,8 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     needs, refs, sized = _batch_result(kept, entries, scope_plan.namespaces if kept else {},
                                        dict((k, vmi_uids.get(k)) for k in kept), False)
     sized["left_out"] = left_out
-    sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key)) for key, entry_charge in sized["charges"].items()
-                         if key not in pins)
+    sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key, sized["pod_charges"].get(key)))
+                         for key, entry_charge in sized["charges"].items() if key not in pins)
     return needs, refs, sized
 
 
@@ -175,15 +175,17 @@ def _vmi_of(snapshot, key):
     return next((v for v in (snapshot.get("vmis") or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
 
 
-def pin_of(charge, snapshot, key):
-    """The pin of a VM sized now: its charge (plan amounts: exact integers of nano-units) and the identity of what it
-    was computed from (the VMI, its namespace's labels and the names its quotas track, the KubeVirt CR)."""
+def pin_of(charge, snapshot, key, pod_charge=None):
+    """The pin of a VM sized now: its charge and its target pod's own charge (pod_charge, default charge; plan
+    amounts: exact integers of nano-units) and the identity of what it was computed from (the VMI, its namespace's
+    labels and the names its quotas track, the KubeVirt CR)."""
     namespace = key[0]
     inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
                                         (snapshot.get("quotas") or {}).get(namespace) or [])
     vmi = _vmi_of(snapshot, key) or {}
     kubevirt = snapshot.get("kubevirt")
-    return {"charge": versioned.amounts(charge), "what": "the first computed",
+    return {"charge": versioned.amounts(charge), "pod_charge": versioned.amounts(charge if pod_charge is None else pod_charge),
+            "what": "the first computed",
             "uid": meta(vmi).get("uid"), "resourceVersion": meta(vmi).get("resourceVersion"),
             "labels": inputs["labels"], "tracks": inputs["tracks"],
             "kubevirt": meta(kubevirt).get("resourceVersion") if kubevirt else None}
@@ -193,10 +195,20 @@ def planned_pin(planned, key):
     """The pin of a planned VM: its charge in the plan and what the plan computed it from."""
     entry = planned.vms["%s/%s" % key]
     inputs = planned.namespaces.get(key[0]) or {}
-    return {"charge": dict(entry["charge"]), "what": "the planned",
+    return {"charge": dict(entry["charge"]), "pod_charge": dict(entry.get("pod_charge") or entry["charge"]),
+            "what": "the planned",
             "uid": entry.get("uid"), "resourceVersion": entry.get("resourceVersion"),
             "labels": dict(inputs.get("labels") or {}), "tracks": list(inputs.get("tracks") or []),
             "kubevirt": (planned.kubevirt or {}).get("resourceVersion")}
+
+
+def pinned_pod_size(pin):
+    """{quota name: Fraction} the pin's target pod charges (what the headroom fence admits at most for a migration
+    of its VM: fence.size_value), or None without a pin."""
+    if pin is None:
+        return None
+    return dict((name, Fraction(value, versioned.NANO_UNITS))
+                for name, value in (pin.get("pod_charge") or pin["charge"]).items())
 
 
 def grown_over_pin(charge, pin):
@@ -295,6 +307,7 @@ def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
     refs = {"vms": [{"namespace": ns, "name": name, "uid": vmi_uids.get((ns, name))} for ns, name in keys],
             "sourcePods": source_pods}
     sized = {"charges": dict(((vm["namespace"], vm["name"]), vm["charge"]) for vm in entries),
+             "pod_charges": dict(((vm["namespace"], vm["name"]), vm.get("pod_charge", vm["charge"])) for vm in entries),
              "quota_charges": quota_charges, "from_plan": from_plan, "left_out": [], "pins": {}}
     return needs, refs, sized
 

@@ -192,7 +192,10 @@ class _Run(object):
         starts during the window can take the headroom: say so once."""
         if self.fence_state is None:
             try:
-                self.fence_state = fence_mod.installed(self.cluster, self.store.namespace)
+                policy = fence_mod.installed_policy(self.cluster, self.store.namespace)
+                self.fence_state = policy is not None
+                if policy is not None and fence_mod.outdated(policy):
+                    self.warn(fence_mod.outdated(policy))
             except ForbiddenError:
                 self.fence_state = False
                 self.warn("the headroom fence could not be checked (bind the ClusterRole kvquota-maintenance-fence "
@@ -834,8 +837,9 @@ def _reserved_vmis(refs, namespace):
 
 
 def _reserved_migrations(run, refs, namespace, vmis):
-    """[{name, uid, vmi_uid}] of the migrations in refs["migrations"] of namespace that migrate one of vmis (this
-    reservation's VMIs there, [{name, uid}]): the run's own and those it follows, the only ones the fence admits.
+    """[{name, uid, vmi_uid, size}] of the migrations in refs["migrations"] of namespace that migrate one of vmis (this
+    reservation's VMIs there, [{name, uid}]): the run's own and those it follows, the only ones the fence admits;
+    size (the most its target pod may charge: fence.size_value) as the entry gives it, else None (not checked).
     The VMI is the entry's vm when given, else the migration's spec.vmiName read now (a migration gone, or whose
     UID is not the recorded one, is left out: it is not the one the run recorded)."""
     by_name = dict((v["name"], v["uid"]) for v in vmis)
@@ -852,7 +856,8 @@ def _reserved_migrations(run, refs, namespace, vmis):
                 continue
             vm = (vmim.get("spec") or {}).get("vmiName")
         if vm in by_name:
-            found.append({"name": item["name"], "uid": item.get("uid") or "", "vmi_uid": by_name[vm]})
+            found.append({"name": item["name"], "uid": item.get("uid") or "", "vmi_uid": by_name[vm],
+                          "size": item.get("size")})
     return found
 
 

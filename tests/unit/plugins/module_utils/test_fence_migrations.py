@@ -408,3 +408,168 @@ def test_a_pod_the_tenant_labels_like_a_target_pod_neither_hides_it_nor_marks_it
     vmim["status"]["migrationState"] = {"targetPod": "virt-launcher-vm-a-x"}
     runner._check_target_pods(batch, {("t", "vm-a-kvq-1"): vmim})
     assert "uid-a" not in runner.targets_checked           # the named pod is not among the claims yet
+
+
+# ---------------------------------------------------------------------------
+# issue 24, grow-during-batch: each migration's pinned size in the fence
+
+def test_a_size_lists_the_four_pinned_amounts_in_order_and_goes_with_its_migration():
+    size = {"cpu": "925m", "requests.memory": "1600Mi", "limits.cpu": "1025m", "limits.memory": "1677721601",
+            "pods": "1", "count/pods": "1"}
+    assert F.size_value(size) == "925m 1600Mi 1025m 1677721601"
+    assert F.size_value({"limits.cpu": "1"}) == "0 0 1 0"        # a name the charge lacks: pinned at 0
+    data = fenced(migrations=[{"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a", "size": size},
+                              {"name": "vm-b-kvq-1", "uid": MIG_2, "vm": "vm-b"}])
+    assert data["size.t.vm-a-kvq-1"] == "925m 1600Mi 1025m 1677721601" and "size.t.vm-b-kvq-1" not in data
+    listed = F.fenced_migrations(data, "t")
+    assert listed["vm-a-kvq-1"]["size"]["limits.memory"] == 1677721601 and "size" not in listed["vm-b-kvq-1"]
+    # a write without a size keeps it; one with a size replaces it
+    kept, _ = F.add_migrations_data(data, "t", F.normalize_migrations("t", [{"name": "vm-a-kvq-1", "uid": MIG_1,
+                                                                           "vm": "vm-a"}]))
+    assert kept["size.t.vm-a-kvq-1"] == data["size.t.vm-a-kvq-1"]
+    raised, _ = F.add_migrations_data(data, "t", F.normalize_migrations("t", [
+        {"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a", "size": dict(size, cpu="1")}]))
+    assert raised["size.t.vm-a-kvq-1"] == "1 1600Mi 1025m 1677721601"
+    # ended, or its VMI unfenced: the size goes with the migration
+    ended = F.end_migrations_data(data, "t", [{"name": "vm-a-kvq-1", "uid": MIG_1}])
+    assert "size.t.vm-a-kvq-1" not in ended and "mig.t.vm-a-kvq-1" not in ended
+    assert not [k for k in F.unfence_data(data, "t") if k.startswith("size.")]
+    assert not [k for k in F.unfence_data(data, "t", [VMI_A]) if k.startswith("size.t.vm-a")]
+
+
+def test_a_bad_size_names_the_migration_and_the_problem():
+    with pytest.raises(InputError, match="migration t/m: .*mapping of resource names"):
+        F.normalize_migrations("t", [{"name": "m", "uid": MIG_1, "vm": "vm-a", "size": "1"}])
+    with pytest.raises(InputError, match="migration t/m: "):
+        F.normalize_migrations("t", [{"name": "m", "uid": MIG_1, "vm": "vm-a", "size": {"limits.cpu": "lots"}}])
+    with pytest.raises(InputError, match="must not be negative"):
+        F.normalize_migrations("t", [{"name": "m", "uid": MIG_1, "vm": "vm-a", "size": {"limits.cpu": "-1"}}])
+    assert F.parse_size_value("1 2") is None and F.parse_size_value("a b c d") is None
+
+
+def test_the_policy_refuses_a_larger_target_pod_with_the_words_the_runner_looks_for():
+    import os
+    import yaml
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), *([os.pardir] * 4))
+    with open(os.path.join(root, "rbac", "fence.yml")) as fh:
+        policy = yaml.safe_load(fh)["items"][0]["spec"]
+    messages = " ".join(" ".join(v["messageExpression"].split()) for v in policy["validations"])
+    assert F.SIZE_REFUSAL in messages
+    names = [v["name"] for v in policy["variables"]]
+    assert "withinPin" in names and "variables.withinPin" in policy["validations"][1]["expression"]
+
+
+def _pinned_runner(monkeypatch, cluster, cpu="1025m"):
+    from fractions import Fraction
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    runner = _runner(monkeypatch, cluster)
+    if hasattr(cluster, "events"):
+        monkeypatch.setattr(br, "failed_create_events", lambda _c, namespaces: cluster.events())
+    charge = {"requests.cpu": Fraction(925, 1000), "limits.cpu": Fraction(cpu[:-1] if cpu.endswith("m") else cpu) /
+              (1000 if cpu.endswith("m") else 1), "limits.memory": Fraction(1600 * 2 ** 20), "pods": Fraction(1)}
+    pin = {"charge": versioned.amounts(dict(charge, **{"requests.storage": Fraction(10 * 2 ** 20)})),
+           "pod_charge": versioned.amounts(charge), "what": "the planned"}
+    runner.pins = {("t", "vm-a"): pin, ("t", "vm-b"): pin}
+    return runner
+
+
+def test_launch_lists_each_migration_with_its_vms_pinned_target_pod_size(monkeypatch):
+    cluster = _Cluster()
+    runner = _pinned_runner(monkeypatch, cluster)
+    listed = []
+    monkeypatch.setattr(reservations, "admit_migrations", lambda _c, migrations, *a, **kw: listed.append(
+        [(m["name"], m["uid"], m["size"]) for m in migrations]) or [])
+    runner.launch(_prepared(runner), just_prepared=True)
+    size = {"limits.cpu": "1025m", "limits.memory": "1600Mi", "requests.cpu": "925m"}
+    # the pod's own charge (not the backend PVC's storage, not the pod count), in the pending write and the UID's
+    assert listed == [[("vm-a-kvq-260101000000", None, size)],
+                      [("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000", size)]]
+
+
+class _Refused(_Cluster):
+    """A fenced namespace where virt-controller reported the fence's size refusal for the run's migration."""
+
+    def __init__(self, count=1, forged=False):
+        _Cluster.__init__(self)
+        self.count = count
+        self.forged = forged
+        self.deleted = []
+
+    def events(self):
+        return [{"metadata": {"name": "ev-1", "namespace": "t"}, "reason": "FailedCreate",
+                           "involvedObject": {"kind": "VirtualMachineInstanceMigration", "namespace": "t",
+                                              "name": "vm-a-kvq-1", "uid": "uid-a"},
+                           "source": {"component": "virt-controller" if not self.forged else "tenant"},
+                           "reportingComponent": "" if not self.forged else "tenant",
+                           "count": self.count, "lastTimestamp": "2026-11-27T15:00:0%dZ" % self.count,
+                           "message": "Error creating pod: ... denied request: kvquota.maintenance: ... The target "
+                                      "pod of migration vm-a-kvq-1 charges more than the maintenance run planned "
+                                      "for its VM (at most ...)"}]
+
+    def delete(self, path, what):
+        self.deleted.append(path.rsplit("/", 1)[1])
+
+
+def _waiting_batch(runner):
+    batch = Batch(0, 1, [("t", "vm-a")], "node-1-b0")
+    batch.state, batch.vms, batch.launched = RUNNING, [("t", "vm-a")], 0.0
+    batch.migrations = [{"namespace": "t", "vm": "vm-a", "reused": False, "name": "vm-a-kvq-1", "uid": "uid-a"}]
+    runner._record_reservation(batch, {"fence": [{"namespace": "t"}], "quotas": []})
+    runner._fence_size(batch.migrations[0])
+    seen = {("t", "vm-a-kvq-1"): {"metadata": {"namespace": "t", "name": "vm-a-kvq-1", "uid": "uid-a"},
+                                  "spec": {"vmiName": "vm-a"}, "status": {"phase": "Pending"}}}
+    return batch, seen
+
+
+def test_a_target_pod_the_fence_refuses_as_grown_has_its_migration_cancelled_and_the_change_named(monkeypatch):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    cluster = _Refused()
+    runner = _pinned_runner(monkeypatch, cluster)
+    monkeypatch.setattr(headroom, "grown_since_pin", lambda _c, vms, *a, **kw: [
+        {"namespace": "t", "name": "vm-a", "reason": "t/vm-a: changed: annotation hooks.kubevirt.io/hookSidecars"}])
+    batch, seen = _waiting_batch(runner)
+    runner._answer_fence_refusals(batch, seen, 1.0)                  # before top_up_settle_seconds: not looked at
+    assert cluster.deleted == []
+    runner._answer_fence_refusals(batch, seen, 100.0)
+    assert cluster.deleted == ["vm-a-kvq-1"] and batch.vms == [] and batch.state != RUNNING
+    assert "hooks.kubevirt.io/hookSidecars" in runner.left_out[("t", "vm-a")]
+    assert "the headroom fence refused its target pod" in runner.left_out[("t", "vm-a")]
+
+
+def test_a_refused_target_pod_of_an_unchanged_vm_raises_its_size_by_the_cap_a_bounded_number_of_times(monkeypatch):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
+    cluster = _Refused()
+    runner = _pinned_runner(monkeypatch, cluster)
+    monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: [])      # every input as pinned
+    listed = []
+    monkeypatch.setattr(reservations, "admit_migrations", lambda _c, migrations, *a, **kw: listed.append(
+        [(m["name"], m["size"]) for m in migrations]) or [])
+    batch, seen = _waiting_batch(runner)
+    runner._answer_fence_refusals(batch, seen, 100.0)
+    # top_up_cap 25%: 925m -> 1157m (rounded up to a millicore), 1025m -> 1282m, 1600Mi -> 2000Mi
+    assert listed == [[("vm-a-kvq-1", {"limits.cpu": "1282m", "limits.memory": "2000Mi", "requests.cpu": "1157m"})]]
+    assert cluster.deleted == [] and batch.vms == [("t", "vm-a")]
+    assert any("the sizing misses something" in line and "raised" in line for line in runner.record.log)
+    # the same refusal again (no retry since): nothing more
+    runner._answer_fence_refusals(batch, seen, 200.0)
+    assert len(listed) == 1
+    # virt-controller retried and was refused again: raised again, up to top_up_max_rounds, then a named stop
+    rounds = runner.config.top_up_max_rounds
+    for count in range(2, rounds + 1):
+        cluster.count = count
+        runner._answer_fence_refusals(batch, seen, 100.0 * count + 100)
+    assert len(listed) == rounds
+    cluster.count = rounds + 1
+    with pytest.raises(KvquotaError, match="still refuses the target pod of migration t/vm-a-kvq-1"):
+        runner._answer_fence_refusals(batch, seen, 100.0 * rounds + 300)
+
+
+def test_an_event_not_from_virt_controller_raises_nothing(monkeypatch):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    cluster = _Refused(forged=True)
+    runner = _pinned_runner(monkeypatch, cluster)
+    monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: pytest.fail("no sizing for a forged Event"))
+    batch, seen = _waiting_batch(runner)
+    runner._answer_fence_refusals(batch, seen, 100.0)
+    assert cluster.deleted == [] and runner.size_raises == {}
