@@ -486,7 +486,44 @@ def test_a_drain_gets_its_own_migration_through_the_fence_and_the_tenants_none(l
         assert M.quota(r, ns, "compute")["spec"]["hard"] == before
         data = (r.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
                 or {}).get("data") or {}
-        assert not [k for k in data if k == "ns." + ns or k.startswith(("vmi.%s." % ns, "mig.%s." % ns))], data
+        assert not [k for k in data if k == "ns." + ns or k.startswith(("vmi.%s." % ns, "mig.%s." % ns,
+                                                                          "size.%s." % ns))], data
+    finally:
+        M.delete_namespace(r, ns)
+
+
+def test_a_target_pod_larger_than_computed_with_nothing_changed_gets_its_size_raised_within_the_cap(
+        lab, r, emu, operator, installed):
+    """Issue 24: the fence pins each migration's target pod to its VM's computed size. A sizing that misses
+    something (every target pod rendered 3 % larger in memory, as a mutating webhook would: emulator knob
+    oversize_percent) is no tenant's change: the fence refuses the pod, the run sees virt-controller's Event, sizes
+    the VM again (unchanged) and raises the migration's listed size by top_up_cap's share; the pod is admitted,
+    quota admission's refusal is topped up as before, the VM moves, and everything ends at the base."""
+    ns = "fence-miss-" + secrets.token_hex(3)
+    M.make_tenant(lab, ns, vms=2)
+    try:
+        node = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"]
+        before = M.quota(r, ns, "compute")["spec"]["hard"]
+        refusals = emu.count("charges more than the maintenance run planned")
+        emulator.set_knobs(lab, oversize_percent=3)
+        try:
+            res = M.run_module("kvquota_migrate", {"node": node, "batches": [{"vms": ["%s/vm-1" % ns]}],
+                                                   "reservation_prefix": "miss-%s" % ns, "poll_interval": 0.5,
+                                                   "top_up_settle_seconds": 2, "ttl": "1h"}, lab.user_kubeconfig)
+        finally:
+            emulator.set_knobs(lab, oversize_percent=None)
+        progress = "\n".join(res.get("progress") or [])
+        print(progress)
+        M.assert_ok(res)
+        assert emu.count("charges more than the maintenance run planned") > refusals, \
+            "the fence never refused the larger target pod"
+        assert "the sizing misses something): its listed size is raised by top_up_cap's share" in progress
+        (ours,) = res["migrations_created"]
+        assert M.phase(M.vmim(r, *ours.split("/"))) == "Succeeded"
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == before
+        data = (r.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP))
+                or {}).get("data") or {}
+        assert not [k for k in data if ns in k], data
     finally:
         M.delete_namespace(r, ns)
 

@@ -192,9 +192,7 @@ class BatchRunner(object):
         if key not in self.fence_sizes and migration.get("vm"):
             size = headroom_mod.pinned_pod_size(self._pin_of((migration["namespace"], migration["vm"])))
             if size is not None:
-                # only what the fence pins (requests and limits of cpu and memory; "cpu" is requests.cpu)
-                self.fence_sizes[key] = dict((name, value) for name, value in size.items()
-                                             if name in fence_mod.PINNED_NAMES or name in ("cpu", "memory"))
+                self.fence_sizes[key] = fence_mod.pinned_amounts(size)
         size = self.fence_sizes.get(key)
         return None if size is None else format_resource_list(size)
 

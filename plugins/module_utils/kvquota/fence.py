@@ -105,15 +105,22 @@ def size_key(namespace, name):
     return "%s%s.%s" % (SIZE_PREFIX, namespace, name)
 
 
+def pinned_amounts(charge):
+    """The part of a charge ({quota name: amount}) a size pins: PINNED_NAMES, an alias (quota's "cpu") taken as the
+    name it stands for when that name is not there itself."""
+    known = dict((name, charge[name]) for name in PINNED_NAMES if name in charge)
+    known.update((name, charge[alias]) for name, alias in _PINNED_ALIASES.items()
+                 if name not in known and alias in charge)
+    return known
+
+
 def size_value(charge):
     """A size key's value from a target pod's charge ({quota name: Fraction or quantity string}, as sizing computes
     it: requests.cpu or cpu, ...): the pinned names in PINNED_NAMES' order, a name the charge lacks pinned at 0."""
     if not isinstance(charge, dict):
         raise InputError("a migration's size must be a mapping of resource names to quantities, got %r" % (charge,),
                          "give the target pod's charge, e.g. {'requests.cpu': '925m', 'limits.memory': '1600Mi'}")
-    known = dict((name, charge[name]) for name in PINNED_NAMES if name in charge)
-    known.update((name, charge[alias]) for name, alias in _PINNED_ALIASES.items()
-                 if name not in known and alias in charge)
+    known = pinned_amounts(charge)
     parsed = parse_resource_list(known, "size") if known else {}
     if any(value < 0 for value in parsed.values()):
         raise InputError("a migration's size must not be negative: %r" % (charge,), "give the target pod's charge")
