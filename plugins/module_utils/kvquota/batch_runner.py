@@ -22,7 +22,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.cluster import DEFAULT_OUTAGE_BUDGET, custom_path
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import (
-    event_stamp,
     failed_create_events,
     verified_events,
 )
@@ -102,10 +101,8 @@ class BatchRunner(object):
         self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
         self.misses_named = set()      # the target pods larger than computed with no input changed, said once
         # {(namespace, migration name): {quota name: Fraction}} the most each migration's target pod may charge, as
-        # the headroom fence lists it (its VM's pinned size; raised only for a sizing miss, _answer_fence_refusals)
+        # the headroom fence lists it (headroom.pinned_pod_size of its VM)
         self.fence_sizes = {}
-        # {(namespace, migration name): (rounds, when, evidence)} of those raises
-        self.size_raises = {}
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -276,7 +273,7 @@ class BatchRunner(object):
                 if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (namespace, vmi) in batch.vms:
                     existing.setdefault((namespace, vmi), (vmim["metadata"]["name"], uid_of(vmim)))
         for (namespace, vmi), (name, _uid) in sorted(existing.items()):
-            if len(fence_mod.migration_key(namespace, name)) > fence_mod.MAX_KEY_LENGTH:
+            if fence_mod.longest_key(namespace, name) > fence_mod.MAX_KEY_LENGTH:
                 too_long.append({"namespace": namespace, "name": vmi, "reason": (
                     "%s/%s: migration %s, already under way for it and not the run's, has a name too long for the "
                     "headroom fence to list (%d characters); it is not followed: let it finish or cancel it "
@@ -644,71 +641,48 @@ class BatchRunner(object):
         self.top_up(batch, refused, seen)
 
     def _answer_fence_refusals(self, batch, seen, now):
-        """The headroom fence refuses a target pod larger than its migration's listed size (rbac/fence.yml): the
-        migration waits with no target pod while virt-controller retries. Looked at once a migration of the batch
-        waits so for top_up_settle_seconds and an Event verified to be about it (its UID, virt-controller) names the
-        fence's size refusal (an Event is only the trigger: every amount comes from a fresh sizing and the pin).
-        Its VM is sized again against its pin: grown (the tenant's annotation, its namespace's label, between the
-        migration's create and the pod's render) it is stopped and named (_stop_grown: the migration is cancelled,
-        the VM stays where it is at its old size); every input as pinned, the sizing misses something (a mutating
-        webhook's sidecar), and the migration's listed size is raised by top_up_cap's share of it, at most
-        top_up_max_rounds times, as a top-up would (a tenant who reverts its change after the render gains no more
-        than that share, bounded like any sizing miss)."""
+        """The headroom fence refuses a target pod larger than its migration's listed size (rbac/fence.yml; the size is
+        headroom.pinned_pod_size: the larger of the VM's computed target pod and the pod it runs in now): the migration
+        waits with no target pod while virt-controller retries. Looked at once a migration of the batch waits so for
+        top_up_settle_seconds and an Event in its namespace verified to be about it (its UID, virt-controller) names
+        the fence's size refusal; an Event is only the trigger (anyone in the namespace may post one): nothing is
+        ever added or admitted because of it. The migration is cancelled and its VM left out, named (_stop_grown:
+        it stays where it is, at its old size; the others go on): with the change a fresh sizing shows (the tenant's
+        annotation, its namespace's label, between the migration's create and the pod's render), or, where the
+        sizing shows none, as a pod larger than anything the sizing models (a container KubeVirt adds without
+        resources that a LimitRange's defaults or a mutating webhook then size, a tenant's change the sizing cannot
+        see). Never a larger size: a larger pod would run on headroom the plan did not give it."""
         fenced = self.fenced.get(batch.reservation) or ()
         since = batch.launched if batch.launched is not None else batch.started
         if not fenced or since is None or now - since < self.config.top_up_settle_seconds:
             return
         mine = dict(((m["namespace"], m["name"]), m) for m in batch.migrations)
         waiting = [(k, v) for k, v in sorted(seen.items())
-                   if k[0] in fenced and k in mine and mine[k].get("vm") and never_admitted(v)
-                   and migration_phase(v) not in FINAL_MIGRATION_PHASES and k in self.fence_sizes
-                   and now - self.size_raises.get(k, (0, 0, ""))[1] >= self.config.top_up_settle_seconds]
+                   if k[0] in fenced and k in mine and mine[k].get("vm") and k in self.fence_sizes
+                   and never_admitted(v) and migration_phase(v) not in FINAL_MIGRATION_PHASES]
         if not waiting:
             return
         events = failed_create_events(self.cluster, sorted(set(k[0] for k, _v in waiting)))
-        refused = []
-        for key, vmim in waiting:
-            found = [e for e in verified_events(events, vmim)
-                     if fence_mod.SIZE_REFUSAL in " ".join(str(e.get("message") or "").split())]
-            if not found:
-                continue
-            evidence = "%s/%s/%s" % ((found[-1].get("metadata") or {}).get("name"), found[-1].get("count") or 1,
-                                     event_stamp(found[-1]))
-            if evidence != self.size_raises.get(key, (0, 0, ""))[2]:
-                refused.append((key, evidence))
+        refused = [key for key, vmim in waiting if [
+            e for e in verified_events(events, vmim) if (e.get("metadata") or {}).get("namespace") == key[0]
+            and fence_mod.SIZE_REFUSAL in " ".join(str(e.get("message") or "").split())]]
         if not refused:
             return
-        vms = sorted(set((k[0], mine[k]["vm"]) for k, _e in refused))
-        grown = headroom_mod.grown_since_pin(self.cluster, [{"namespace": ns, "name": n} for ns, n in vms],
-                                             self.config.sizing, pins=self.pins, planned=self.record.plan)
-        if grown:
-            self._stop_grown(batch, [dict(item, reason="%s; the headroom fence refused its target pod as larger than "
-                                                       "its pinned size" % item["reason"]) for item in grown],
-                             "after its migration was created")
-        gone = set((item["namespace"], item["name"]) for item in grown)
-        for key, evidence in refused:
-            if (key[0], mine[key]["vm"]) in gone:
-                continue
-            rounds = self.size_raises.get(key, (0, 0, ""))[0]
-            size = self.fence_sizes[key]
-            if rounds >= self.config.top_up_max_rounds:
-                raise KvquotaError(
-                    "%s: the headroom fence still refuses the target pod of migration %s/%s as larger than %s after "
-                    "%d raise(s), and no input of VM %s changed since it was sized: the sizing misses something"
-                    % (batch.label(), key[0], key[1], _size_text(size), rounds, mine[key]["vm"]),
-                    "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger than "
-                    "planned (a mutating webhook, sidecars; kubectl get events -n %s)" % key[0])
-            more = headroom_mod.cap_limit(self.config.top_up_cap, size)
-            raised = dict((name, value + more.get(name, 0)) for name, value in size.items())
-            reservations.admit_migrations(self.cluster, [{"namespace": key[0], "name": key[1], "uid": mine[key]["uid"],
-                                                          "vm": mine[key]["vm"], "size": format_resource_list(raised)}],
-                                          self.config.check_mode, self.config.operator_namespace, installed=True)
-            self.fence_sizes[key] = raised
-            self.size_raises[key] = (rounds + 1, now, evidence)
-            self.record.say("%s: the headroom fence refused the target pod of migration %s/%s as larger than its "
-                            "pinned size, and no input of VM %s changed since it was sized (the sizing misses "
-                            "something): its listed size is raised by top_up_cap's share, to %s"
-                            % (batch.label(), key[0], key[1], mine[key]["vm"], _size_text(raised)))
+        vms = sorted(set((k[0], mine[k]["vm"]) for k in refused))
+        causes = dict(((item["namespace"], item["name"]), item["reason"]) for item in headroom_mod.grown_since_pin(
+            self.cluster, [{"namespace": ns, "name": n} for ns, n in vms], self.config.sizing, pins=self.pins,
+            planned=self.record.plan))
+        stopped = []
+        for key in refused:
+            vm = (key[0], mine[key]["vm"])
+            refusal = ("the headroom fence refused the target pod of migration %s/%s as larger than its listed size "
+                       "(%s)" % (key[0], key[1], _size_text(self.fence_sizes[key])))
+            stopped.append({"namespace": vm[0], "name": vm[1], "reason": "%s; %s" % (causes[vm], refusal) if vm in causes
+                            else "%s/%s: %s, and a fresh sizing shows no change: the pod is larger than anything the "
+                                 "sizing models (a container KubeVirt adds without resources, sized by a LimitRange's "
+                                 "defaults or a mutating webhook, or a tenant's change the sizing cannot see)"
+                                 % (vm[0], vm[1], refusal)})
+        self._stop_grown(batch, stopped, "after its migration was created")
 
     def _grown_siblings(self, batch, refused, seen, found):
         """headroom.grown_since_pin's items for the VMs of the batch, in the namespaces of the refused migrations,

@@ -105,6 +105,11 @@ def size_key(namespace, name):
     return "%s%s.%s" % (SIZE_PREFIX, namespace, name)
 
 
+def longest_key(namespace, name):
+    """The length of the longest ConfigMap key a migration of that name gets (its size key)."""
+    return max(len(migration_key(namespace, name)), len(size_key(namespace, name)))
+
+
 def pinned_amounts(charge):
     """The part of a charge ({quota name: amount}) a size pins: PINNED_NAMES, an alias (quota's "cpu") taken as the
     name it stands for when that name is not there itself."""
@@ -170,11 +175,11 @@ def normalize_migrations(namespace, migrations):
         if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
             raise InputError("migration name %r is not a valid object name" % (name,),
                              "give the VirtualMachineInstanceMigration's metadata.name")
-        if len(migration_key(namespace, name)) > MAX_KEY_LENGTH:
-            raise InputError("migration %s/%s: the name is too long for the fence's ConfigMap key (%s at most "
-                             "253 characters)" % (namespace, name, migration_key(namespace, "<name>")),
+        if longest_key(namespace, name) > MAX_KEY_LENGTH:
+            raise InputError("migration %s/%s: the name is too long for the fence's ConfigMap keys (%s at most "
+                             "253 characters)" % (namespace, name, size_key(namespace, "<name>")),
                              "give the migration a name of at most %d characters"
-                             % (MAX_KEY_LENGTH - len(migration_key(namespace, ""))))
+                             % (MAX_KEY_LENGTH - longest_key(namespace, "")))
         if uid and (not isinstance(uid, str) or not _UID.match(uid)):
             raise InputError("migration %s/%s has no valid uid (%r)" % (namespace, name, uid),
                              "give the migration's metadata.uid, or none while it is not created yet")

@@ -125,7 +125,8 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     needs, refs, sized = _batch_result(kept, entries, scope_plan.namespaces if kept else {},
                                        dict((k, vmi_uids.get(k)) for k in kept), False)
     sized["left_out"] = left_out
-    sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key, sized["pod_charges"].get(key)))
+    sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key, sized["pod_charges"].get(key),
+                                      sized["sources"].get(key)))
                          for key, entry_charge in sized["charges"].items() if key not in pins)
     return needs, refs, sized
 
@@ -175,17 +176,18 @@ def _vmi_of(snapshot, key):
     return next((v for v in (snapshot.get("vmis") or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
 
 
-def pin_of(charge, snapshot, key, pod_charge=None):
-    """The pin of a VM sized now: its charge and its target pod's own charge (pod_charge, default charge; plan
-    amounts: exact integers of nano-units) and the identity of what it was computed from (the VMI, its namespace's
-    labels and the names its quotas track, the KubeVirt CR)."""
+def pin_of(charge, snapshot, key, pod_charge=None, source=None):
+    """The pin of a VM sized now: its charge, its target pod's own charge (pod_charge, default charge) and what its
+    running (source) pod charges (source, None when it has none; plan amounts: exact integers of nano-units), and
+    the identity of what it was computed from (the VMI, its namespace's labels and the names its quotas track, the
+    KubeVirt CR)."""
     namespace = key[0]
     inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
                                         (snapshot.get("quotas") or {}).get(namespace) or [])
     vmi = _vmi_of(snapshot, key) or {}
     kubevirt = snapshot.get("kubevirt")
     return {"charge": versioned.amounts(charge), "pod_charge": versioned.amounts(charge if pod_charge is None else pod_charge),
-            "what": "the first computed",
+            "source": None if source is None else versioned.amounts(source), "what": "the first computed",
             "uid": meta(vmi).get("uid"), "resourceVersion": meta(vmi).get("resourceVersion"),
             "labels": inputs["labels"], "tracks": inputs["tracks"],
             "kubevirt": meta(kubevirt).get("resourceVersion") if kubevirt else None}
@@ -196,19 +198,24 @@ def planned_pin(planned, key):
     entry = planned.vms["%s/%s" % key]
     inputs = planned.namespaces.get(key[0]) or {}
     return {"charge": dict(entry["charge"]), "pod_charge": dict(entry.get("pod_charge") or entry["charge"]),
-            "what": "the planned",
+            "source": None if entry.get("source") is None else dict(entry["source"]), "what": "the planned",
             "uid": entry.get("uid"), "resourceVersion": entry.get("resourceVersion"),
             "labels": dict(inputs.get("labels") or {}), "tracks": list(inputs.get("tracks") or []),
             "kubevirt": (planned.kubevirt or {}).get("resourceVersion")}
 
 
 def pinned_pod_size(pin):
-    """{quota name: Fraction} the pin's target pod charges (what the headroom fence admits at most for a migration
-    of its VM: fence.size_value), or None without a pin."""
+    """{quota name: Fraction} the most the headroom fence admits for a target pod of the pin's VM (fence.size_value):
+    per name the larger of the pin's computed target pod and the pod the VM runs in now (what KubeVirt rendered at
+    its start, with whatever the sizing does not model: a LimitRange's defaults, a mutating webhook's sidecar, the
+    RuntimeClass overhead). So a VM may move at the size it has; it never grows on the headroom. None without a
+    pin."""
     if pin is None:
         return None
-    return dict((name, Fraction(value, versioned.NANO_UNITS))
-                for name, value in (pin.get("pod_charge") or pin["charge"]).items())
+    size = dict(pin.get("pod_charge") or pin["charge"])
+    for name, value in (pin.get("source") or {}).items():
+        size[name] = max(size.get(name, 0), value)
+    return dict((name, Fraction(value, versioned.NANO_UNITS)) for name, value in size.items())
 
 
 def grown_over_pin(charge, pin):
@@ -308,6 +315,7 @@ def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
             "sourcePods": source_pods}
     sized = {"charges": dict(((vm["namespace"], vm["name"]), vm["charge"]) for vm in entries),
              "pod_charges": dict(((vm["namespace"], vm["name"]), vm.get("pod_charge", vm["charge"])) for vm in entries),
+             "sources": dict(((vm["namespace"], vm["name"]), vm.get("source")) for vm in entries),
              "quota_charges": quota_charges, "from_plan": from_plan, "left_out": [], "pins": {}}
     return needs, refs, sized
 

@@ -424,11 +424,11 @@ def test_a_size_lists_the_four_pinned_amounts_in_order_and_goes_with_its_migrati
     listed = F.fenced_migrations(data, "t")
     assert listed["vm-a-kvq-1"]["size"]["limits.memory"] == 1677721601 and "size" not in listed["vm-b-kvq-1"]
     # a write without a size keeps it; one with a size replaces it
-    kept, _ = F.add_migrations_data(data, "t", F.normalize_migrations("t", [{"name": "vm-a-kvq-1", "uid": MIG_1,
-                                                                           "vm": "vm-a"}]))
+    kept = F.add_migrations_data(data, "t", F.normalize_migrations(
+        "t", [{"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a"}]))[0]
     assert kept["size.t.vm-a-kvq-1"] == data["size.t.vm-a-kvq-1"]
-    raised, _ = F.add_migrations_data(data, "t", F.normalize_migrations("t", [
-        {"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a", "size": dict(size, cpu="1")}]))
+    raised = F.add_migrations_data(data, "t", F.normalize_migrations("t", [
+        {"name": "vm-a-kvq-1", "uid": MIG_1, "vm": "vm-a", "size": dict(size, cpu="1")}]))[0]
     assert raised["size.t.vm-a-kvq-1"] == "1 1600Mi 1025m 1677721601"
     # ended, or its VMI unfenced: the size goes with the migration
     ended = F.end_migrations_data(data, "t", [{"name": "vm-a-kvq-1", "uid": MIG_1}])
@@ -496,15 +496,15 @@ class _Refused(_Cluster):
         self.deleted = []
 
     def events(self):
+        reporter = "virt-controller" if not self.forged else "tenant"
         return [{"metadata": {"name": "ev-1", "namespace": "t"}, "reason": "FailedCreate",
-                           "involvedObject": {"kind": "VirtualMachineInstanceMigration", "namespace": "t",
-                                              "name": "vm-a-kvq-1", "uid": "uid-a"},
-                           "source": {"component": "virt-controller" if not self.forged else "tenant"},
-                           "reportingComponent": "" if not self.forged else "tenant",
-                           "count": self.count, "lastTimestamp": "2026-11-27T15:00:0%dZ" % self.count,
-                           "message": "Error creating pod: ... denied request: kvquota.maintenance: ... The target "
-                                      "pod of migration vm-a-kvq-1 charges more than the maintenance run planned "
-                                      "for its VM (at most ...)"}]
+                 "involvedObject": {"kind": "VirtualMachineInstanceMigration", "namespace": "t",
+                                    "name": "vm-a-kvq-1", "uid": "uid-a"},
+                 "source": {"component": reporter}, "reportingComponent": "" if not self.forged else reporter,
+                 "count": self.count, "lastTimestamp": "2026-11-27T15:00:0%dZ" % self.count,
+                 "message": "Error creating pod: ... denied request: kvquota.maintenance: ... The target pod of "
+                            "migration vm-a-kvq-1 charges more than the maintenance run planned for its VM (at "
+                            "most ...)"}]
 
     def delete(self, path, what):
         self.deleted.append(path.rsplit("/", 1)[1])
@@ -533,43 +533,63 @@ def test_a_target_pod_the_fence_refuses_as_grown_has_its_migration_cancelled_and
     runner._answer_fence_refusals(batch, seen, 100.0)
     assert cluster.deleted == ["vm-a-kvq-1"] and batch.vms == [] and batch.state != RUNNING
     assert "hooks.kubevirt.io/hookSidecars" in runner.left_out[("t", "vm-a")]
-    assert "the headroom fence refused its target pod" in runner.left_out[("t", "vm-a")]
+    assert "the headroom fence refused the target pod of migration t/vm-a-kvq-1" in runner.left_out[("t", "vm-a")]
 
 
-def test_a_refused_target_pod_of_an_unchanged_vm_raises_its_size_by_the_cap_a_bounded_number_of_times(monkeypatch):
+def test_a_refused_target_pod_of_an_unchanged_vm_is_cancelled_and_named_never_given_more(monkeypatch):
+    """No input the sizing reads changed (a container KubeVirt adds without resources, sized by a LimitRange's
+    defaults: the sizing cannot see it): the fence's size is never raised, the VM stays, named."""
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
     cluster = _Refused()
     runner = _pinned_runner(monkeypatch, cluster)
     monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: [])      # every input as pinned
     listed = []
-    monkeypatch.setattr(reservations, "admit_migrations", lambda _c, migrations, *a, **kw: listed.append(
-        [(m["name"], m["size"]) for m in migrations]) or [])
+    monkeypatch.setattr(reservations, "admit_migrations", lambda _c, migrations, *a, **kw: listed.append(migrations))
     batch, seen = _waiting_batch(runner)
     runner._answer_fence_refusals(batch, seen, 100.0)
-    # top_up_cap 25%: 925m -> 1157m (rounded up to a millicore), 1025m -> 1282m, 1600Mi -> 2000Mi
-    assert listed == [[("vm-a-kvq-1", {"limits.cpu": "1282m", "limits.memory": "2000Mi", "requests.cpu": "1157m"})]]
+    assert listed == [] and runner.fence_sizes[("t", "vm-a-kvq-1")]["limits.cpu"] == F.Fraction(1025, 1000)
+    assert cluster.deleted == ["vm-a-kvq-1"] and batch.vms == [] and batch.state != RUNNING
+    reason = runner.left_out[("t", "vm-a")]
+    assert "a fresh sizing shows no change" in reason and "limits.cpu=1025m" in reason, reason
+    assert "LimitRange" in reason
+
+
+def test_an_event_in_another_namespace_about_the_migration_is_not_taken(monkeypatch):
+    cluster = _Refused()
+    events = cluster.events()
+    events[0]["metadata"]["namespace"] = "other-tenant"
+    cluster.events = lambda: events
+    runner = _pinned_runner(monkeypatch, cluster)
+    batch, seen = _waiting_batch(runner)
+    runner._answer_fence_refusals(batch, seen, 100.0)
     assert cluster.deleted == [] and batch.vms == [("t", "vm-a")]
-    assert any("the sizing misses something" in line and "raised" in line for line in runner.record.log)
-    # the same refusal again (no retry since): nothing more
-    runner._answer_fence_refusals(batch, seen, 200.0)
-    assert len(listed) == 1
-    # virt-controller retried and was refused again: raised again, up to top_up_max_rounds, then a named stop
-    rounds = runner.config.top_up_max_rounds
-    for count in range(2, rounds + 1):
-        cluster.count = count
-        runner._answer_fence_refusals(batch, seen, 100.0 * count + 100)
-    assert len(listed) == rounds
-    cluster.count = rounds + 1
-    with pytest.raises(KvquotaError, match="still refuses the target pod of migration t/vm-a-kvq-1"):
-        runner._answer_fence_refusals(batch, seen, 100.0 * rounds + 300)
 
 
-def test_an_event_not_from_virt_controller_raises_nothing(monkeypatch):
+def test_the_fence_size_is_the_larger_of_the_computed_pod_and_the_running_one_per_name():
+    from fractions import Fraction
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    pin = {"charge": {}, "pod_charge": versioned.amounts({"limits.cpu": Fraction(1), "limits.memory": Fraction(100)}),
+           "source": versioned.amounts({"limits.cpu": Fraction(12, 10), "requests.cpu": Fraction(1, 10)})}
+    assert headroom.pinned_pod_size(pin) == {"limits.cpu": Fraction(12, 10), "limits.memory": Fraction(100),
+                                             "requests.cpu": Fraction(1, 10)}
+    assert headroom.pinned_pod_size(dict(pin, source=None))["limits.cpu"] == 1
+    assert headroom.pinned_pod_size(None) is None
+
+
+def test_a_migration_name_is_checked_against_its_longest_key():
+    ns = "n" * 60
+    name = "m" * (F.MAX_KEY_LENGTH - len(F.migration_key(ns, "")))     # fits mig.<ns>.<name>, not size.<ns>.<name>
+    with pytest.raises(InputError, match="too long for the fence's ConfigMap keys"):
+        F.normalize_migrations(ns, [{"name": name, "uid": MIG_1, "vm": "vm-a"}])
+    assert F.normalize_migrations(ns, [{"name": name[:-1], "uid": MIG_1, "vm": "vm-a"}])
+
+
+def test_an_event_not_from_virt_controller_stops_nothing(monkeypatch):
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
     cluster = _Refused(forged=True)
     runner = _pinned_runner(monkeypatch, cluster)
     monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: pytest.fail("no sizing for a forged Event"))
     batch, seen = _waiting_batch(runner)
     runner._answer_fence_refusals(batch, seen, 100.0)
-    assert cluster.deleted == [] and runner.size_raises == {}
+    assert cluster.deleted == [] and batch.vms == [("t", "vm-a")]
