@@ -38,6 +38,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quanti
     format_quantity,
     parse_quantity,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.rancher_keys import quota_name_for, rancher_key
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import default_format
 
 PLAIN = "plain"
@@ -56,36 +57,6 @@ HARVESTER_MIN_VERSION = (1, 4, 2)
 
 AAQ_GROUP = "aaq.kubevirt.io"
 AAQ_KIND = "ApplicationAwareResourceQuota"
-
-# Rancher's ResourceQuotaLimit keys <-> ResourceQuota resource names (keys absent here are spelled alike,
-# e.g. pods, services, secrets).
-RANCHER_KEYS = {
-    "limitsCpu": "limits.cpu",
-    "limitsMemory": "limits.memory",
-    "requestsCpu": "requests.cpu",
-    "requestsMemory": "requests.memory",
-    "requestsStorage": "requests.storage",
-    "pods": "pods",
-    "services": "services",
-    "secrets": "secrets",
-    "configMaps": "configmaps",
-    "persistentVolumeClaims": "persistentvolumeclaims",
-    "replicationControllers": "replicationcontrollers",
-    "servicesNodePorts": "services.nodeports",
-    "servicesLoadBalancers": "services.loadbalancers",
-}
-QUOTA_TO_RANCHER = dict((name, key) for key, name in RANCHER_KEYS.items())
-
-
-def rancher_key(name):
-    """The Rancher limit key for a quota resource name, or None when Rancher has none."""
-    return QUOTA_TO_RANCHER.get(name)
-
-
-def quota_name_for(key):
-    """The quota resource name for a Rancher limit key, or None."""
-    return RANCHER_KEYS.get(key)
-
 
 def _ref(obj):
     meta = _meta(obj)
@@ -547,6 +518,6 @@ def select_backend(quota, namespace, cluster_facts=None):
 
 __all__ = [
     "AAQBackend", "HarvesterBackend", "PlainBackend", "RancherBackend", "select_backend", "project_fit",
-    "rancher_key", "quota_name_for", "rancher_limit", "rancher_annotation", "project_ref", "hard_of", "used_of",
+    "rancher_limit", "rancher_annotation", "project_ref", "hard_of", "used_of",
     "harvester_migrating", "is_rancher_managed", "is_aaq", "harvester_scales",
 ]

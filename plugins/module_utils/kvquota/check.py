@@ -35,7 +35,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.capaci
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.inventory import read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_datetime
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import parse_datetime
 
 
 def _now(options):

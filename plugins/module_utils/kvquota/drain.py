@@ -38,7 +38,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     WaitTimeoutError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta as _meta
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import parse_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import parse_time
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import FINISHED_POD_PHASES
 
@@ -54,7 +54,7 @@ def _ref(obj):
 
 
 def _epoch(stamp):
-    """Seconds since the epoch of an RFC 3339 timestamp (ledger.parse_time), or None when absent or malformed."""
+    """Seconds since the epoch of an RFC 3339 timestamp (timeutil.parse_time), or None when absent or malformed."""
     if not isinstance(stamp, str) or not stamp:
         return None
     try:

@@ -14,6 +14,7 @@ import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import rancher_keys
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.kube_objects import meta
@@ -279,7 +280,7 @@ def _with_rancher_limit(ns_obj, limit):
     parsed = dict(parsed)
     merged = dict(parsed.get("limit") or {})
     for name, text in limit.items():
-        key = backends.rancher_key(name)
+        key = rancher_keys.rancher_key(name)
         if key:
             merged[key] = text
     parsed["limit"] = merged

@@ -36,7 +36,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors
     LeaseHeldError,
     NotFoundError,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import format_time, parse_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import format_time, parse_time
 
 LEASE_API = "coordination.k8s.io/v1"
 DEFAULT_DURATION = 300

@@ -23,23 +23,16 @@ they are RFC 3339 UTC strings.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import calendar
 import copy
-import datetime
 import json
-import time
 
-try:
-    from dateutil.parser import isoparse
-except ImportError:  # python-dateutil comes with kubernetes; reported when a time is parsed
-    isoparse = None
-
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, KvquotaError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
     format_quantity,
     parse_quantity,
     parse_quantity_format,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import format_time, parse_time
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (
     add,
     equals,
@@ -86,42 +79,6 @@ _REF_LISTS = ("migrations", "sourcePods", "vms")
 # follow mode: {migration UID: "namespace/name"}, each written whole (the migrations a group adopted, and those it
 # gave back to the queue)
 _REF_MAPS = ("adopted", "displaced")
-
-
-# ---------------------------------------------------------------------------
-# time
-
-def format_time(seconds):
-    """RFC 3339 UTC text ('2025-01-31T12:00:00Z') for Unix seconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
-
-
-def parse_datetime(text):
-    """An aware datetime for RFC 3339 text (python-dateutil's isoparse: fractions of any length, Z or an offset;
-    no zone means UTC), None for None. The collection's one time parser."""
-    if text is None:
-        return None
-    if isinstance(text, datetime.datetime):
-        parsed = text
-    else:
-        if isoparse is None:
-            raise KvquotaError("the Python library 'python-dateutil' is required to read times",
-                               "pip install python-dateutil (it comes with kubernetes)")
-        try:
-            parsed = isoparse(str(text).strip())
-        except (ValueError, OverflowError):
-            raise InputError("malformed time '%s'" % text, "use RFC 3339, e.g. 2025-01-31T12:00:00Z")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
-
-
-def parse_time(text):
-    """Unix seconds (whole, fractions dropped) for RFC 3339 text (parse_datetime); numbers pass through."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return int(text)
-    parsed = parse_datetime(text)
-    if parsed is None:
-        return None
-    return calendar.timegm(parsed.utctimetuple())
 
 
 # ---------------------------------------------------------------------------

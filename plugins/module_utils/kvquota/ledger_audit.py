@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
@@ -41,7 +42,7 @@ def _finished(entry, vmims, pods, now_seconds, grace_seconds):
     migrations = _ref_names(entry.refs, "migrations")
     if not migrations:
         return False
-    created = ledger.parse_time(entry.created) if entry.created else None
+    created = timeutil.parse_time(entry.created) if entry.created else None
     if created is None or now_seconds - created < grace_seconds:
         return False
     live = dict((meta(m).get("name"), (m.get("status") or {}).get("phase")) for m in vmims)
@@ -75,7 +76,7 @@ def ledger_findings(namespace, ns_obj, quota_objs, now, vmims=(), pods=(), clust
     """
     blockers = []
     warnings = []
-    now_seconds = ledger.parse_time(now)
+    now_seconds = timeutil.parse_time(now)
     for quota in quota_objs:
         qname = meta(quota).get("name")
         book, problem = quota_ledger(quota, ns_obj, ledgers, cluster_facts)

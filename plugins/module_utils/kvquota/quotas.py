@@ -34,7 +34,7 @@ __metaclass__ = type
 
 from fractions import Fraction
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.backends import rancher_key
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.rancher_keys import rancher_key
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (
     BINARY_SI,

@@ -20,6 +20,7 @@ import json
 import time
 from fractions import Fraction
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as ledger_mod
@@ -868,7 +869,7 @@ def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
     if not (refs or {}).get("vms") or not states or not run.fence_installed():
         return []
     now = run.clock()
-    note = fence_mod.fence_note(ledger_mod.format_time(now), ledger_mod.format_time(now + int(ttl_seconds)),
+    note = fence_mod.fence_note(timeutil.format_time(now), timeutil.format_time(now + int(ttl_seconds)),
                                 owner or None)
     controller = run.controller()
     results = []
@@ -1058,7 +1059,7 @@ def pod_counts(pod, now):
     deleted = meta.get("deletionTimestamp")
     grace = meta.get("deletionGracePeriodSeconds")
     if deleted and grace is not None:
-        return now <= ledger_mod.parse_time(deleted) + int(grace)
+        return now <= timeutil.parse_time(deleted) + int(grace)
     return True
 
 
@@ -1314,7 +1315,7 @@ def _created_at(obj):
     """metadata.creationTimestamp of obj in epoch seconds (set by the API server: nobody can choose it), or None."""
     stamp = (obj.get("metadata") or {}).get("creationTimestamp")
     try:
-        return ledger_mod.parse_time(stamp) if stamp else None
+        return timeutil.parse_time(stamp) if stamp else None
     except InputError:
         return None
 
@@ -1335,7 +1336,7 @@ def _final_at(vmim):
     times = []
     for stamp in stamps:
         try:
-            when = ledger_mod.parse_time(stamp) if stamp else None
+            when = timeutil.parse_time(stamp) if stamp else None
         except InputError:
             when = None
         if when is not None:
@@ -1396,7 +1397,7 @@ def _usage_now(run, state, entry, names, now):
     for the reservation (ownerReferences are the tenant's to write) is over-use, named as such."""
     namespace = state.target[0]
     quota = state.quota
-    created = ledger_mod.parse_time(entry.created) if entry.created else None
+    created = timeutil.parse_time(entry.created) if entry.created else None
     recorded = set()
     for item in state.ledger.reservations.values():
         recorded.update(ownership.ref_uids(item.refs, "migrations").values())
@@ -1419,7 +1420,7 @@ def _usage_now(run, state, entry, names, now):
         # creation times have a second's resolution: one in the reservation's own second is not named (a pod
         # that was there before must never be called what took the headroom)
         stamp = (obj.get("metadata") or {}).get("creationTimestamp")
-        return created is not None and bool(stamp) and ledger_mod.parse_time(stamp) > created
+        return created is not None and bool(stamp) and timeutil.parse_time(stamp) > created
 
     result["known"].update(name for name in names if quotas_mod.pod_tracks(name))
     for pod in run.cluster.list_pods(namespace):
@@ -1797,7 +1798,7 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
     part usage still holds stays as a remainder (ledger.hold_at_usage, expiring at once) listed under
     "held_at_usage", and the next run restores the base once usage dropped. It also finishes
     what interrupted runs left half-written, adopts 0.1.0 ledgers, and deletes ledgers whose quota is gone."""
-    when = clock() if now is None else ledger_mod.parse_time(now)
+    when = clock() if now is None else timeutil.parse_time(now)
     run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
     found, orphans, legacy = _scan(cluster, run.warnings, operator_namespace)
     by_id = {}
@@ -1840,7 +1841,7 @@ def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, ti
             "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
             "expired_locks_removed": stale_locks, "unfenced": unfenced,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
-            "now": ledger_mod.format_time(when)}
+            "now": timeutil.format_time(when)}
 
 
 def _unfence_idle(run, active):
@@ -1943,7 +1944,7 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
 def list_reservations(cluster, now=None, clock=time.time, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
                       warnings=None):
     """Every active reservation in the cluster, flat, with an expired flag (for kvquota_check and reports)."""
-    when = clock() if now is None else ledger_mod.parse_time(now)
+    when = clock() if now is None else timeutil.parse_time(now)
     rows = []
     for (namespace, quota), entry in sorted(find_ledgers(cluster, warnings, operator_namespace).items()):
         for rid, item in sorted(entry.reservations.items()):

@@ -18,7 +18,7 @@ import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import format_time, parse_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import format_time, parse_time
 
 RECORD_PREFIX = "kvq-window-"
 RECORD_KEY = "cordoned"

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import rancher_keys
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
 
 T0 = 1735689600
@@ -134,10 +135,10 @@ def test_plain_followed():
 # Rancher
 
 def test_rancher_key_mapping():
-    assert B.rancher_key("limits.cpu") == "limitsCpu"
-    assert B.rancher_key("services.nodeports") == "servicesNodePorts"
-    assert B.rancher_key("count/pods") is None
-    assert B.quota_name_for("requestsStorage") == "requests.storage"
+    assert rancher_keys.rancher_key("limits.cpu") == "limitsCpu"
+    assert rancher_keys.rancher_key("services.nodeports") == "servicesNodePorts"
+    assert rancher_keys.rancher_key("count/pods") is None
+    assert rancher_keys.quota_name_for("requestsStorage") == "requests.storage"
     assert B.rancher_limit(namespace({B.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})) == {
         "limits.cpu": "3000m", "limits.memory": "5000Mi"}
 

@@ -24,6 +24,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger_audit as audit
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduling as sched
@@ -111,7 +112,7 @@ def test_batches_property(spec, per_cluster, per_node, cap):
 # ledger findings
 
 def _seconds(text):
-    return lg.parse_time(text)
+    return timeutil.parse_time(text)
 
 
 def _ledger_with_reservations(*reservations):
@@ -144,7 +145,7 @@ def test_expired_active_and_orphaned_reservations():
     vmims = [{"metadata": {"name": "m1"}, "status": {"phase": "Succeeded"}},
              {"metadata": {"name": "m2"}, "status": {"phase": "Running"}}]
     blockers, warnings = audit.ledger_findings("tenant-a", {"metadata": {"name": "tenant-a"}}, [quota],
-                                               lg.parse_datetime(NOW), vmims, [], ledgers=ledgers)
+                                               timeutil.parse_datetime(NOW), vmims, [], ledgers=ledgers)
     assert sorted((b["kind"], b["reservation"]) for b in blockers) == [
         ("expired_reservation", "old"), ("orphaned_reservation", "done")]
     assert sorted((w["kind"], w["reservation"]) for w in warnings) == [
@@ -156,7 +157,7 @@ def test_expired_active_and_orphaned_reservations():
 
 def test_finished_but_recent_reservation_is_not_orphaned():
     quota, ledgers = _quota_with_reservations(("done", "2025-01-31T11:50:00Z", 86400, {"migrations": ["m1"]}))
-    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW), [], [], ledgers=ledgers)
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], timeutil.parse_datetime(NOW), [], [], ledgers=ledgers)
     assert blockers == [] and [w["kind"] for w in warnings] == ["active_reservation"]
 
 
@@ -164,7 +165,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     """A ledger-looking annotation (0.1.0's place) counts only if it verifies against the quota: broken or forged
     ones are named and ignored, never a blocker and never authority."""
     broken = _quota(annotations={lg.LEDGER_ANNOTATION: "{not json"})
-    blockers, warnings = audit.ledger_findings("tenant-a", None, [broken], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [broken], timeutil.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     forged = lg.new_ledger("tenant-a", "compute")
     forged, _outcome = lg.reserve(forged, "r1", {"limits.memory": "100Gi"}, {"limits.memory": "1Mi"},
@@ -172,7 +173,7 @@ def test_tenant_written_annotations_are_never_ledgers():
     data = lg.mark_written(forged).to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})   # written 100Gi+1Mi != 6024Mi
-    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], timeutil.parse_datetime(NOW))
     assert blockers == [] and [w["kind"] for w in warnings] == ["untrusted_ledger"]
     assert "does not match the quota" in warnings[0]["message"]
 
@@ -182,7 +183,7 @@ def test_a_0_1_0_ledger_that_matches_its_quota_is_read():
     data = book.to_json()
     data["v"] = lg.LEGACY_FORMAT_VERSION
     quota = _quota(annotations={lg.LEDGER_ANNOTATION: json.dumps(data)})
-    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], lg.parse_datetime(NOW))
+    blockers, warnings = audit.ledger_findings("tenant-a", None, [quota], timeutil.parse_datetime(NOW))
     assert blockers == [] and [(w["kind"], w["reservation"]) for w in warnings] == [("active_reservation", "live")]
 
 

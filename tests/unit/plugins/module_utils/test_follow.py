@@ -21,7 +21,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, WaitTimeoutError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation, format_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import format_time
 
 
 def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None):

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil as T
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
 
@@ -36,12 +37,12 @@ def value(text, name="x"):
 # time
 
 def test_time_round_trip():
-    assert L.format_time(T0) == "2025-01-01T00:00:00Z"
-    assert L.parse_time("2025-01-01T00:00:00Z") == T0
-    assert L.parse_time("2025-01-01T01:00:00.123456+01:00") == T0
-    assert L.parse_time(None) is None
+    assert T.format_time(T0) == "2025-01-01T00:00:00Z"
+    assert T.parse_time("2025-01-01T00:00:00Z") == T0
+    assert T.parse_time("2025-01-01T01:00:00.123456+01:00") == T0
+    assert T.parse_time(None) is None
     with pytest.raises(InputError):
-        L.parse_time("yesterday")
+        T.parse_time("yesterday")
 
 
 UTC = datetime.timezone.utc
@@ -57,22 +58,22 @@ UTC = datetime.timezone.utc
     (datetime.datetime(2025, 1, 31, 12), datetime.datetime(2025, 1, 31, 12, tzinfo=UTC)),
 ])
 def test_parse_datetime(text, expected):
-    parsed = L.parse_datetime(text)
+    parsed = T.parse_datetime(text)
     assert parsed == expected and parsed.utcoffset() is not None
 
 
 @pytest.mark.parametrize("text", ["yesterday", "", "2025-13-01T00:00:00Z", "12:00"])
 def test_malformed_times_are_one_clear_error(text):
     with pytest.raises(InputError) as err:
-        L.parse_time(text)
+        T.parse_time(text)
     assert str(err.value).startswith("malformed time '%s'" % text)
     assert "2025-01-31T12:00:00Z" in str(err.value)
 
 
 def test_parse_time_is_whole_seconds_of_parse_datetime():
-    assert L.parse_time("2025-01-01T00:00:00.999Z") == T0
-    assert L.parse_time(datetime.datetime(2025, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))) == T0
-    assert L.parse_time(T0 + 0.5) == T0
+    assert T.parse_time("2025-01-01T00:00:00.999Z") == T0
+    assert T.parse_time(datetime.datetime(2025, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))) == T0
+    assert T.parse_time(T0 + 0.5) == T0
 
 
 # ---------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def test_replace_and_renew():
     renewed, outcome = L.reserve(replaced, "node-1", {"limits.cpu": "1"}, HARD, T0 + 20, ttl_seconds=60,
                                  replace=True)
     assert outcome["outcome"] == L.RENEWED
-    assert renewed.reservations["node-1"].expires == L.format_time(T0 + 80)
+    assert renewed.reservations["node-1"].expires == T.format_time(T0 + 80)
     with pytest.raises(InputError):
         L.reserve(ledger, "node-1", {"limits.cpu": "1"}, HARD, T0, top_up=True, replace=True)
 

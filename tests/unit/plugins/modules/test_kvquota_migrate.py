@@ -10,6 +10,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as core
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.modules import kvquota_migrate as module_mod
@@ -39,7 +40,7 @@ def _plan(node="worker-1"):
     snap["vmis"]["t"][0]["metadata"]["resourceVersion"] = "5"
     snap["scope"] = {"nodes": [node], "namespaces": []}
     planned = core.plan(snap, {"now": NOW})
-    return versioned.build(snap, {}, planned.movers, planned.keys, planned.facts, core.parse_datetime(NOW))
+    return versioned.build(snap, {}, planned.movers, planned.keys, planned.facts, timeutil.parse_datetime(NOW))
 
 
 @pytest.fixture
