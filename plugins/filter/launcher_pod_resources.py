@@ -13,9 +13,9 @@ import dataclasses
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity, BINARY_SI
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.sizing import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import format_quantity, BINARY_SI
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
     ClusterConfig,
     config_from_cluster,
     launcher_pod,

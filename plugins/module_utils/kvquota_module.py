@@ -36,13 +36,13 @@ try:  # kubernetes.core >= 6.3
 except ImportError:
     extract_sensitive_values_from_kubeconfig = None
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as cluster_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as cluster_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     InputError,
     KvquotaError,
     UnreachableError,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.lease import default_holder
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.lease import default_holder
 
 # kubernetes.core's auth options (names, aliases, K8S_AUTH_* variables), so module_defaults and AWX's Kubernetes
 # credential carry over. Its kubeconfig option is no_log up to kubernetes.core 6.2, which hides the *path* in

@@ -322,9 +322,9 @@ import json
 import os
 import tempfile
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import report as render
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as check_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as render
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,

@@ -118,7 +118,7 @@ vm_pods:
   elements: dict
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import drain
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,

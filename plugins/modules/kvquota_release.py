@@ -179,8 +179,8 @@ warnings:
   elements: str
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,

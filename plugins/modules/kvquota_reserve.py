@@ -238,12 +238,12 @@ warnings:
   elements: str
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list, parse_resource_list
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.durations import parse_duration
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import format_resource_list, parse_resource_list
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,

@@ -92,8 +92,8 @@ gone:
   elements: dict
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vmpower
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import vmpower
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,

@@ -3,13 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The api_outage test: a registered result of a kubernetes.core task failed on a control-plane blip.
 
-Documentation lives in api_outage.yml next to this file; the rules are module_utils/kvquota/outage.py's.
+Documentation lives in api_outage.yml next to this file; the rules are module_utils/kvquota/client/outage.py's.
 """
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.outage import is_api_outage
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.outage import is_api_outage
 
 
 # how deep to follow an error event's chain of causes

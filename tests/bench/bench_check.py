@@ -57,8 +57,8 @@ __import__("conftest")   # makes the work tree importable as ansible_collections
 import kvqlab  # noqa: E402
 from kvqlab import scenarios  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import report as report_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as check_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as report_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module  # noqa: E402
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py

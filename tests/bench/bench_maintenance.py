@@ -64,11 +64,11 @@ from kvqlab import scenarios  # noqa: E402
 from kvqlab import state  # noqa: E402
 from kvqlab.emulator import _rest_for  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as check_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as check_mod  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as res_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as res_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity  # noqa: E402
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"

@@ -50,8 +50,8 @@ sys.path.insert(0, HERE)
 import bench_maintenance as bm  # noqa: E402  (the lab, the sampler and the figures of the node_maintenance bench)
 from bench_maintenance import KV, NODE, base_of, log, q, restored  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as res_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as res_mod  # noqa: E402
 
 FINAL = ("Succeeded", "Failed")
 

@@ -1705,7 +1705,7 @@ RETRY_NOTES = [
     "exists.",
     "- The roles' kubernetes.core tasks (the k8s_info reads, the k8s_drain drain and uncordon, "
     "kubevirt_update's k8s create of a migration) ride through the same blips: each retries until its result is "
-    "not a kvquota.maintenance.api_outage (a Jinja test; its rules, module_utils/kvquota/outage.py, are the "
+    "not a kvquota.maintenance.api_outage (a Jinja test; its rules, module_utils/kvquota/client/outage.py, are the "
     "core's, read from the result's status, msg and, for a module that crashed, its traceback or ansible-core "
     "2.19+'s error event), every 5 s up to <role>_api_outage_budget (budget // 5 retries, 0: none); a poll (the "
     "health gate, the waits for migrations and VMs) counts a blip as one more poll until its own timeout. An "
@@ -1747,7 +1747,7 @@ RETRY_NOTES = [
     "migrations of the batch; if it never does, it stops naming the quota, spec.hard against status.hard and the "
     "fix (kube-controller-manager not syncing quotas). A refusal whose limit (its "
     "\"limited:\" part) is below what the batch wrote is read as that lag: no top-up, the same wait, then "
-    "KubeVirt's retry (module_utils/kvquota/enforcement.py). kvquota_reserve on its own (kubevirt_update's drive "
+    "KubeVirt's retry (module_utils/kvquota/model/enforcement.py). kvquota_reserve on its own (kubevirt_update's drive "
     "mode, a user's playbook) waits the same way before it returns, so a migration started after it is admitted.",
 ]
 

@@ -34,7 +34,7 @@ if _INTEGRATION not in sys.path:
     sys.path.insert(0, _INTEGRATION)
 
 # importable only once the collection is on the path (above)
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (  # noqa: E402
     parse_resource_list)
 from kvqlab.procs import signal_tree  # noqa: E402 - after the repository conftest: kvqlab checks the collection path
 

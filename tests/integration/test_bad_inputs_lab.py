@@ -276,7 +276,7 @@ def test_top_up_cap_exceeded(r, ns, user, rejected_migration):
         "exceeds top_up_cap", "%s/compute needs limits.memory=" % ns, "(top_up_cap 1Gi)", "nothing was changed")
     # the shortfall shown is the apiserver's: requested + used - limited of the refusal
     q = M.quota(r, ns, "compute")
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
     used = parse_quantity(q["status"]["used"]["limits.memory"])
     short = 2 * used - parse_quantity(q["spec"]["hard"]["limits.memory"])   # target pod = source pod
     assert ("limits.memory=%d " % short) in msg or ("limits.memory=%d (" % short) in msg, (short, msg)

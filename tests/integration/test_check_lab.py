@@ -23,10 +23,10 @@ import pytest
 import modlab as M
 from kvqlab import scenarios
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quotas import approx  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import (  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import NotFoundError  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import approx  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (  # noqa: E402
     format_quantity,
     parse_quantity,
     quantity_format,

@@ -26,7 +26,7 @@ from kvqlab import emulator, tenants
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator.rest import Rest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as F
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
@@ -563,7 +563,7 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
     """reserve (with the batch's VMs in its refs) fences the namespace before the quota grows; a tenant's new pod
     is refused for the window, KubeVirt's target pod of the reserved VMI is admitted; release restores the
     quota and then unfences; nothing of the fence is left."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
     ns = tenant_ns
     tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
     controller = emulator.as_identity(r, CONTROLLER)
@@ -591,7 +591,7 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
 def test_the_reaper_lifts_a_fence_that_outlived_its_reservation(lab, r, emu, operator, installed, tenant_ns):
     """A run killed between its fence and its quota write leaves a fence with no reservation: the reaper
     unfences it (a fence never outlives its headroom)."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
     ns = tenant_ns
     F.fence(operator, OPERATOR_NS, ns, [vmi_ref(r, ns, "vm-1")])
     reaped = R.release_expired(operator)

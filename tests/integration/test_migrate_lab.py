@@ -28,9 +28,9 @@ import pytest
 import modlab as M
 from kvqlab import emulator, scenarios
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as migrate_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as migrate_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 

@@ -24,7 +24,7 @@ import pytest
 import modlab as M
 from kvqlab.faults import Faults
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 pytestmark = pytest.mark.lab_faults   # make lab-tests-faults (conftest.py: every lab test has one such marker)
 

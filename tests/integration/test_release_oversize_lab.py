@@ -25,7 +25,7 @@ import pytest
 
 import modlab as M
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity  # noqa: E402
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 

@@ -27,15 +27,15 @@ from modlab import kvqlab  # tests/lab's package; the lab fixture is in conftest
 from kubernetes import client  # noqa: E402
 from kubernetes.client import ApiException  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (  # noqa: E402
     ForbiddenError,
     InputError,
     KvquotaError,
     UnreachableError,
     WaitTimeoutError,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import LEDGER_ANNOTATION  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.ledger import LEDGER_ANNOTATION  # noqa: E402
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
@@ -439,8 +439,8 @@ def test_two_jobs_on_a_rancher_quota_with_agent_restarts_leak_nothing(lab, admin
 
 def test_lease_waits_then_names_the_holder_and_expires_for_a_crashed_holder(lab, cl, ns):
     """The lock of a tenant namespace, in the operator namespace (where the least-privilege identity may take it)."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as LS
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import LeaseHeldError
     first = LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-1", duration=3)
     assert first["spec"]["holderIdentity"] == "job-1"
     again = LS.acquire(cl, "kvquota-system", LS.namespace_lock_name(ns), "job-1", duration=3)    # our own: renewed
@@ -463,8 +463,8 @@ def test_lease_waits_then_names_the_holder_and_expires_for_a_crashed_holder(lab,
 def test_reserve_under_a_lock(lab, admin, cl, ns):
     """The lock of a tenant namespace is a Lease in the operator namespace: another job's holds us off; a Lease
     the tenant creates in its own namespace under the old name means nothing."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import LeaseHeldError
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as LS
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import LeaseHeldError
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
     lock = LS.namespace_lock_name(ns)
     LS.acquire(cl, "kvquota-system", lock, "other-job", duration=60)
@@ -950,5 +950,5 @@ def test_a_tenant_pod_claiming_the_reserved_vm_as_owner_never_keeps_the_reservat
 
 
 def kvqlab_quantity(text):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
     return parse_quantity(text)

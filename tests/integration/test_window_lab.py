@@ -40,7 +40,7 @@ from kvqlab import emulator, scenarios
 from test_follow_lab import PER_NODE, kubectl_drain, quota_numbers, scenario, tighten
 from test_roles_lab import finish, playbook
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
 

@@ -26,5 +26,6 @@ def ensure_importable():
 def core():
     """(sizing, resources) modules of the collection's core."""
     ensure_importable()
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import resources, sizing
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import resources
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
     return sizing, resources

@@ -11,9 +11,9 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission as a
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import format_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission as a
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import format_quantity
 
 Gi = 1024 ** 3
 

@@ -11,9 +11,9 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import rancher_keys
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import rancher_keys
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
 
 T0 = 1735689600
 

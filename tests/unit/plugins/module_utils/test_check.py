@@ -18,22 +18,22 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import capacity as node_capacity
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import inventory as inv
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as lg
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger_audit as audit
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduling as sched
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import capacity as node_capacity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as C
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import inventory as inv
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as lg
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit as audit
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import scheduling as sched
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ForbiddenError,
     InputError,
     NotFoundError,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import round_up
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import round_up
 
 Mi = 1024 ** 2
 Gi = 1024 ** 3
@@ -463,9 +463,9 @@ def test_scope_normalisation():
 # ---------------------------------------------------------------------------
 # evaluate(): whole reports from snapshots
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import (  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (  # noqa: E402
     add as add_lists,
     format_resource_list,
 )

@@ -14,8 +14,8 @@ import json
 import kubernetes
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as C
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
     ForbiddenError,
     InputError,

@@ -15,8 +15,8 @@ import pytest
 kubernetes = pytest.importorskip("kubernetes")
 urllib3 = pytest.importorskip("urllib3")
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import cluster as C  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as C  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (  # noqa: E402
     ConflictError,
     ForbiddenError,
     InputError,

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module as KM
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     InputError,
     KvquotaError,
     UnreachableError,

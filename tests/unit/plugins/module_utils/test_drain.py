@@ -11,8 +11,8 @@ import copy
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import drain as D
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import drain as D
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
     InputError,
     NotFoundError,

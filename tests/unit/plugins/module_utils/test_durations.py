@@ -1,8 +1,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.durations import parse_duration
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.durations import parse_duration
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 
 @pytest.mark.parametrize("text,seconds", [

@@ -9,8 +9,8 @@ __metaclass__ = type
 
 from fractions import Fraction
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import admission
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import enforcement as e
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import enforcement as e
 
 MI = 1024 ** 2
 GI = 1024 ** 3

@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as F
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
     InputError,
     NotFoundError,

@@ -10,12 +10,12 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import batch_runner as br
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import fence as F
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import batch_runner as br
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as F
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.executor_config import ExecutorConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.migration_state import (
     RUNNING,
     Batch,
     RunRecord,
@@ -218,7 +218,7 @@ class _ApiCluster(object):
         return body
 
     def get_custom(self, group, version, plural, name, namespace=None):
-        from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import NotFoundError
+        from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import NotFoundError
         if (namespace, name) not in self.vmims:
             raise NotFoundError("virtualmachineinstancemigrations %s not found" % name)
         return self.vmims[(namespace, name)]
@@ -295,7 +295,7 @@ def test_a_vm_whose_migration_under_way_has_a_name_the_fence_cannot_list_is_left
 
 def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm_named(monkeypatch):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
 
     def target(vm, uid, cpu, name=None):
         return {"metadata": {"namespace": "t", "name": name or "virt-launcher-%s-x" % vm,
@@ -321,7 +321,7 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
     cluster = Cluster()
     runner = _runner(monkeypatch, cluster)
     # what changed, as a fresh sizing tells it (headroom.grown_since_pin reads the namespaces: faked here)
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
     monkeypatch.setattr(headroom, "grown_since_pin", lambda _c, vms, *a, **kw: [
         {"namespace": vm["namespace"], "name": vm["name"], "reason": "changed: annotation hooks.kubevirt.io/hookSidecars"}
         for vm in vms])
@@ -351,8 +351,8 @@ def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm
 def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_top_ups(monkeypatch):
     """A sizing that misses something (an overhead, a webhook) is not a tenant's growth: no cancel."""
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
 
     class Cluster(_Cluster):
         deleted = []
@@ -385,7 +385,7 @@ def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_
 
 def test_a_pod_the_tenant_labels_like_a_target_pod_neither_hides_it_nor_marks_it_checked(monkeypatch):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
 
     decoy = {"metadata": {"namespace": "t", "name": "decoy", "labels": {"kubevirt.io/migrationJobUID": "uid-a"},
                           "annotations": {"kubevirt.io/migrationJobName": "vm-a-kvq-1"},
@@ -461,7 +461,7 @@ def test_the_policy_refuses_a_larger_target_pod_with_the_words_the_runner_looks_
 
 def _pinned_runner(monkeypatch, cluster, cpu="1025m"):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
     runner = _runner(monkeypatch, cluster)
     if hasattr(cluster, "events"):
         monkeypatch.setattr(br, "failed_create_events", lambda _c, namespaces: cluster.events())
@@ -522,7 +522,7 @@ def _waiting_batch(runner):
 
 
 def test_a_target_pod_the_fence_refuses_as_grown_has_its_migration_cancelled_and_the_change_named(monkeypatch):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
     cluster = _Refused()
     runner = _pinned_runner(monkeypatch, cluster)
     monkeypatch.setattr(headroom, "grown_since_pin", lambda _c, vms, *a, **kw: [
@@ -539,7 +539,7 @@ def test_a_target_pod_the_fence_refuses_as_grown_has_its_migration_cancelled_and
 def test_a_refused_target_pod_of_an_unchanged_vm_is_cancelled_and_named_never_given_more(monkeypatch):
     """No input the sizing reads changed (a container KubeVirt adds without resources, sized by a LimitRange's
     defaults: the sizing cannot see it): the fence's size is never raised, the VM stays, named."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
     cluster = _Refused()
     runner = _pinned_runner(monkeypatch, cluster)
     monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: [])      # every input as pinned
@@ -567,8 +567,8 @@ def test_an_event_in_another_namespace_about_the_migration_is_not_taken(monkeypa
 
 def test_the_fence_size_is_the_larger_of_the_computed_pod_and_the_running_one_per_name():
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
     pin = {"charge": {}, "pod_charge": versioned.amounts({"limits.cpu": Fraction(1), "limits.memory": Fraction(100)}),
            "source": versioned.amounts({"limits.cpu": Fraction(12, 10), "requests.cpu": Fraction(1, 10)})}
     assert headroom.pinned_pod_size(pin) == {"limits.cpu": Fraction(12, 10), "limits.memory": Fraction(100),
@@ -586,7 +586,7 @@ def test_a_migration_name_is_checked_against_its_longest_key():
 
 
 def test_an_event_not_from_virt_controller_stops_nothing(monkeypatch):
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
     cluster = _Refused(forged=True)
     runner = _pinned_runner(monkeypatch, cluster)
     monkeypatch.setattr(headroom, "grown_since_pin", lambda *a, **kw: pytest.fail("no sizing for a forged Event"))

@@ -15,14 +15,14 @@ import re
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import follow as f
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, WaitTimeoutError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.executor_config import ExecutorConfig
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ledger import Reservation
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.timeutil import format_time
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import follow as f
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, WaitTimeoutError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.executor_config import ExecutorConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.ledger import Reservation
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.timeutil import format_time
 
 
 def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None):
@@ -650,7 +650,7 @@ def test_the_groups_migrations_are_looked_at_often_while_one_runs(monkeypatch):
 # -- a window reserves once per VM (issue 24: a tenant's later migrations of a VM that left the node) -------------
 
 def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_still_counts_in_flight():
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.migration_state import Batch
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.migration_state import Batch
 
     class Runner(object):
         left_out_migrations = {"u-grown"}

@@ -15,16 +15,16 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as h
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, KvquotaError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, KvquotaError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import NOW, make_quota, make_vmi, snapshot
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_fence_migrations import _Cluster as _FenceCluster, _prepared, _runner

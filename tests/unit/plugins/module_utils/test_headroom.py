@@ -12,8 +12,8 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as h
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, NotFoundError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, NotFoundError
 
 MI = 1024 ** 2
 GI = 1024 ** 3

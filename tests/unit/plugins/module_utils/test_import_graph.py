@@ -1,8 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The core's import graph: plugins/module_utils/kvquota/*.py import each other at module level only, and
-without cycles (a function-level import is how a cycle hides; issue 15)."""
+"""The core's import graph: the modules of plugins/module_utils/kvquota/<layer>/ import each other at module level
+only, without cycles (a function-level import is how a cycle hides; issue 15), and only down the layers (issue
+25): a module imports its own layer and the layers below it, never one above.
+
+    base    errors, quantities and ResourceLists, times, Kubernetes object helpers, KubeVirt kinds (pure)
+    model   what Kubernetes and KubeVirt compute: a pod's quota usage, quota matching, admission, sizing (pure)
+    client  the API client (the only HTTP), outage rules
+    state   what the collection keeps in the cluster: ledgers, leases, the fence, the store, the quota owners
+    plan    reading a cluster into a plan: inventory, check, findings, scheduling, headroom, the versioned plan
+    ops     what changes the cluster during a run: reservations, the executor and its parts, drain, VM power
+"""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -17,29 +26,51 @@ CORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."
                     "plugins", "module_utils", "kvquota")
 
 
+# bottom to top; a layer may import itself and those before it
+LAYERS = ("base", "model", "client", "state", "plan", "ops")
+
+
 def core_modules():
-    """{module name: parsed AST} of every .py file of the core package."""
+    """{'layer.module': parsed AST} of every .py file of the core's layer packages (and of any .py file left at
+    the top of the core, under its bare name: there should be none)."""
     result = {}
-    for filename in sorted(os.listdir(CORE)):
-        if filename.endswith(".py") and filename != "__init__.py":
-            with open(os.path.join(CORE, filename)) as source:
-                result[filename[:-3]] = ast.parse(source.read(), filename)
+    for dirpath, _dirs, filenames in os.walk(CORE):
+        package = os.path.relpath(dirpath, CORE).replace(os.sep, ".")
+        for filename in sorted(filenames):
+            if filename.endswith(".py") and filename != "__init__.py":
+                name = filename[:-3] if package == "." else "%s.%s" % (package, filename[:-3])
+                with open(os.path.join(dirpath, filename)) as source:
+                    result[name] = ast.parse(source.read(), filename)
     return result
 
 
+def _module_of(dotted, known):
+    """The known core module a dotted name under PACKAGE is or lies in ('state.fence.x' -> 'state.fence')."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in known:
+            return ".".join(parts[:end])
+    return None
+
+
 def kvquota_targets(node, known):
-    """The core modules an Import/ImportFrom node imports (by either spelling: `from PACKAGE import x` and
-    `from PACKAGE.x import y`)."""
+    """The core modules an Import/ImportFrom node imports (by any spelling: `from PACKAGE.layer import x`,
+    `from PACKAGE.layer.x import y`, `import PACKAGE.layer.x`)."""
     targets = set()
-    if isinstance(node, ast.ImportFrom) and node.module:
-        if node.module == PACKAGE:
-            targets.update(alias.name for alias in node.names if alias.name in known)
-        elif node.module.startswith(PACKAGE + "."):
-            targets.add(node.module[len(PACKAGE) + 1:].split(".")[0])
+    in_core = isinstance(node, ast.ImportFrom) and node.module and (
+        node.module == PACKAGE or node.module.startswith(PACKAGE + "."))
+    if in_core:
+        base = node.module[len(PACKAGE) + 1:] if node.module != PACKAGE else ""
+        module = _module_of(base, known) if base else None
+        if module is not None:
+            targets.add(module)
+        else:
+            targets.update(_module_of((base + "." if base else "") + alias.name, known) for alias in node.names)
     elif isinstance(node, ast.Import):
         for alias in node.names:
             if alias.name.startswith(PACKAGE + "."):
-                targets.add(alias.name[len(PACKAGE) + 1:].split(".")[0])
+                targets.add(_module_of(alias.name[len(PACKAGE) + 1:], known))
+    targets.discard(None)
     return targets
 
 
@@ -100,12 +131,32 @@ def test_the_core_import_graph_is_acyclic():
 
 
 def test_the_graph_sees_the_known_edges():
-    """The parser reads both import spellings: without this, an empty graph would pass the tests above."""
+    """The parser reads every import spelling: without this, an empty graph would pass the tests above."""
     graph, _nested = import_graph(core_modules())
-    assert {"inventory", "scheduling", "findings", "report"} <= graph["check"]     # from PACKAGE import x
-    assert "capacity" in graph["inventory"]                                         # from PACKAGE.x import y
-    assert "check" in graph["headroom"]
-    assert "check" not in graph["inventory"]
+    assert {"plan.inventory", "plan.scheduling", "plan.findings", "plan.report"} <= graph["plan.check"]
+    assert "plan.capacity" in graph["plan.inventory"]                     # from PACKAGE.layer.x import y
+    assert "plan.versioned" in graph["plan.headroom"]                     # from PACKAGE.layer import x as y
+    assert "plan.check" not in graph["plan.inventory"]
+
+
+def test_the_core_lives_in_its_layer_packages():
+    assert sorted(set(name.split(".")[0] for name in core_modules())) == sorted(LAYERS), \
+        "every core module belongs in one of the layer packages %s" % (LAYERS,)
+
+
+def test_imports_point_down_the_layers_only():
+    graph, _nested = import_graph(core_modules())
+    rank = dict((layer, index) for index, layer in enumerate(LAYERS))
+    upward = sorted("%s imports %s" % (module, target) for module, targets in graph.items() for target in targets
+                    if rank[target.split(".")[0]] > rank[module.split(".")[0]])
+    assert upward == [], "imports against the layers %s (move the shared piece down): %s" % (
+        " < ".join(LAYERS), "; ".join(upward))
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    modules = {"base.a": ast.parse("from %s.ops import b\n" % PACKAGE), "ops.b": ast.parse("")}
+    graph, _nested = import_graph(modules)
+    assert graph == {"base.a": {"ops.b"}, "ops.b": set()}
 
 
 @pytest.mark.parametrize("source, nested_targets", [

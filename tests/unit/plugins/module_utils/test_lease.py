@@ -11,8 +11,8 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as LS
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as LS
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 T0 = 1735689600
 

@@ -12,10 +12,10 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import timeutil as T
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil as T
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 Gi = 1024 ** 3
 T0 = 1735689600  # 2025-01-01T00:00:00Z

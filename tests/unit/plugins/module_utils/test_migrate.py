@@ -14,13 +14,13 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migration_state
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import scheduler
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError, UnreachableError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import parse_quantity
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migration_state
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import scheduler
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, UnreachableError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 MI = 1024 ** 2
 GI = 1024 ** 3

@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.outage import is_api_outage
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.outage import is_api_outage
 from ansible_collections.kvquota.maintenance.plugins.test.api_outage import TestModule as ApiOutageTests
 from ansible_collections.kvquota.maintenance.plugins.test.api_outage import api_outage, error_event_texts
 

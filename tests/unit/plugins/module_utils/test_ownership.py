@@ -7,7 +7,7 @@ only when their involvedObject UID and reporter match, reservation refs by UID; 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ownership as o
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership as o
 
 VMI = {"kind": "VirtualMachineInstance", "metadata": {"name": "vm-1", "namespace": "t", "uid": "vmi-uid"},
        "status": {"nodeName": "n1", "activePods": {"pod-uid": "n1"}}}

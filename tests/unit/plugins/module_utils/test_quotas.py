@@ -11,8 +11,8 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 Mi = 1024 ** 2
 Gi = 1024 ** 3

@@ -18,11 +18,11 @@ import json
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as S
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import KvquotaError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_state_protocol import (
     BASE_HARD,

@@ -21,10 +21,10 @@ import json
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     KvquotaError,
     NotFoundError,
     WaitTimeoutError,

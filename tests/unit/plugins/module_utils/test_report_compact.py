@@ -10,8 +10,8 @@ __metaclass__ = type
 import copy
 import json
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import report as render
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as render
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import (
     NOW,
     make_quota,

@@ -13,8 +13,8 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 Mi = 1024 ** 2
 T0 = 1735689600

@@ -12,9 +12,9 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.quantity import BINARY_SI, DECIMAL_SI
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import resources as r
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import BINARY_SI, DECIMAL_SI
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import resources as r
 
 Mi = 1024 ** 2
 Gi = 1024 ** 3

@@ -18,8 +18,8 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.sizing import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
     ClusterConfig,
     config_from_cluster,
     go_format_g,

@@ -16,8 +16,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.sizing import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
     RULES,
     ClusterConfig,
     audited_version,

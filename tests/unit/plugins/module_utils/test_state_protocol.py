@@ -19,12 +19,12 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import backends as B
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import lease as lease_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import ledger as L
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations as R
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import store as S
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
     ForbiddenError,
     InputError,

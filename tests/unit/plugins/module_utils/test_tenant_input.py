@@ -12,12 +12,12 @@ __metaclass__ = type
 import copy
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as c
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import headroom as h
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import plan as versioned
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import sizing
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import NOW, kubevirt_cr, make_quota, make_vmi, snapshot
 
@@ -325,8 +325,8 @@ def test_a_refused_target_pod_grown_since_the_plan_is_not_topped_up(monkeypatch)
 # ---------------------------------------------------------------- the batch runner
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import _Quotas, _Refused, _built, _executor, _reserve_writing  # noqa: E402  (its fakes)
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import migrate as m  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import reservations  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations  # noqa: E402
 
 GROWN = "t/vm-2: its target pod now charges limits.cpu=2600m instead of the planned limits.cpu=2 (changed: " \
         "annotation hooks.kubevirt.io/hookSidecars=[...]; the VMI (resourceVersion 10, then 99))"
@@ -459,7 +459,7 @@ def test_a_label_the_namespace_had_when_its_vms_started_is_not_blamed_for_a_conf
     """The VMs started with the ratio label 3 in place (their running pods have it) and an overhead ratio of 1;
     the administrator then raised the KubeVirt CR's ratio: every target pod grows a little, past the quota. That is
     no tenant's change: the quota's usage_above_hard blocker, no VM blocked alone for the label."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.resources import format_resource_list
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import format_resource_list
     old = sizing.config_from_cluster(kubevirt_cr(version="v1.6.0", ratio="1"))
     vmis = [_unlimited_vmi("vm1", "t"), _unlimited_vmi("vm2", "t")]
     labels = {RATIO: "3"}

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import vmpower as VP
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import vmpower as VP
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
     InputError,
     NotFoundError,

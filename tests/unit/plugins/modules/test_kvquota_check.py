@@ -13,8 +13,8 @@ import stat
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota import check as core
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as core
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.modules import kvquota_check as module_mod
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import (
     NOW,

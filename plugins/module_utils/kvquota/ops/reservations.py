@@ -1,0 +1,1961 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The reservation operations the modules call: reserve, release, release_expired, reconcile, list.
+
+The ledger of a quota lives in the operator namespace (store.py), never on an object a tenant can write.
+A change is written as: the ledger with the intended value (ledger.intend), then the quota (or Rancher's
+namespace annotation), then the ledger confirmed (or deleted once idle); every write is conditional and
+recomputed from the ledger read afresh after a 409. Every write happens holding the Lease of the tenant
+namespace (in the operator namespace), so two jobs never change one namespace's ledgers at once, and each
+change is made against the current ledger, never a remembered one. An interruption anywhere, followed by a
+re-run, converges to the same state.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import contextlib
+import json
+import time
+from fractions import Fraction
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import enforcement
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as fence_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as ledger_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as quotas_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.backends import (
+    HARVESTER,
+    HARVESTER_SKIP_ANNOTATION,
+    RANCHER_QUOTA_ANNOTATION,
+    hard_of,
+    is_rancher_managed,
+    project_fit,
+    project_ref,
+    rancher_limit,
+    select_backend,
+    used_of,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
+    DEFAULT_OUTAGE_BUDGET,
+    api_path,
+    conditional_update,
+    list_items,
+    retry_on_conflict,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
+    ConflictError,
+    ForbiddenError,
+    InputError,
+    KvquotaError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.ledger import (
+    confirmed,
+    desired,
+    desired_strings,
+    dump,
+    intend,
+    is_idle,
+    needs_write,
+    new_ledger,
+    observe,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import ceil_to
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (
+    add,
+    format_resource_list,
+    less_or_equal,
+    mask,
+    parse_resource_list,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.ownership import KUBEVIRT
+
+DEFAULT_ATTEMPTS = 10
+DEFAULT_LOCK_TIMEOUT = 120
+DEFAULT_RANCHER_SYNC_TIMEOUT = 60
+# rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
+DEFAULT_RANCHER_ADOPTIONS = 3
+RANCHER_STATUS_ANNOTATION = "cattle.io/status"
+
+
+# ---------------------------------------------------------------------------
+# inputs
+
+def parse_targets(headroom_by_quota):
+    """{(namespace, quota): ResourceList} from keys given as (ns, name) pairs or 'ns/name' strings."""
+    if not isinstance(headroom_by_quota, dict):
+        raise InputError("headroom must be a mapping of (namespace, quota) to a resource list",
+                         "give e.g. {('tenant-a', 'compute'): {'limits.memory': '6000Mi'}}")
+    result = {}
+    for key, value in headroom_by_quota.items():
+        if isinstance(key, (tuple, list)) and len(key) == 2:
+            target = (str(key[0]), str(key[1]))
+        elif isinstance(key, str) and key.count("/") == 1 and all(key.split("/")):
+            target = tuple(key.split("/"))
+        else:
+            raise InputError("malformed quota key %r" % (key,), "use (namespace, quota) or 'namespace/quota'")
+        if target in result:
+            raise InputError("quota %s/%s is given twice" % target, "merge the two headroom entries")
+        result[target] = parse_resource_list(value, "headroom of %s/%s" % target)
+    return result
+
+
+def apply_margin(headroom, margin):
+    """headroom plus a safety margin: None/0 for none, a percentage ('10%') or fraction ('0.1') of each amount
+    (rounded up to 1m for CPU names and to whole units otherwise), or a resource list added to the names the
+    headroom already has."""
+    if margin in (None, "", 0, "0", "0%"):
+        return dict(headroom)
+    if isinstance(margin, dict):
+        extra = parse_resource_list(margin, "margin")
+        return add(headroom, mask(extra, list(headroom)))
+    text = str(margin).strip()
+    try:
+        factor = Fraction(text[:-1].strip()) / 100 if text.endswith("%") else Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise InputError("malformed margin %r" % (margin,), "give a percentage such as '10%', a fraction such as "
+                         "0.1, or a resource list such as {limits.memory: 512Mi}")
+    if factor < 0:
+        raise InputError("margin %r is negative" % (margin,), "give a margin of 0 or more")
+    result = {}
+    for name, value in headroom.items():
+        step = Fraction(1, 1000) if name == "cpu" or name.endswith(".cpu") else Fraction(1)
+        result[name] = value + ceil_to(value * factor, step)
+    return result
+
+
+def _check_id(reservation_id):
+    if not isinstance(reservation_id, str) or not reservation_id.strip():
+        raise InputError("reservation_id must be a non-empty string, got %r" % (reservation_id,),
+                         "give an id such as the node name or the AWX job id")
+    if len(reservation_id) > 253:
+        raise InputError("reservation_id is longer than 253 characters", "use a shorter id")
+
+
+# ---------------------------------------------------------------------------
+# reading one quota
+
+class _Run(object):
+    """Per-call context: the cluster, its facts, the ledger store, lock settings, caches, clock, and warnings."""
+
+    def __init__(self, cluster, facts, clock, sleep, check_mode, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
+                 operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
+        self.cluster = cluster
+        self.store = store_mod.Store(cluster, operator_namespace)
+        self.facts = facts if facts is not None else cluster.facts()
+        self.clock = clock
+        self.sleep = sleep
+        self.check_mode = check_mode
+        self.rancher_sync_timeout = rancher_sync_timeout
+        self.lock = dict(lock or {})
+        self.fence_state = None   # None: not looked up yet; False: not installed (or not visible); True
+        self.projects = {}
+        self.namespaces = None
+        self.warnings = []
+
+    def locked(self, namespaces):
+        """with run.locked([ns, ...]): hold the Lease of every tenant namespace (in the operator namespace), taken
+        in sorted order; check mode writes nothing and takes none."""
+        if self.check_mode:
+            return _nothing_held()
+        scopes = [(self.store.namespace, lease_mod.namespace_lock_name(ns)) for ns in set(namespaces)]
+        return lease_mod.held_many(self.cluster, scopes, self.holder(), self.lock_seconds(),
+                                   self.lock.get("wait_timeout", DEFAULT_LOCK_TIMEOUT), clock=self.clock,
+                                   sleep=self.sleep, on_wait=_lease_wait_noter(self))
+
+    def holder(self):
+        return self.lock.get("holder") or lease_mod.default_holder()
+
+    def lock_seconds(self):
+        return self.lock.get("duration") or lock_duration(self.rancher_sync_timeout)
+
+    def renew_lock(self, namespace):
+        """Push the held Lease of a tenant namespace forward before a write that comes after a long wait (the
+        lease lasts one write plus one Rancher wait); LeaseHeldError if another job took it over meanwhile, so
+        nothing is written without the lock."""
+        if self.check_mode:
+            return
+        lease = {"metadata": {"namespace": self.store.namespace, "name": lease_mod.namespace_lock_name(namespace)}}
+        lease_mod.renew(self.cluster, lease, self.holder(), self.lock_seconds(), clock=self.clock)
+
+    def warn(self, text):
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def fence_installed(self):
+        """Whether rbac/fence.yml is installed (looked up once per call). Without the fence, a pod a tenant
+        starts during the window can take the headroom: say so once."""
+        if self.fence_state is None:
+            try:
+                policy = fence_mod.installed_policy(self.cluster, self.store.namespace)
+                self.fence_state = policy is not None
+                if policy is not None and fence_mod.outdated(policy):
+                    self.warn(fence_mod.outdated(policy))
+            except ForbiddenError:
+                self.fence_state = False
+                self.warn("the headroom fence could not be checked (bind the ClusterRole kvquota-maintenance-fence "
+                          "of rbac/fence.yml): namespaces are not fenced while they hold a reservation")
+        return self.fence_state
+
+    def controller(self):
+        """KubeVirt's controller identity, from the namespace of the KubeVirt CR (fence.DEFAULT_CONTROLLER when
+        it cannot be read)."""
+        try:
+            found = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        except (NotFoundError, ForbiddenError):
+            found = []
+        namespace = ((found[0].get("metadata") or {}).get("namespace")) if found else None
+        return fence_mod.controller_identity(namespace) if namespace else fence_mod.DEFAULT_CONTROLLER
+
+    def project_for(self, namespace):
+        ref = project_ref(namespace)
+        if not ref or not self.facts.get("rancher_projects"):
+            return None
+        if ref not in self.projects:
+            try:
+                self.projects[ref] = self.cluster.get_custom("management.cattle.io", "v3", "projects", ref[1],
+                                                             namespace=ref[0])
+            except (NotFoundError, ForbiddenError) as err:
+                self.warn("Rancher project %s:%s not readable (%s): project limit not checked" % (ref[0], ref[1], err))
+                self.projects[ref] = None
+        return self.projects[ref]
+
+    def all_namespaces(self):
+        if self.namespaces is None:
+            self.namespaces = self.cluster.list_namespaces()
+        return self.namespaces
+
+
+@contextlib.contextmanager
+def _nothing_held():
+    yield []
+
+
+class _State(object):
+    """One quota as read: objects, backend, observed ledger, the stored ledger and its ConfigMap, durable values,
+    external changes, and whether a 0.1.0 ledger annotation is still on the quota's object."""
+
+    def __init__(self, target, namespace, quota, backend, ledger, stored, current, changes, configmap=None,
+                 legacy=False):
+        self.target = target
+        self.configmap = configmap
+        self.legacy = legacy
+        self.namespace = namespace
+        self.quota = quota
+        self.backend = backend
+        self.ledger = ledger
+        self.stored = stored
+        self.current = current
+        self.changes = changes
+        self.overuse = None   # set by _release_blockers: usage above the value to restore that lasts (reported)
+        self.captured = []    # set by _release_blockers: objects created during the reservation that hold its headroom
+        self.running = []     # set by _release_blockers: (namespace, name) of its migrations still under way
+
+
+def _read(run, target, now):
+    ns_name, quota_name = target
+    try:
+        namespace = run.cluster.get_namespace(ns_name)
+    except NotFoundError:
+        raise NotFoundError("namespace %s does not exist" % ns_name, "check the namespace name")
+    try:
+        quota = run.cluster.get_quota(ns_name, quota_name)
+    except NotFoundError:
+        raise NotFoundError("ResourceQuota %s/%s does not exist" % target,
+                            "check the quota name (kubectl -n %s get resourcequota)" % ns_name)
+    facts = dict(run.facts)
+    if is_rancher_managed(quota):
+        facts["project"] = run.project_for(namespace)
+    backend = select_backend(quota, namespace, facts)
+    if not backend.writable:
+        return _State(target, namespace, quota, backend, None, None, {}, [])
+    current = backend.durable_hard(quota, namespace)
+    stored, configmap = run.store.read(quota)   # a corrupt ledger refuses any write to this quota
+    legacy = _legacy_ledger(run, quota, namespace, backend)
+    if stored is None and legacy is not None:
+        stored = legacy   # adopted: saved to the store by the first write, which also drops the annotation
+    ledger = stored or new_ledger(ns_name, quota_name, backend.name, store_mod.quota_uid(quota))
+    observed, changes = observe(ledger, current, now)
+    return _State(target, namespace, quota, backend, observed, stored, current, changes, configmap,
+                  legacy=store_mod.legacy_text(quota, namespace, backend) is not None)
+
+
+def _legacy_ledger(run, quota, namespace, backend):
+    """store.legacy_ledger, its complaint (a forged or broken 0.1.0 ledger is never trusted) made a warning."""
+    legacy, problem = store_mod.legacy_ledger(quota, namespace, backend)
+    if problem:
+        run.warn(problem)
+    return legacy
+
+
+def _after_hard(state, ledger):
+    hard = hard_of(state.quota)
+    hard.update(desired_strings(ledger))
+    return hard
+
+
+def _changes_text(before, after):
+    parts = []
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            parts.append("%s %s -> %s" % (name, before.get(name, "(none)"), after.get(name, "(none)")))
+    return ", ".join(parts) or "no change"
+
+
+def _ledger_changed(state, final):
+    """Whether the stored ledger must change: saved while reservations are active, deleted once idle."""
+    if is_idle(final):
+        return state.configmap is not None
+    if state.configmap is None:
+        return True
+    return dump(confirmed(final)) != dump(confirmed(state.stored))
+
+
+def _commit(run, state, ledger):
+    """Save ledger and write the values it implies, in the order that survives an interruption: the ledger with
+    the intended value, the quota (through the backend), then the ledger confirmed - or deleted once idle. Every
+    write is conditional; a 409 raises ConflictError and _transact starts again from a fresh read. Returns the
+    final ledger and whether anything was (or, in check mode, would be) written."""
+    backend = state.backend
+    if not is_idle(ledger):
+        ledger = backend.prepare(state.quota, state.namespace, ledger)
+    final = intend(ledger)
+    quota_write = needs_write(final, state.current) or state.legacy
+    if not quota_write and not _ledger_changed(state, final):
+        return confirmed(final), False
+    if run.check_mode:
+        return confirmed(final), True
+    configmap = state.configmap
+    if quota_write:
+        if not (is_idle(final) and configmap is None):
+            configmap = run.store.save(state.quota, final, configmap)
+        writes = backend.render(state.quota, state.namespace, final)
+        try:
+            if not is_idle(final):
+                # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
+                # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
+                _harvester_opt_out(run, state, final)
+            for kind in ("quota", "namespace"):
+                if kind in writes:
+                    what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
+                            if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
+                    run.cluster.replace(writes[kind], what)
+        except ConflictError:
+            raise   # _transact re-reads: the ledger's intent is resolved against the quota as it is then
+        except KvquotaError:
+            _take_back(run, state, configmap)   # refused (RBAC, a webhook): leave no intent behind
+            raise
+    if is_idle(final):
+        if configmap is not None:
+            _settle(run.store.delete, configmap)
+    elif quota_write:
+        _settle(run.store.save, state.quota, confirmed(final), configmap)
+    else:
+        run.store.save(state.quota, confirmed(final), configmap)
+    return confirmed(final), True
+
+
+def _take_back(run, state, configmap):
+    """Put the ledger back as it was before a quota write that was refused (best effort: if this fails too,
+    the next read sees the quota at `previous` and resolves it)."""
+    try:
+        if state.configmap is None or state.stored is None:
+            run.store.delete(configmap)
+        else:
+            run.store.save(state.quota, state.stored, configmap)
+    except KvquotaError:
+        pass
+
+
+def _settle(write, *args):
+    """The last step of a change (confirm or delete the ledger): the quota is already right, so a concurrent
+    writer (409) only means the next read resolves it (ledger.observe)."""
+    try:
+        write(*args)
+    except ConflictError:
+        pass
+
+
+def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
+    """read -> observe -> mutate -> conditional writes, retried from scratch on a 409 (cluster.retry_on_conflict).
+    first: a state read just before, used for the first attempt (saves requests; the writes are conditional
+    anyway). A mutation that changes nothing still writes the ledger's own values when the quota does not hold
+    them (a run interrupted between its ledger and quota writes)."""
+    def attempt(number):
+        now = run.clock()
+        state = first if (number == 0 and first is not None) else _read(run, target, now)
+        if not state.backend.writable:
+            return state, None, None, False
+        new, info = mutate(state, now)
+        final, changed = _commit(run, state, state.ledger if new is None else new)
+        if new is None and not changed:
+            return state, state.ledger, info, False
+        return state, final, info, changed
+    return retry_on_conflict(attempt, attempts, "write %s/%s" % target, run.sleep)
+
+
+def _emit(run, state, reason, message, event_type="Normal", action="Update"):
+    """Events on the quota and on its namespace; failures become warnings."""
+    if run.check_mode:
+        return
+    quota = dict(state.quota)
+    quota.setdefault("apiVersion", "v1")
+    quota.setdefault("kind", "ResourceQuota")
+    namespace = dict(state.namespace)
+    namespace.setdefault("apiVersion", "v1")
+    namespace.setdefault("kind", "Namespace")
+    for involved in (quota, namespace):
+        try:
+            run.cluster.create_event(involved, reason, message, event_type, action, namespace=state.target[0])
+        except KvquotaError as err:
+            run.warn("could not record an Event on %s %s/%s: %s"
+                     % (involved.get("kind"), state.target[0], state.target[1], err))
+
+
+def _report_changes(run, state):
+    for change in state.changes:
+        run.warn(change["message"])
+        reason = {ledger_mod.REVERTED: "QuotaReverted", ledger_mod.ADMIN_CHANGE: "QuotaBaseChanged",
+                  ledger_mod.REMOVED: "QuotaLimitRemoved"}[change["kind"]]
+        _emit(run, state, reason, "kvquota: " + change["message"], "Warning")
+
+
+def _wait_followed(run, state, final, adoptions=DEFAULT_RANCHER_ADOPTIONS):
+    """Rancher owns spec.hard: wait until it applied the namespace annotation. Each poll compares spec.hard with
+    the ledger as it is NOW in the store (another job may have changed it since this one wrote), never with a
+    remembered one. kvquota never writes spec.hard of a Rancher-owned quota (that bypasses the project limit
+    and Rancher 2.14+ refuses it): if Rancher neither applies nor refuses in time, fail with the numbers.
+
+    A Rancher project member may rewrite the annotation while we wait (Rancher lets it, within the project
+    limit), and Rancher then applies the member's value, which no ledger value will ever match. Such a rewrite
+    is adopted like an administrator's change (ledger.observe): under the namespace's lock, which every caller
+    holds, against the stored ledger, the member's value becomes the base, the reservations stay on top, the
+    annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
+    left (the ledger is gone) the member's value is simply what Rancher must apply."""
+    if not _owned_by_namespace(state.backend) or run.check_mode:
+        return None
+    deadline = run.clock() + run.rancher_sync_timeout
+    expected = final
+    rewrites = []
+    while True:
+        quota = run.cluster.get_quota(*state.target)
+        stored, _configmap = run.store.read(quota)
+        expected = stored if stored is not None else (final if is_idle(final) else expected)
+        ok, wrong = state.backend.followed(quota, expected)
+        if ok:
+            return None
+        namespace = run.cluster.get_namespace(state.target[0])
+        refused = _rancher_refusal(namespace)
+        if refused:
+            raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
+                               "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
+        if stored is None and is_idle(final):
+            expected = _kept_after_release(run, state, final, namespace)
+            ok, wrong = state.backend.followed(quota, expected)
+            if ok:
+                return None
+        elif stored is not None and _annotation_rewritten(state.backend, quota, namespace, stored):
+            rewrites.append(_annotation_text(namespace))
+            if len(rewrites) > adoptions:
+                raise _rewritten_error(run, state.target, rewrites, stored)
+            _adopt_rewrite(run, state.target)
+            deadline = run.clock() + run.rancher_sync_timeout
+            continue
+        if run.clock() >= deadline:
+            break
+        run.sleep(1.0)
+    hard = hard_of(quota)
+    want = desired_strings(expected)
+    lagging = ", ".join("%s is %s on %s/%s, should be %s"
+                        % (name, hard.get(name, "(none)"), state.target[0], state.target[1], want.get(name))
+                        for name in wrong)
+    raise KvquotaError(
+        "Rancher did not apply the quota of namespace %s within %ss: %s (annotation %s is written; kvquota never "
+        "writes spec.hard of a Rancher-owned quota)"
+        % (state.target[0], run.rancher_sync_timeout, lagging, RANCHER_QUOTA_ANNOTATION),
+        "check that Rancher's cluster agent (cattle-cluster-agent) runs and syncs namespace %s, then re-run: the "
+        "ledger holds the reservation, so the re-run converges" % state.target[0])
+
+
+def _annotation_text(namespace):
+    return ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_QUOTA_ANNOTATION)
+
+
+def _annotation_rewritten(backend, quota, namespace, ledger):
+    """Whether the namespace's Rancher annotation no longer holds what the ledger says kvquota wrote: what
+    writing the ledger now would put there (unmanaged keys are kept as they are) differs from what is there."""
+    rendered = backend.render(quota, namespace, ledger).get("namespace")
+    if rendered is None:
+        return False
+    return _parsed_annotation(_annotation_text(rendered)) != _parsed_annotation(_annotation_text(namespace))
+
+
+def _parsed_annotation(text):
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        # RecursionError: valid JSON nested too deeply for Python's decoder; compared as text then
+        return text
+
+
+def _adopt_rewrite(run, target):
+    """Adopt a rewrite of the Rancher annotation found while waiting (see _wait_followed): with the lock renewed,
+    from a fresh read of the stored ledger, observe takes the rewritten values (a value equal to the base is a
+    revert, re-applied; any other one becomes the base, the deltas stay on top) and _transact writes the
+    annotation again. Warns and records Events like any external change."""
+    def mutate(state, now):
+        if state.stored is None:
+            return None, {"outcome": "no-ledger"}
+        return state.ledger, {"outcome": "adopted" if state.changes else "in-sync"}
+
+    run.renew_lock(target[0])
+    state, _final, _info, _changed = _transact(run, target, mutate)
+    _report_changes(run, state)
+
+
+def _kept_after_release(run, state, final, namespace):
+    """The final release restored the base and deleted the ledger; a value the annotation holds now for a managed
+    name (a project member's, written since) is what Rancher must apply: with no reservation left it is the
+    namespace's own quota, kvquota has nothing on top of it to keep. Warns and records Events once per value."""
+    limit = rancher_limit(namespace)
+    result = final.copy()
+    for name in sorted(final.written):
+        found = limit.get(name)
+        base = final.base.get(name)
+        if found is None or base is None or _same_amount(found, base, name):
+            continue
+        result.base[name] = found
+        result.written[name] = found
+        message = ("%s on %s/%s was changed to %s by someone else in the %s annotation while kvquota restored its "
+                   "base %s; no reservation is left, so %s stays" % (name, state.target[0], state.target[1], found,
+                                                                     RANCHER_QUOTA_ANNOTATION, base, found))
+        if message not in run.warnings:
+            run.warn(message)
+            _emit(run, state, "QuotaBaseChanged", "kvquota: " + message, "Warning")
+    return result
+
+
+def _same_amount(a, b, name):
+    try:
+        return parse_resource_list({name: a}, name) == parse_resource_list({name: b}, name)
+    except InputError:
+        return a == b
+
+
+def _rewritten_error(run, target, rewrites, ledger):
+    want = ", ".join("%s=%s" % (name, value) for name, value in sorted(desired_strings(ledger).items()))
+    return KvquotaError(
+        "the %s annotation of namespace %s was rewritten %d times by someone else while kvquota waited for Rancher "
+        "to apply it (found %s; kvquota adopted each value as the new base and wrote base + reservations, last %s); "
+        "gave up"
+        % (RANCHER_QUOTA_ANNOTATION, target[0], len(rewrites), " then ".join(str(t) for t in rewrites), want),
+        "ask the Rancher project members of namespace %s to leave its resource quota alone during the maintenance "
+        "window (change it after the window), then re-run: the ledger holds the reservation, so the re-run "
+        "converges" % target[0])
+
+
+def _rancher_refusal(namespace):
+    text = ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_STATUS_ANNOTATION)
+    if not text:
+        return None
+    try:
+        status = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    # a namespace's annotations are writable by Rancher project members: only the shape Rancher writes counts
+    # ({"Conditions": [{"Type": ..., "Status": ..., "Message": ...}]}); anything else says nothing
+    if not isinstance(status, dict):
+        return None
+    conditions = status.get("Conditions") or status.get("conditions") or []
+    for condition in conditions if isinstance(conditions, list) else []:
+        if not isinstance(condition, dict):
+            continue
+        if condition.get("Type", condition.get("type")) == "ResourceQuotaValidated" and \
+                str(condition.get("Status", condition.get("status"))) == "False":
+            message = condition.get("Message", condition.get("message"))
+            return message if isinstance(message, str) and message else "ResourceQuotaValidated is False"
+    return None
+
+
+def _owned_by_namespace(backend):
+    return getattr(backend, "written_on", None) == "namespace"
+
+
+def _harvester_opt_out(run, state, final):
+    """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota).
+    A refused write (Rancher 2.14+ refuses any write of a Rancher-labelled quota but Rancher's) fails the
+    reservation before the owner's value is written, naming why."""
+    if run.check_mode or state.backend.name != HARVESTER or not _owned_by_namespace(state.backend):
+        return
+
+    def write(body):
+        try:
+            return run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
+                                       % (state.target[1], state.target[0]))
+        except (ConflictError, ForbiddenError):
+            raise
+        except KvquotaError as err:
+            raise KvquotaError(
+                "cannot set Harvester's opt-out %s on quota %s/%s: %s. Without it Harvester adds its own "
+                "migration deltas on top of the reservation; nothing was changed"
+                % (HARVESTER_SKIP_ANNOTATION, state.target[0], state.target[1], err.message),
+                "let the collection's identity update this quota (a Rancher quota lock-down must exempt it), or "
+                "set %s: \"true\" on the quota yourself for the maintenance and re-run" % HARVESTER_SKIP_ANNOTATION)
+    conditional_update(lambda: run.cluster.get_quota(*state.target),
+                       lambda quota: state.backend.before_expand(quota, final), write, attempts=DEFAULT_ATTEMPTS,
+                       what="set the Harvester opt-out on %s/%s" % state.target, sleep=run.sleep)
+
+
+def _harvester_restore(run, target, idle_ledger, backend):
+    """Put Harvester's opt-out back as it was, before the final restore (owner not the quota)."""
+    if run.check_mode or backend.name != HARVESTER or not _owned_by_namespace(backend):
+        return
+    conditional_update(lambda: run.cluster.get_quota(*target),
+                       lambda quota: backend.after_release(quota, idle_ledger),
+                       lambda body: run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester "
+                                                        "opt-out restore)" % (target[1], target[0])),
+                       attempts=DEFAULT_ATTEMPTS, what="restore the Harvester opt-out on %s/%s" % target,
+                       sleep=run.sleep)
+
+
+def _quota_result(state, final, info, changed):
+    backend = state.backend
+    result = {
+        "namespace": state.target[0],
+        "quota": state.target[1],
+        "backend": backend.name,
+        "written_on": getattr(backend, "written_on", None),
+        "notes": backend.describe().get("notes", []),
+        "changed": changed,
+        "external_changes": list(state.changes),
+        "before": hard_of(state.quota),
+    }
+    if final is not None:
+        result["after"] = _after_hard(state, final)
+        result["reservations"] = sorted(final.reservations)
+        result["base"] = dict((k, v) for k, v in final.base.items() if v is not None)
+    else:
+        result["after"] = hard_of(state.quota)
+    if info:
+        result.update(dict((k, v) for k, v in info.items() if k not in result))
+    return result
+
+
+def _diff(results):
+    before, after = {}, {}
+    for item in results:
+        key = "%s/%s" % (item["namespace"], item["quota"])
+        before[key] = {"spec": {"hard": item["before"]}}
+        after[key] = {"spec": {"hard": item["after"]}}
+    return {"before": before, "after": after}
+
+
+# ---------------------------------------------------------------------------
+# reserve
+
+def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_seconds, margin=None, top_up=False,
+            check_mode=False, replace=False, refs=None, lock=None, facts=None, clock=time.time, sleep=time.sleep,
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+            enforce_timeout=None):
+    """Expand every quota of headroom_by_quota ({(ns, quota): ResourceList}) by its headroom (+ margin) for
+    reservation_id, through the quota's backend.
+
+    Idempotent: the same id and headroom again changes nothing. A different headroom for an existing id is an
+    error unless top_up (add exactly that amount; True or an idempotency key) or replace is given. Every quota
+    is read and checked first (missing quota, Rancher project limit, Harvester already scaling): any problem
+    fails the call before anything is written. refs (optional): {"batch": ..., "migrations": [{namespace,
+    name}], "sourcePods": [{namespace, name, uid}], "vms": [...]} recorded with the reservation for release.
+    The call holds the Lease of every namespace it touches (in operator_namespace, where the ledgers live too);
+    lock (optional): {"holder": ..., "duration": seconds, "wait_timeout": 120} sets who holds it and how long
+    to wait for another job; the duration defaults to lock_duration(rancher_sync_timeout).
+
+    A reservation is usable only once quota admission enforces it: admission checks status.hard, which
+    kube-controller-manager copies from spec.hard, and can lag after an API server restart. So after the writes
+    (with the Leases let go) the call waits until status.hard of every quota it changed shows what it wrote,
+    re-reading only those quotas, for up to enforce_timeout seconds (None: the cluster's outage budget +
+    enforcement.CONTROLLER_RELIST_SECONDS; 0: do not wait), and raises WaitTimeoutError naming spec.hard against
+    status.hard if it does not (the reservation stays written and held: re-run or release it).
+
+    Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
+    skipped, warnings, diff, status_hard_wait_seconds}.
+    """
+    _check_id(reservation_id)
+    if ttl_seconds is None or isinstance(ttl_seconds, bool) or int(ttl_seconds) <= 0:
+        raise InputError("ttl_seconds must be a positive number of seconds, got %r" % (ttl_seconds,),
+                         "give a ttl longer than the maintenance step, e.g. 3600")
+    plan = dict((target, apply_margin(headroom, margin)) for target, headroom in parse_targets(headroom_by_quota).items())
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    with run.locked([ns for ns, _q in plan]):
+        result = _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+    result["status_hard_wait_seconds"] = 0.0
+    if check_mode:
+        return result
+    if enforce_timeout is None:
+        enforce_timeout = enforcement.enforce_timeout(getattr(cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET))
+    if enforce_timeout > 0:
+        gaps, waited = enforcement.wait_enforced(cluster.get_quota, enforcement.written_hard(result), enforce_timeout,
+                                                 clock, sleep)
+        result["status_hard_wait_seconds"] = round(waited, 2)
+        if gaps:
+            raise WaitTimeoutError(
+                "reservation '%s' is written but quota admission does not enforce it %ds later: %s (admission "
+                "checks status.hard, which kube-controller-manager's quota controller copies from spec.hard)"
+                % (reservation_id, int(waited), "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))),
+                "check that kube-controller-manager runs and syncs ResourceQuotas (`kubectl get resourcequota -n "
+                "NAMESPACE -o yaml` shows status.hard equal to spec.hard once it does); the reservation stays held: "
+                "re-run once it does, or release '%s'" % reservation_id)
+    return result
+
+
+def lock_duration(rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+    """Lease duration for one reservation write: longer than the write can take (reads, conditional writes,
+    at most rancher_sync_timeout waiting for Rancher to follow) plus slack, and short, so that the lease of a
+    job killed while writing frees soon and a re-run waits for it well within its lock_timeout (default 120 s)."""
+    return int(rancher_sync_timeout) + 30
+
+
+def _lease_wait_noter(run):
+    """on_wait for lease.acquire: a warning naming the job we waited for (two runs sharing namespaces)."""
+    def note(message):
+        run.warn("waited for another job: %s; went on once it was free" % message)
+    return note
+
+
+def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up, replace, refs):
+    def mutate(state, now):
+        writable = getattr(state.backend, "writable_names", None)
+        current = state.current
+        if writable is not None:
+            names = writable(state.quota)
+            current = dict((k, v) for k, v in current.items() if k in names)
+        new, outcome = ledger_mod.reserve(state.ledger, reservation_id, delta, current, now, owner, reason,
+                                          ttl_seconds, refs, top_up, replace)
+        if outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.UNTRACKED) and not state.changes:
+            return None, outcome
+        return new, outcome
+    return mutate
+
+
+def _project_of(backend):
+    return getattr(backend, "project", None) or getattr(getattr(backend, "inner", None), "project", None)
+
+
+def _with_vmi_uids(run, refs):
+    """refs with the uid of every VM in refs["vms"] (looked up where missing): a VM is identified by its VMI's uid,
+    which the fence admits and release unfences; a name alone could be another object's."""
+    if not (refs or {}).get("vms") or all(isinstance(v, dict) and v.get("uid") for v in refs["vms"]):
+        return refs
+    result = dict(refs)
+    result["vms"] = []
+    for item in _ref_items(refs, "vms", None):
+        entry = dict(item)
+        if not entry.get("uid") and entry.get("namespace"):
+            try:
+                vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", entry["name"],
+                                             namespace=entry["namespace"])
+                entry["uid"] = (vmi.get("metadata") or {}).get("uid")
+            except NotFoundError:
+                pass
+        result["vms"].append(entry)
+    return result
+
+
+def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs):
+    refs = _with_vmi_uids(run, refs)
+    results, skipped, problems, states = [], [], [], {}
+    mutations = dict((target, _reserve_mutation(reservation_id, plan[target], owner, reason, ttl_seconds, top_up,
+                                                replace, refs)) for target in plan)
+    # phase 1: read and check everything before writing anything
+    for target in sorted(plan):
+        now = run.clock()
+        state = _read(run, target, now)
+        if not state.backend.writable:
+            skipped.append({"namespace": target[0], "quota": target[1], "backend": state.backend.name,
+                            "reason": "ApplicationAwareResourceQuota: AAQ charges migrations only for their growth"})
+            continue
+        new, outcome = mutations[target](state, now)
+        if outcome["outcome"] == ledger_mod.UNTRACKED:
+            skipped.append({"namespace": target[0], "quota": target[1], "backend": state.backend.name,
+                            "reason": "the quota tracks none of %s (or its owner cannot set them)"
+                                      % ", ".join(sorted(plan[target]))})
+            continue
+        states[target] = state
+        if new is None or outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.REFS_UPDATED):
+            continue
+        problems.extend(state.backend.blockers(state.quota, state.namespace, new))
+        project = _project_of(state.backend)
+        if project:
+            ok, messages = project_fit(project, run.all_namespaces(), target[0], desired_strings(new))
+            problems.extend(messages)
+    if problems:
+        raise InputError("cannot reserve '%s': %s" % (reservation_id, "; ".join(problems)),
+                         "nothing was changed; raise the limit named above or reserve less (smaller batches), "
+                         "then re-run")
+    # the fence first: the headroom never exists while a tenant's new pod could take it
+    fenced = _fence(run, reservation_id, states, owner, ttl_seconds, refs)
+    # phase 2: write, quota by quota, each one atomic and retried on conflicts
+    done = []
+    for target in sorted(states):
+        try:
+            state, final, info, changed = _transact(run, target, mutations[target], first=states[target])
+            if final is not None and not is_idle(final) and not run.check_mode:
+                _wait_followed(run, state, final)
+        except KvquotaError as err:
+            if done:
+                raise type(err)("%s (reservation '%s' is already applied to %s; re-run to finish, or release it)"
+                                % (err.message, reservation_id, ", ".join(done)), err.fix)
+            raise
+        _report_changes(run, state)
+        item = _quota_result(state, final, info, changed)
+        entry = final.reservations.get(reservation_id) if final is not None else None
+        if entry is not None:
+            item["expires"] = entry.expires
+            item["delta"] = dict(entry.delta)
+        if changed and entry is not None and (info or {}).get("outcome") not in (ledger_mod.UNCHANGED,
+                                                                                 ledger_mod.REFS_UPDATED):
+            _emit(run, state, "QuotaReserved", _reserve_message(reservation_id, final, state, item))
+        for note in item.get("notes") or []:
+            run.warn("%s/%s: %s" % (target[0], target[1], note))
+        results.append(item)
+        done.append("%s/%s" % target)
+    changed = any(item["changed"] for item in results) or any(item["changed"] for item in fenced)
+    return {"changed": changed, "reservation_id": reservation_id, "quotas": results, "skipped": skipped,
+            "fence": fenced, "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
+
+
+def _reserved_vmis(refs, namespace):
+    """[{name, uid}] of the VMs in refs["vms"] (uids filled in by _with_vmi_uids) that live in namespace."""
+    return [{"name": item["name"], "uid": item["uid"]} for item in _ref_items(refs, "vms", namespace, True)
+            if item.get("uid")]
+
+
+def _reserved_migrations(run, refs, namespace, vmis):
+    """[{name, uid, vmi_uid, size}] of the migrations in refs["migrations"] of namespace that migrate one of vmis (this
+    reservation's VMIs there, [{name, uid}]): the run's own and those it follows, the only ones the fence admits;
+    size (the most its target pod may charge: fence.size_value) as the entry gives it, else None (not checked).
+    The VMI is the entry's vm when given, else the migration's spec.vmiName read now (a migration gone, or whose
+    UID is not the recorded one, is left out: it is not the one the run recorded)."""
+    by_name = dict((v["name"], v["uid"]) for v in vmis)
+    found = []
+    for item in _ref_items(refs, "migrations", namespace, True):
+        vm = item.get("vm")
+        if not vm:
+            try:
+                vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                                              item["name"], namespace=namespace)
+            except NotFoundError:
+                continue
+            if item.get("uid") and (vmim.get("metadata") or {}).get("uid") != item["uid"]:
+                continue
+            vm = (vmim.get("spec") or {}).get("vmiName")
+        if vm in by_name:
+            found.append({"name": item["name"], "uid": item.get("uid") or "", "vmi_uid": by_name[vm],
+                          "size": item.get("size")})
+    return found
+
+
+def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
+    """Fence every namespace the reservation expands for its VMs (refs["vms"]) and their migrations the run created
+    or follows (refs["migrations"]: only their target pods and backend-storage PVCs are admitted); [] when the
+    fence is not installed or the reservation names no VM (explicit headroom: no pod can be told apart then)."""
+    if not (refs or {}).get("vms") or not states or not run.fence_installed():
+        return []
+    now = run.clock()
+    note = fence_mod.fence_note(timeutil.format_time(now), timeutil.format_time(now + int(ttl_seconds)),
+                                owner or None)
+    controller = run.controller()
+    results = []
+    for namespace in sorted(set(ns for ns, _q in states)):
+        vmis = _reserved_vmis(refs, namespace)
+        if vmis:
+            outcome = fence_mod.fence(run.cluster, run.store.namespace, namespace, vmis, note, controller,
+                                      run.check_mode, _reserved_migrations(run, refs, namespace, vmis))
+            outcome["reservation"] = reservation_id
+            results.append(outcome)
+    return results
+
+
+def admit_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                     installed=None):
+    """List migrations ([{namespace, name, uid (None before it is created), vm}]) in the fence of their namespaces,
+    where a reservation fenced their VM: the run lists a migration it creates by name just before creating it
+    (virt-controller may create the target pod within milliseconds of the create), then with its UID once created.
+    Nothing where the fence is not installed or the namespace not fenced (installed: True when the caller knows
+    it is, as from a reserve result's "fence", saving the look-up). Returns fence.admit_migrations' results."""
+    return _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed,
+                                 fence_mod.admit_migrations)
+
+
+def end_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                   installed=None):
+    """Stop admitting anything for migrations ([{namespace, name, uid}]) that are final now: their VMIs' later
+    migrations (a tenant's, KubeVirt's) get no target pod or PVC in the headroom; the namespace stays fenced until
+    the reservation is released. Idempotent; nothing where the fence is not installed (installed as for
+    admit_migrations)."""
+    return _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed,
+                                 fence_mod.end_migrations)
+
+
+def _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed, change):
+    """change(cluster, operator namespace, namespace, its migrations, check_mode) for each namespace of migrations;
+    [] where the fence is not installed (installed: True when the caller knows it is)."""
+    run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
+    run.fence_state = installed
+    if not migrations or not run.fence_installed():
+        return []
+    return [change(cluster, run.store.namespace, namespace,
+                   [dict(m) for m in migrations if m["namespace"] == namespace], check_mode)
+            for namespace in sorted(set(m["namespace"] for m in migrations))]
+
+
+def _unfence(run, released, reservation_id=None, held_now=None):
+    """After quotas were restored: stop admitting the released reservations' VMs ({namespace: [{name, uid}]}, a
+    namespace with no VM listed when only a remainder or a reservation without VMs was given back there) and their
+    migrations; a namespace is unfenced with its last VMI, unless a remainder of a reservation is held there
+    (ledger.hold_at_usage: Harvester keeps the quota at the namespace's usage, above its base). Then the namespace
+    stays fenced with no VMI and no migration listed, so that nothing new is admitted (the tenant cannot replace
+    pods that end, and usage drops to the base); the reaper unfences it once it restored the base (_unfence_idle).
+    A VMI that another active reservation of the namespace still names stays listed. reservation_id: the one just
+    given back (not counted from the ledgers, which check_mode leaves as they were); held_now: {namespace: [ids]}
+    of the remainders this release kept."""
+    results = []
+    if not released or not run.fence_installed():
+        return results
+    holds = _fence_holds(run, set(released), reservation_id)
+    for namespace, ids in (held_now or {}).items():
+        if holds is not None and namespace in released:
+            holds.setdefault(namespace, ([], set()))[0].extend(i for i in ids if i not in holds[namespace][0])
+    for namespace, vmis in sorted(released.items()):
+        if holds is None:
+            # the ledgers could not be read: keep the fence (the reaper lifts it once it can tell)
+            run.warn("namespace %s stays fenced: the ledgers could not be read to tell whether a reservation or a "
+                     "remainder is still held there; the reaper (kvquota_release expired: true) unfences it once "
+                     "nothing is" % namespace)
+            continue
+        held, named = holds.get(namespace, ([], set()))
+        gone = [vmi for vmi in vmis if vmi["uid"] not in named]
+        if held:
+            results.append(_keep_fenced(run, namespace, gone, held))
+        elif vmis or fence_mod.namespace_key(namespace) in _fence_data(run):
+            results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, gone, run.check_mode))
+    return results
+
+
+def _fence_data(run):
+    """The fence ConfigMap's data as it is now ({} without one)."""
+    return (fence_mod.read_fence(run.cluster, run.store.namespace) or {}).get("data") or {}
+
+
+def _fence_holds(run, namespaces, leaving=None):
+    """{namespace: ([ids of the remainders held there], {uids of the VMIs its active reservations name})} for
+    namespaces, from the ledgers as they are now, the reservation leaving left out; None when they cannot be
+    read."""
+    try:
+        found = find_ledgers(run.cluster, None, run.store.namespace)
+    except KvquotaError:
+        return None
+    holds = {}
+    for (namespace, _quota), entry in found.items():
+        if namespace not in namespaces:
+            continue
+        held, named = holds.setdefault(namespace, ([], set()))
+        for rid, item in sorted(entry.reservations.items()):
+            if rid == leaving:
+                continue
+            if item.remainder:
+                held.append(rid)
+            else:
+                named.update(v["uid"] for v in _ref_items(item.refs, "vms", namespace, True) if v.get("uid"))
+    return holds
+
+
+def held_fence_note(held):
+    """The text a refusal shows in a namespace kept fenced for the remainders held there."""
+    return ("no maintenance window now: kvquota keeps this namespace's quota at its usage, above its base, as "
+            "'%s' (what it used of a released reservation); nothing new is admitted until usage is back within the "
+            "base, then the reaper restores the base and lifts this" % "', '".join(sorted(held)))
+
+
+def _keep_fenced(run, namespace, vmis, held):
+    """vmis (and their migrations) unlisted, the namespace kept fenced (with the note of held when nothing else
+    keeps it: no VMI, no migration, so nothing is admitted), in one write. fence.unfence's result shape + 'held'."""
+    outcome = fence_mod.unfence_keeping_namespace(run.cluster, run.store.namespace, namespace, vmis,
+                                                  held_fence_note(held), run.check_mode)
+    return dict(outcome, held=list(held))
+
+
+def _reserve_message(reservation_id, final, state, item):
+    entry = final.reservations.get(reservation_id)
+    return ("kvquota reservation '%s' (owner %s; reason: %s) %s: %s, until %s"
+            % (reservation_id, entry.owner or "-", entry.reason or "-", item.get("outcome"),
+               _changes_text(item["before"], item["after"]), entry.expires or "released"))
+
+
+# ---------------------------------------------------------------------------
+# release
+
+def find_ledgers(cluster, warnings=None, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """{(namespace, quota): Ledger} for every quota kvquota holds a ledger for: the ConfigMaps of the operator
+    namespace, and 0.1.0 annotations not adopted yet that verify against their quota (three list requests). A
+    ledger that cannot be read, or whose quota is gone, is left out with a warning appended to warnings (when
+    given): it never stops the others from being read."""
+    found, _orphans, _legacy = _scan(cluster, warnings if warnings is not None else [], operator_namespace)
+    return found
+
+
+def _scan(cluster, warnings, operator_namespace):
+    """(ledgers by (namespace, quota), [(Ledger, ConfigMap)] of ledgers whose quota no longer exists, the
+    (namespace, quota) of verified 0.1.0 ledgers not adopted yet)."""
+    store = store_mod.Store(cluster, operator_namespace)
+    stored = store.list(warnings)
+    quotas = cluster.list_quotas()
+    by_uid = dict(((q.get("metadata") or {}).get("uid"), q) for q in quotas)
+    found, orphans, legacy_targets = {}, [], []
+    for uid, (entry, configmap) in sorted(stored.items()):
+        quota = by_uid.get(uid)
+        if quota is None:
+            warnings.append("the kvquota ledger of %s/%s names a quota that no longer exists (uid %s); its "
+                            "reservations %s are void (the reaper deletes it)"
+                            % (entry.namespace, entry.quota, uid, ", ".join(sorted(entry.reservations)) or "none"))
+            orphans.append((entry, configmap))
+            continue
+        meta = quota.get("metadata") or {}
+        entry.namespace, entry.quota = meta.get("namespace"), meta.get("name")
+        found[(entry.namespace, entry.quota)] = entry
+    # 0.1.0 kept the ledger on the quota, or on the Namespace of a Rancher-managed quota
+    candidates = [q for q in quotas if (q.get("metadata") or {}).get("uid") not in stored and (
+        ledger_mod.LEDGER_ANNOTATION in ((q.get("metadata") or {}).get("annotations") or {}) or is_rancher_managed(q))]
+    namespaces = {}
+    if any(is_rancher_managed(q) for q in candidates):
+        namespaces = dict(((n.get("metadata") or {}).get("name"), n) for n in cluster.list_namespaces())
+    if candidates:
+        run = _Run(cluster, None, time.time, time.sleep, True, operator_namespace=operator_namespace)
+        for quota in candidates:
+            meta = quota.get("metadata") or {}
+            namespace = namespaces.get(meta.get("namespace")) or {}
+            backend = select_backend(quota, namespace, run.facts)
+            legacy = _legacy_ledger(run, quota, namespace, backend) if backend.writable else None
+            if legacy is not None:
+                found[(meta.get("namespace"), meta.get("name"))] = legacy
+                legacy_targets.append((meta.get("namespace"), meta.get("name")))
+        warnings.extend(w for w in run.warnings if w not in warnings)
+    return found, orphans, sorted(legacy_targets)
+
+
+def pod_counts(pod, now):
+    """Whether a pod still counts in quota usage (as the quota controller sees it)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in quotas_mod.FINISHED_POD_PHASES:
+        return False
+    meta = pod.get("metadata") or {}
+    deleted = meta.get("deletionTimestamp")
+    grace = meta.get("deletionGracePeriodSeconds")
+    if deleted and grace is not None:
+        return now <= timeutil.parse_time(deleted) + int(grace)
+    return True
+
+
+def _pod_label(pod):
+    meta = pod.get("metadata") or {}
+    text = "%s (%s" % (meta.get("name"), (pod.get("status") or {}).get("phase") or "Pending")
+    if meta.get("deletionTimestamp"):
+        text += ", terminating"
+    return text + ")"
+
+
+def _ref_items(refs, key, namespace, only_namespace=False):
+    """The refs[key] entries as {namespace, name, ...} (a missing namespace is the quota's); with only_namespace,
+    only those in that namespace (a quota waits only for its own pods and migrations)."""
+    items = []
+    for item in (refs or {}).get(key) or []:
+        if isinstance(item, str):
+            ns, _sep, name = item.rpartition("/")
+            items.append({"namespace": ns or namespace, "name": name})
+        elif isinstance(item, dict) and item.get("name"):
+            entry = dict(item)
+            entry.setdefault("namespace", namespace)
+            items.append(entry)
+    if only_namespace:
+        items = [item for item in items if item["namespace"] == namespace]
+    return items
+
+
+def _launcher_owner(pod):
+    """(name, uid) of the VMI a virt-launcher pod belongs to, by its controller ownerReference
+    (ownership.launcher_vmi_uid), or None. Labels are the tenant's to write: never identity."""
+    uid = ownership.launcher_vmi_uid(pod)
+    if not uid:
+        return None
+    return next(ref.get("name") for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+                if isinstance(ref, dict) and ref.get("uid") == uid), uid
+
+
+def _runs_on_launcher(vmi, pod):
+    """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher: the pod must be
+    owned by exactly this VMI (uid), not by a namesake."""
+    if not ownership.is_launcher_of(pod, vmi):
+        return False
+    node = (vmi.get("status") or {}).get("nodeName")
+    return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
+
+
+def _is_active_launcher(run, pod):
+    """True while pod is still its VMI's active launcher pod: the VM never left it (its migration was never
+    created, failed or was cancelled), so it is no lingering source and must not hold the release. Whatever
+    a target pod still charges is caught by the usage check."""
+    owner = _launcher_owner(pod)
+    if not owner:
+        return False
+    try:
+        vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", owner[0],
+                                     namespace=(pod.get("metadata") or {}).get("namespace"))
+    except NotFoundError:
+        return False
+    return _runs_on_launcher(vmi, pod)
+
+
+def _own_blockers(run, state, entry, now):
+    """What of the reservation itself is not over yet: its migrations not final, its recorded source pods (and
+    those its migrations name) still counted. Sets state.running (the migrations still under way)."""
+    reasons = []
+    namespace = state.target[0]
+    lingering = []
+    # a migration the follower gave back to the queue (KubeVirt ran another in its room) is no longer this
+    # reservation's to wait for; the usage check below still keeps a release from over-using the quota
+    given_back = (entry.refs or {}).get("displaced") or {}
+    for migration in _ref_items(entry.refs, "migrations", namespace, True):
+        if migration.get("uid") and isinstance(given_back, dict) and migration["uid"] in given_back:
+            continue
+        try:
+            vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                                          migration["name"], namespace=migration["namespace"])
+        except NotFoundError:
+            continue
+        if migration.get("uid") and (vmim.get("metadata") or {}).get("uid") != migration["uid"]:
+            continue   # another object under that name (e.g. a tenant's): not what this reservation waits for
+        phase = (vmim.get("status") or {}).get("phase")
+        if phase not in ownership.FINAL_MIGRATION_PHASES:
+            reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
+            state.running.append((migration["namespace"], migration["name"]))
+        source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
+        if source:
+            # by name only: the pod must be older than the migration (a source pod is), never a pod a tenant
+            # created under that name once KubeVirt's was gone
+            lingering.append({"namespace": migration["namespace"], "name": source,
+                              "not_after": _created_at(vmim)})
+    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True) + lingering:
+        try:
+            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
+        except NotFoundError:
+            continue
+        uid = pod_ref.get("uid")
+        if uid and (pod.get("metadata") or {}).get("uid") != uid:
+            continue
+        if "not_after" in pod_ref and not _created_no_later(pod, pod_ref["not_after"]):
+            continue
+        if pod_counts(pod, now) and not _is_active_launcher(run, pod):
+            reasons.append("source pod %s/%s still counts (it ends by itself once its migration completed)"
+                           % (pod_ref["namespace"], _pod_label(pod)))
+    return reasons
+
+
+def _release_blockers(run, state, reservation_id, now):
+    """Why reservation_id cannot be released from this quota yet ([] = it can).
+
+    Only the reservation's own migrations and source pods, and usage that is about to drop by itself (status.used
+    not caught up with pods that ended; a pod KubeVirt named for the reservation - a recorded source pod by UID, a
+    source or target pod its migrations name in their status - that is being removed), are waited for. Usage
+    above the value to restore that lasts - what running pods and PVCs really charge: a VM that came back bigger,
+    a pod or PVC created during the reservation, a pod that claims a reserved VM as its owner but that KubeVirt
+    does not name, a migration this run did not create - never keeps the reservation: the quota goes back to its
+    base all the same (Kubernetes keeps a quota below its usage; new pods are refused until usage is within it),
+    and state.overuse names it. Sets
+    state.captured (objects that hold the headroom without being the reservation's migrations, as text),
+    state.overuse and state.running."""
+    entry = state.ledger.reservations.get(reservation_id)
+    state.captured, state.overuse, state.running = [], None, []
+    if entry is None:
+        return []
+    reasons = _own_blockers(run, state, entry, now)
+    after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
+    target = desired(after)
+    used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
+    fits, names = less_or_equal(used, target)
+    if fits:
+        return reasons
+    usage = _usage_now(run, state, entry, names, now)
+    state.captured = [_object_text(item) for item in usage["objects"] if item["why"] not in (GREW, LEFT_OVER)]
+    if reasons:
+        if state.captured:
+            reasons.append("none of them the reservation's migrations, these hold its headroom: %s"
+                           % _listed(state.captured))
+        return reasons
+    lasting, waiting = _usage_verdict(used, target, names, usage["charged"], usage["known"], usage["settling"])
+    if lasting:
+        state.overuse = _overuse(state, after, used, names, usage)
+        return []
+    strings = desired_strings(after)
+    for name in waiting:
+        charged = usage["charged"].get(name, 0)
+        if usage["settling"].get(name):
+            reasons.append("%s used %s > %s: %s still count%s (KubeVirt is removing what the reservation's "
+                           "migrations left)"
+                           % (name, used_of(state.quota)[name], strings[name], ", ".join(usage["settling_pods"]),
+                              "s" if len(usage["settling_pods"]) == 1 else ""))
+        else:
+            reasons.append("%s used %s > %s, but the pods and PVCs there charge %s: the quota controller has not "
+                           "caught up yet" % (name, used_of(state.quota)[name], strings[name],
+                                              _show(charged, name)))
+    return reasons
+
+
+CREATED_DURING, GREW, FOREIGN_MIGRATION = "created-during-reservation", "grew", "migration-not-of-this-run"
+# a pod whose controller ownerReference names a reserved VM, that is not its active launcher and that KubeVirt does
+# not name for the reservation (a tenant may write any ownerReference): over-use, whenever it was created
+CLAIMS_LAUNCHER = "claims-to-be-a-launcher"
+# a source or target pod KubeVirt named for the reservation's final migration that still counts without being
+# removed: over-use too (only what KubeVirt is removing is waited for)
+LEFT_OVER = "left-by-its-migration"
+
+
+def _show(value, name):
+    return format_resource_list({name: value}).get(name, "0")
+
+
+def _usage_verdict(used, target, names, charged, known, settling):
+    """(lasting, waiting) of names, the resources whose status.used is above the value to restore (target):
+    lasting when what the objects there charge (charged, for the names in known; status.used for the others),
+    less what is going away by itself (settling), is still above it - the release restores the base all the
+    same and reports it; waiting when it fits (the quota controller has not caught up, or a pod KubeVirt is
+    removing still counts)."""
+    lasting, waiting = [], []
+    for name in names:
+        now = charged.get(name, 0) if name in known else used[name]
+        (lasting if now - settling.get(name, 0) > target[name] else waiting).append(name)
+    return lasting, waiting
+
+
+def _pvc_usage(pvc):
+    """What quota charges for an existing PVC (the PVC evaluator): the counts and requests.storage (the larger of
+    the request and status.allocatedResources), also per storage class."""
+    spec = pvc.get("spec") or {}
+    status = pvc.get("status") or {}
+    sizes = [((spec.get("resources") or {}).get("requests") or {}).get("storage"),
+             (status.get("allocatedResources") or {}).get("storage")]
+    storage = max([parse_resource_list({"requests.storage": s}, "PVC storage")["requests.storage"]
+                   for s in sizes if s] or [0])
+    one = Fraction(1)
+    charge = {"persistentvolumeclaims": one, quotas_mod.PVC_COUNT: one, "requests.storage": storage}
+    klass = spec.get("storageClassName") or ((pvc.get("metadata") or {}).get("annotations") or {}).get(
+        "volume.beta.kubernetes.io/storage-class")
+    if klass:
+        prefix = klass + quotas_mod.STORAGE_CLASS_SUFFIX
+        charge[prefix + "requests.storage"] = storage
+        charge[prefix + "persistentvolumeclaims"] = one
+    return charge
+
+
+def _object_facts(obj, kind, why, charge, names):
+    """What names an object that holds usage: kind, namespace/name, its controller owner, when and by which
+    client it was created (managedFields' managers, oldest first, where the object carries them), what it
+    charges of names."""
+    meta = obj.get("metadata") or {}
+    owner = next((ref for ref in meta.get("ownerReferences") or () if isinstance(ref, dict) and ref.get("controller")),
+                 None)
+    managers = []
+    for field in sorted((f for f in meta.get("managedFields") or () if isinstance(f, dict)),
+                        key=lambda f: str(f.get("time") or "")):
+        if field.get("manager") and field["manager"] not in managers:
+            managers.append(str(field["manager"]))
+    return {"kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
+            "owner": "%s/%s" % (owner.get("kind"), owner.get("name")) if owner else None,
+            "created": meta.get("creationTimestamp"), "managers": managers, "why": why,
+            "charges": dict((n, _show(v, n)) for n, v in sorted(mask(charge, names).items()) if v)}
+
+
+def _listed(texts, sep="; ", most=8):
+    """texts joined, the first `most` only (a tenant may create many objects: messages stay readable)."""
+    shown = sep.join(texts[:most])
+    return shown + (" and %d more" % (len(texts) - most) if len(texts) > most else "")
+
+
+def _object_text(item):
+    """One object of an over-use or a capture, as the messages name it."""
+    who = "created %s%s" % (item.get("created") or "(time unknown)",
+                            " by %s" % ", ".join(item["managers"]) if item.get("managers") else "")
+    ref = "%s %s/%s" % (item["kind"], item["namespace"], item["name"])
+    charges = ", ".join("%s %s" % kv for kv in sorted((item.get("charges") or {}).items()))
+    if item["why"] == GREW:
+        grew = ", ".join("%s %s" % kv for kv in sorted((item.get("grew") or {}).items()))
+        return ("VM %s came back larger than before its migration: its launcher pod %s (%s) charges %s"
+                % (item["vm"], item["name"], who, grew or charges + " (its source pod is gone: not compared)"))
+    if item["why"] == FOREIGN_MIGRATION:
+        return ("%s (%s; not created by this run) of VM %s: its target pod %s charges %s"
+                % (ref, who, item["vm"], item["pod"], charges))
+    if item["why"] == CLAIMS_LAUNCHER:
+        return ("%s (owner %s, %s) claims to be a launcher pod of VM %s, but KubeVirt does not name it (neither "
+                "the VM's active pod nor a source or target pod of the reservation's migrations) and it charges %s"
+                % (ref, item.get("owner") or "none", who, item["vm"], charges))
+    if item["why"] == LEFT_OVER:
+        return ("%s (%s), %s of VM %s, still charges %s although that migration is final, and nothing is removing "
+                "it" % (ref, who, item["named"], item["vm"], charges))
+    return "%s (owner %s, %s, after the reservation of %s) charges %s" % (
+        ref, item.get("owner") or "none", who, item.get("reservation_created"), charges)
+
+
+def _created_at(obj):
+    """metadata.creationTimestamp of obj in epoch seconds (set by the API server: nobody can choose it), or None."""
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return timeutil.parse_time(stamp) if stamp else None
+    except InputError:
+        return None
+
+
+def _created_no_later(obj, limit):
+    """Whether obj was created at or before limit (epoch seconds; None: unknown, so never)."""
+    created = _created_at(obj)
+    return created is not None and limit is not None and created <= limit
+
+
+def _final_at(vmim):
+    """When a migration went final (the later of its migrationState.endTimestamp and the time of its Succeeded or
+    Failed phase transition) in epoch seconds, or None when it says neither."""
+    status = vmim.get("status") or {}
+    stamps = [(status.get("migrationState") or {}).get("endTimestamp")]
+    stamps.extend(item.get("phaseTransitionTimestamp") for item in status.get("phaseTransitionTimestamps") or ()
+                  if isinstance(item, dict) and item.get("phase") in ownership.FINAL_MIGRATION_PHASES)
+    times = []
+    for stamp in stamps:
+        try:
+            when = timeutil.parse_time(stamp) if stamp else None
+        except InputError:
+            when = None
+        if when is not None:
+            times.append(when)
+    return max(times) if times else None    # the later of the two: clocks of virt-handler and virt-controller
+
+
+def _named_by_kubevirt(entry, namespace, vmims):
+    """The pods KubeVirt itself named for this reservation: ({pod UID: text} of its recorded source pods,
+    {pod name: (text, not_before, not_after)} of the source and target pods that its migrations (matched by UID:
+    refs["migrations"]) name in status.migrationState). A pod named only by name must have been created within
+    those bounds (epoch seconds; None: no bound known, so no pod matches): a source pod before its migration, a
+    target pod between the migration's creation and its end; so a pod a tenant creates under such a name once
+    KubeVirt's is gone is not taken for it. Labels and ownerReferences are the tenant's to write: never used."""
+    by_uid = dict((item["uid"], "its recorded source pod")
+                  for item in _ref_items(entry.refs, "sourcePods", namespace, True) if item.get("uid"))
+    own = set(item["uid"] for item in _ref_items(entry.refs, "migrations", namespace, True) if item.get("uid"))
+    by_name = {}
+    for vmim in vmims:
+        if not ownership.uid_of(vmim) or ownership.uid_of(vmim) not in own:
+            continue
+        migration_state = (vmim.get("status") or {}).get("migrationState") or {}
+        name = (vmim.get("metadata") or {}).get("name")
+        started = _created_at(vmim)
+        source, target = migration_state.get("sourcePod"), migration_state.get("targetPod")
+        if source:
+            by_name[source] = ("the source pod of its migration %s" % name, None, started)
+        if target:
+            by_name[target] = ("the target pod of its migration %s" % name, started, _final_at(vmim))
+    return by_uid, by_name
+
+
+def _kubevirt_named(pod, named):
+    """How KubeVirt named pod for the reservation (text), or None (named: _named_by_kubevirt)."""
+    by_uid, by_name = named
+    uid = ownership.uid_of(pod)
+    if uid and uid in by_uid:
+        return by_uid[uid]
+    found = by_name.get((pod.get("metadata") or {}).get("name"))
+    if found is None:
+        return None
+    text, not_before, not_after = found
+    created = _created_at(pod)
+    if created is None or not_after is None or created > not_after:
+        return None
+    if not_before is not None and created < not_before:
+        return None
+    return text
+
+
+def _usage_now(run, state, entry, names, now):
+    """What really uses names in the quota's namespace now: {charged: ResourceList (pods, and PVCs when a PVC name
+    is over), known: the names charged counts for, settling: ResourceList of the pods KubeVirt is removing that it
+    named for this reservation (its recorded source pods by UID, the source and target pods its migrations name
+    in status.migrationState; _named_by_kubevirt), settling_pods, objects: [_object_facts] of what took the
+    headroom or grew on it}. Identity by controller ownerReference, UID and KubeVirt's status, never by labels; a
+    pod whose ownerReference claims a reserved VM but that is neither its active launcher nor named by KubeVirt
+    for the reservation (ownerReferences are the tenant's to write) is over-use, named as such."""
+    namespace = state.target[0]
+    quota = state.quota
+    created = timeutil.parse_time(entry.created) if entry.created else None
+    recorded = set()
+    for item in state.ledger.reservations.values():
+        recorded.update(ownership.ref_uids(item.refs, "migrations").values())
+    vmis = dict(((vmi.get("metadata") or {}).get("name"), vmi)
+                for vmi in _kubevirt_list(run, "virtualmachineinstances", namespace))
+    vmims = _kubevirt_list(run, "virtualmachineinstancemigrations", namespace)
+    named = _named_by_kubevirt(entry, namespace, vmims)
+    foreign = {}   # VMI name -> a migration under way that no reservation of this quota recorded
+    for vmim in vmims:
+        if (vmim.get("status") or {}).get("phase") in ownership.FINAL_MIGRATION_PHASES:
+            continue
+        if ownership.uid_of(vmim) and ownership.uid_of(vmim) not in recorded:
+            foreign.setdefault((vmim.get("spec") or {}).get("vmiName"), vmim)
+    reserved = dict((item["uid"], item) for item in _ref_items(entry.refs, "vms", namespace, True) if item.get("uid"))
+    sources = _source_charges(run, entry, namespace)
+    result = {"charged": {}, "known": set(), "settling": {}, "settling_pods": [], "objects": []}
+    since = entry.created
+
+    def after_reservation(obj):
+        # creation times have a second's resolution: one in the reservation's own second is not named (a pod
+        # that was there before must never be called what took the headroom)
+        stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+        return created is not None and bool(stamp) and timeutil.parse_time(stamp) > created
+
+    result["known"].update(name for name in names if quotas_mod.pod_tracks(name))
+    for pod in run.cluster.list_pods(namespace):
+        if not quotas_mod.quota_matches_pod(quota, quotas_mod.facts_of_pod(pod)):
+            continue
+        counts = pod_counts(pod, now)
+        charge = quotas_mod.pod_usage(pod) if counts else {quotas_mod.POD_COUNT: Fraction(1)}
+        result["charged"] = add(result["charged"], charge)
+        if not counts or not any(mask(charge, names).values()):
+            continue
+        owner = _launcher_owner(pod)
+        vmi = vmis.get(owner[0]) if owner else None
+        if owner and vmi is not None and ownership.uid_of(vmi) != owner[1]:
+            vmi = None
+        active = owner is not None and _runs_on_launcher(vmi, pod)
+        mine = owner is not None and owner[1] in reserved
+        name = (pod.get("metadata") or {}).get("name")
+        kubevirts = _kubevirt_named(pod, named) if mine and not active else None
+        if kubevirts and (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # KubeVirt named it for this reservation and is removing it: what it charges is going away
+            result["settling"] = add(result["settling"], mask(charge, names))
+            result["settling_pods"].append("pod %s/%s of VM %s, %s"
+                                           % (namespace, _pod_label(pod), owner[0], kubevirts))
+        elif owner and not active and owner[0] in foreign:
+            vmim = foreign[owner[0]]
+            item = _object_facts(vmim, "VirtualMachineInstanceMigration", FOREIGN_MIGRATION, charge, names)
+            item.update(vm="%s/%s" % (namespace, owner[0]), pod=name)
+            result["objects"].append(item)
+        elif kubevirts:
+            item = _object_facts(pod, "Pod", LEFT_OVER, charge, names)
+            item.update(vm="%s/%s" % (namespace, owner[0]), named=kubevirts)
+            result["objects"].append(item)
+        elif mine and not active:
+            item = _object_facts(pod, "Pod", CLAIMS_LAUNCHER, charge, names)
+            item["vm"] = "%s/%s" % (namespace, owner[0])
+            result["objects"].append(item)
+        elif mine:
+            if not after_reservation(pod):
+                continue   # the VM never moved: what it charges is what it charged before the reservation
+            before = sources.get(owner[1])
+            grew = {}
+            if before is not None:
+                grew = dict((n, "%s -> %s" % (_show(before.get(n, 0), n), _show(v, n)))
+                            for n, v in mask(charge, names).items() if v > before.get(n, 0))
+            if before is None or grew:
+                item = _object_facts(pod, "Pod", GREW, charge, names)
+                item.update(vm="%s/%s" % (namespace, owner[0]), grew=grew)
+                result["objects"].append(item)
+        elif after_reservation(pod):
+            item = _object_facts(pod, "Pod", CREATED_DURING, charge, names)
+            item["reservation_created"] = since
+            result["objects"].append(item)
+    if any(quotas_mod.pvc_tracks(name) for name in names):
+        try:
+            pvcs = list_items(run.cluster, api_path("v1", "persistentvolumeclaims", namespace), None,
+                              "list persistentvolumeclaims in namespace %s" % namespace)
+        except ForbiddenError as err:
+            run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what "
+                     "they charge; bind kvquota-read of this collection's rbac/clusterrole.yml"
+                     % (namespace, state.target[1], err.message))
+            pvcs = None
+        if pvcs is not None:
+            result["known"].update(name for name in names if quotas_mod.pvc_tracks(name))
+            for pvc in pvcs:
+                charge = _pvc_usage(pvc)
+                result["charged"] = add(result["charged"], charge)
+                if after_reservation(pvc) and any(mask(charge, names).values()):
+                    item = _object_facts(pvc, "PersistentVolumeClaim", CREATED_DURING, charge, names)
+                    item["reservation_created"] = since
+                    result["objects"].append(item)
+    return result
+
+
+def _kubevirt_list(run, plural, namespace):
+    """KubeVirt's objects of that plural in namespace; none where KubeVirt's API is not served."""
+    try:
+        return run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], plural, namespace=namespace)
+    except NotFoundError:
+        return []
+
+
+def _source_charges(run, entry, namespace):
+    """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (read from
+    its spec; the pod may have completed since), by the VMI uid of its controller ownerReference; pods gone or
+    replaced are left out."""
+    result = {}
+    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True):
+        try:
+            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
+        except NotFoundError:
+            continue
+        if pod_ref.get("uid") and ownership.uid_of(pod) != pod_ref["uid"]:
+            continue
+        owner = _launcher_owner(pod)
+        if owner is not None:
+            running = dict(pod, status=dict(pod.get("status") or {}, phase="Running"))
+            result[owner[1]] = quotas_mod.pod_usage(running)
+    return result
+
+
+def _overuse(state, after, used, names, usage):
+    """The over-use of one quota as the release reports it: per resource whose status.used is above the value
+    restored, the usage, what the objects there charge (where known), the base and the value restored; and the
+    objects that make it (_object_facts)."""
+    strings = desired_strings(after)
+    resources = {}
+    for name in names:
+        entry = {"used": used_of(state.quota)[name], "base": after.base.get(name), "restored": strings[name]}
+        if name in usage["known"]:
+            entry["charged"] = _show(usage["charged"].get(name, 0), name)
+        resources[name] = entry
+    return {"namespace": state.target[0], "quota": state.target[1], "resources": resources,
+            "objects": [item for item in usage["objects"] if set(item.get("charges") or ()) & set(names)]}
+
+
+def _overuse_text(reservation_id, report, fence_installed):
+    """The warning of a release that restored a quota below its usage: the numbers, what makes it, what ends it.
+    Never "raise the base" (that would hand the tenant what it took) nor "delete the VM's pod"."""
+    where = "%s/%s" % (report["namespace"], report["quota"])
+    numbers = ", ".join("%s used %s > %s%s" % (name, r["used"], r["restored"],
+                                               "" if r["restored"] == r["base"] else " (base %s + other reservations)"
+                                               % r["base"])
+                        for name, r in sorted(report["resources"].items()))
+    objects = report["objects"]
+    made = _listed([_object_text(item) for item in objects]) or \
+        "no object created during the reservation (pods that were there before use more now)"
+    fixes = []
+    removable = ["%s %s/%s" % (o["kind"], o["namespace"], o["name"]) for o in objects
+                 if o["why"] not in (GREW, LEFT_OVER)]
+    if removable:
+        fixes.append("remove %s (it took the room reserved for the migrations), and %s the headroom fence "
+                     "(kubectl apply -f rbac/fence.yml) so that only the run's own migrations use a reservation"
+                     % (_listed(removable, ", "), "extend" if fence_installed else "install"))
+    grown = [o["vm"] for o in objects if o["why"] == GREW]
+    if grown:
+        fixes.append("VM %s uses more than before its migration: it keeps running, and its namespace is over its "
+                     "base until it is back within it" % ", ".join(grown))
+    left = ["%s/%s" % (o["namespace"], o["name"]) for o in objects if o["why"] == LEFT_OVER]
+    if left:
+        fixes.append("pod %s, which a final migration left, is KubeVirt's to remove: look at virt-controller's "
+                     "log and the migration's status" % ", ".join(left))
+    held = report.get("held")
+    tail = ""
+    if held:
+        tail = (" The quota's owner refuses a value below usage (Harvester's namespace webhook): %s written at usage, "
+                "%s kept in the ledger as reservation '%s' until usage drops; the reaper (kvquota_release "
+                "expired: true) restores the base then"
+                % (", ".join(sorted(held)), ", ".join("%s=%s" % kv for kv in sorted(held.items())),
+                   report.get("held_as")))
+    return ("reservation '%s' released: %s is back at its base although its namespace uses more than that (%s); "
+            "made by: %s. Kubernetes keeps a quota below its usage: new pods in %s are refused until usage is within "
+            "it again.%s%s" % (reservation_id, where, numbers, made, report["namespace"], tail,
+                               " To end it: %s." % "; ".join(fixes) if fixes else ""))
+
+
+def _release_ledger(state, reservation_id, now):
+    """The ledger after releasing reservation_id from state's quota, and the outcome: base + the other
+    reservations; where the quota's owner refuses a value below usage (Harvester's namespace webhook), what
+    status.used still holds above that is kept as the reservation's remainder (ledger.hold_at_usage)."""
+    if not getattr(state.backend, "refuses_below_usage", False) or reservation_id not in state.ledger.reservations:
+        return ledger_mod.release(state.ledger, reservation_id, now)
+    after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
+    target = desired(after)
+    used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
+    above = dict((name, used[name] - target[name]) for name in used if used[name] > target[name])
+    return ledger_mod.hold_at_usage(state.ledger, reservation_id, above, now)
+
+
+_GIVEN_BACK = (ledger_mod.RELEASED, ledger_mod.HELD_AT_USAGE)
+
+
+def _release_mutation(reservation_id):
+    def mutate(state, now):
+        new, outcome = _release_ledger(state, reservation_id, now)
+        if outcome["outcome"] not in _GIVEN_BACK and not state.changes:
+            if state.stored is not None and is_idle(state.stored):
+                return new, outcome   # a leftover idle ledger: clean it up
+            return None, outcome
+        return new, outcome
+    return mutate
+
+
+def _release_one(run, target, reservation_id, state=None):
+    """Release reservation_id from one quota (Harvester opt-out put back first when this empties the ledger)."""
+    if state is None:
+        state = _read(run, target, run.clock())
+    if state.backend.writable and state.backend.name == HARVESTER and _owned_by_namespace(state.backend):
+        after, outcome = _release_ledger(state, reservation_id, run.clock())
+        if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
+            _harvester_restore(run, target, after, state.backend)
+            state = None  # the quota changed: read again
+    state, final, info, changed = _transact(run, target, _release_mutation(reservation_id), first=state)
+    _report_changes(run, state)
+    item = _quota_result(state, final, info, changed)
+    if changed and final is not None and not run.check_mode:
+        _wait_followed(run, state, final)
+        if info and info.get("outcome") in _GIVEN_BACK:
+            rest = sorted(final.reservations)
+            tail = ("base restored, no reservation left" if not rest else
+                    "%d reservation(s) still active: %s" % (len(rest), ", ".join(rest)))
+            if info.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                tail = ("down to the namespace's usage, which is above its base: %s kept as '%s' until usage drops; %s"
+                        % (", ".join("%s=%s" % kv for kv in sorted(info["held"].items())), info["held_as"], tail))
+            _emit(run, state, "QuotaReleased", "kvquota released reservation '%s': %s (%s)"
+                  % (reservation_id, _changes_text(item["before"], item["after"]), tail))
+    return item
+
+
+def _release_locked(run, target, reservation_id):
+    """_release_one holding the namespace's Lease, from a fresh read: the change is made against the ledger as
+    it is now, never as it was before the lock was taken."""
+    with run.locked([target[0]]):
+        return _release_one(run, target, reservation_id)
+
+
+def _vms_of(state, reservation_id):
+    entry = state.ledger.reservations.get(reservation_id) if state.ledger is not None else None
+    return [dict(item) for item in _ref_items(entry.refs if entry else None, "vms", state.target[0], True)
+            if item.get("uid")]
+
+
+def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode=False, quotas=None, force=False,
+            poll_interval=5.0, lock=None, facts=None, clock=time.time, sleep=time.sleep,
+            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """Give reservation_id back on every quota holding it (or only on quotas=[(ns, quota)]), and finish any
+    change an interrupted run left half-written.
+
+    A quota is restored (to base + the other active reservations, from the ledger, never by subtraction)
+    only when the reservation's migrations are final, its recorded source pods are terminal or gone, and
+    status.used fits under the value to write. wait_for_pods=True waits for that up to timeout seconds,
+    polling every poll_interval; False checks once. Quotas that are still not ready raise WaitTimeoutError
+    naming the pods that still count (quotas already released stay released). force=True skips the checks.
+    Releasing an id that is not active is a no-op that says so. Each quota's write holds the Lease of its
+    namespace (lock: as for reserve), taken only for the write, not while waiting for pods.
+    """
+    _check_id(reservation_id)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    if quotas is not None:
+        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
+    else:
+        targets = sorted(target for target, entry in find_ledgers(cluster, run.warnings, operator_namespace).items()
+                         if ledger_mod.holding(entry, reservation_id) or _unfinished(entry))
+    return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+
+
+def _unfinished(entry):
+    """Whether a stored ledger is left half-written by an interrupted run (idle, or a write under way)."""
+    return is_idle(entry) or entry.previous is not None
+
+
+def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, raise_on_wait):
+    results, waiting = [], {}
+    if not targets:
+        return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [], "overuse": [],
+                "warnings": list(run.warnings), "diff": _diff([]),
+                "message": "no active reservation '%s' on any quota: nothing to release (already released or never "
+                           "made)" % reservation_id, "check_mode": run.check_mode}
+    pending = list(targets)
+    released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
+    held_now = {}       # namespace -> ids of the remainders this release kept there (ledger.hold_at_usage)
+    deadline = run.clock() + max(0, timeout or 0)
+    captured = {}  # target -> objects created during the reservation that hold its headroom (no fence kept them)
+    running = {}   # target -> its migrations still under way (for the fix)
+    overuse = []   # the quotas restored below their usage (reported, never kept as headroom)
+    while pending:
+        waiting = {}
+        for target in pending:
+            now = run.clock()
+            state = _read(run, target, now)
+            if not state.backend.writable:
+                continue
+            if state.ledger is None or not ledger_mod.holding(state.ledger, reservation_id):
+                results.append(_release_locked(run, target, reservation_id))
+                continue
+            reasons = [] if force else _release_blockers(run, state, reservation_id, now)
+            if state.captured:
+                captured[target] = state.captured
+            else:
+                captured.pop(target, None)
+            running[target] = state.running
+            if reasons and not run.check_mode:
+                waiting[target] = reasons
+                continue
+            vms = _vms_of(state, reservation_id)
+            item = _release_one(run, target, reservation_id, state) if run.check_mode else \
+                _release_locked(run, target, reservation_id)
+            if item.get("outcome") in _GIVEN_BACK:
+                # a namespace with no VM listed too: a remainder held there keeps it fenced, one released lifts it
+                released_vms.setdefault(target[0], []).extend(v for v in vms if v not in
+                                                              released_vms.get(target[0], []))
+            if item.get("outcome") == ledger_mod.HELD_AT_USAGE and item.get("held_as"):
+                held_now.setdefault(target[0], []).append(item["held_as"])
+            if reasons:
+                item["would_wait_for"] = reasons
+            if state.overuse and item.get("outcome") in _GIVEN_BACK:
+                report = dict(state.overuse)
+                if item.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                    report.update(held=dict(item.get("held") or {}), held_as=item.get("held_as"))
+                item["overuse"] = report
+                overuse.append(report)
+                text = _overuse_text(reservation_id, report, _fence_installed(run))
+                run.warn(text)
+                if item.get("changed"):   # once per change: a reaper run that finds a remainder as it was is silent
+                    _emit(run, state, "QuotaOverUse", "kvquota: " + text, "Warning")
+            results.append(item)
+        pending = sorted(waiting)
+        if not pending or not wait_for_pods or run.clock() >= deadline:
+            break
+        run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
+    # unfence only namespaces none of whose quotas still waits for this reservation
+    unfenced = _unfence(run, dict((ns, vms) for ns, vms in released_vms.items()
+                                  if not any(t[0] == ns for t in waiting)), reservation_id, held_now)
+    result = {
+        "changed": any(item["changed"] for item in results) or any(item["changed"] for item in unfenced),
+        "reservation_id": reservation_id,
+        "quotas": results,
+        "fence": unfenced,
+        "pending": [{"namespace": t[0], "quota": t[1], "reasons": waiting[t]} for t in sorted(waiting)],
+        "overuse": overuse,
+        "warnings": list(run.warnings),
+        "diff": _diff(results),
+        "check_mode": run.check_mode,
+    }
+    messages = []
+    for item in results:
+        outcome = item.get("outcome")
+        if outcome in (ledger_mod.UNKNOWN, ledger_mod.ALREADY_RELEASED) and item.get("message"):
+            messages.append(item["message"])
+    if messages:
+        result["message"] = "; ".join(messages)
+    if captured:
+        result["captured"] = [{"namespace": t[0], "quota": t[1], "pods": pods} for t, pods in sorted(captured.items())]
+    if waiting and raise_on_wait:
+        details = "; ".join("%s/%s: %s" % (t[0], t[1], "; ".join(waiting[t])) for t in sorted(waiting))
+        err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, timeout, details),
+                               _wait_fix([m for t in sorted(waiting) for m in running.get(t) or ()],
+                                         any(t in captured for t in waiting),
+                                         _fence_installed(run) if captured else False))
+        err.details["result"] = result
+        raise err
+    return result
+
+
+def _fence_installed(run):
+    try:
+        return bool(run.fence_installed())
+    except KvquotaError:
+        return False
+
+
+def _wait_fix(migrations, captured, fence_installed):
+    """The fix of a release that is still waiting: what it waits for ends by itself; a migration can be cancelled
+    by name. Never "delete the pods": a source pod is a VM's launcher until its migration completed."""
+    parts = []
+    if migrations:
+        parts.append("wait for migration(s) %s to end, or cancel them by name (kubectl -n <namespace> delete "
+                     "virtualmachineinstancemigration <name>)" % ", ".join("%s/%s" % m for m in migrations))
+    parts.append("a source pod ends by itself once its migration completed, and the quota controller catches up "
+                 "with status.used within seconds: re-run the release later (quotas listed as released are "
+                 "already restored)")
+    if captured:
+        parts.append("the objects named as created during the reservation took its headroom: remove them, and %s "
+                     "the headroom fence (kubectl apply -f rbac/fence.yml)" % ("extend" if fence_installed else
+                                                                               "install"))
+    return "; ".join(parts)
+
+
+def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,
+                    poll_interval=5.0, facts=None, clock=time.time, sleep=time.sleep,
+                    rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
+                    operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
+    """The reaper: release every reservation whose expiry is at or before now (default: the clock). Ones that
+    cannot be released yet (their migrations or source pods not over) are reported under "deferred", not raised.
+    A quota restored below its usage is reported under "overuse"; where its owner refuses that (Harvester), the
+    part usage still holds stays as a remainder (ledger.hold_at_usage, expiring at once) listed under
+    "held_at_usage", and the next run restores the base once usage dropped. It also finishes
+    what interrupted runs left half-written, adopts 0.1.0 ledgers, and deletes ledgers whose quota is gone."""
+    when = clock() if now is None else timeutil.parse_time(now)
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    found, orphans, legacy = _scan(cluster, run.warnings, operator_namespace)
+    by_id = {}
+    for target, entry in sorted(found.items()):
+        for rid in ledger_mod.expired(entry, when):
+            by_id.setdefault(rid, []).append(target)
+    results, deferred, released, held, overuse = [], [], [], [], []
+    for rid in sorted(by_id):
+        outcome = _release(run, rid, sorted(by_id[rid]), wait_for_pods, timeout, force, poll_interval, False)
+        results.extend(outcome["quotas"])
+        overuse.extend(dict(item, id=rid) for item in outcome.get("overuse") or ())
+        for item in outcome["quotas"]:
+            if item.get("outcome") == ledger_mod.RELEASED:
+                released.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"]})
+            elif item.get("outcome") == ledger_mod.HELD_AT_USAGE:
+                held.append({"id": rid, "namespace": item["namespace"], "quota": item["quota"],
+                             "held": dict(item.get("held") or {}), "held_as": item.get("held_as")})
+        for item in outcome["pending"]:
+            deferred.append(dict(item, id=rid))
+    touched = set((item["namespace"], item["quota"]) for item in results)
+    for target in sorted(set(legacy) | set(t for t, entry in found.items() if _unfinished(entry))):
+        if target not in touched:
+            results.append(_settle_ledger(run, target))
+    stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
+    gone = set((item["id"], item["namespace"], item["quota"]) for item in released + held)
+    # a remainder held at usage (ledger.hold_at_usage) keeps its namespace fenced (nothing new admitted while the
+    # quota is above its base): one not released by this run, or held again (same id) or anew (X.held) by it
+    active = set(ns for (ns, quota), entry in found.items()
+                 if any((rid, ns, quota) not in gone for rid in entry.reservations))
+    active.update(item["namespace"] for item in held)
+    unfenced = _unfence_idle(run, active)
+    removed = []
+    for entry, configmap in orphans:
+        removed.append({"namespace": entry.namespace, "quota": entry.quota, "uid": entry.uid,
+                        "reservations": sorted(entry.reservations), "base": dict(entry.base)})
+        if not run.check_mode:
+            _settle(run.store.delete, configmap)
+    return {"changed": any(item["changed"] for item in results + unfenced) or bool(removed) or bool(stale_locks),
+            "released": released, "held_at_usage": held, "overuse": overuse,
+            "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
+            "expired_locks_removed": stale_locks, "unfenced": unfenced,
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode,
+            "now": timeutil.format_time(when)}
+
+
+def _unfence_idle(run, active):
+    """Unfence every fenced namespace that holds no active reservation any more (a run killed between its fence
+    and its quota write, or a release that could not unfence): a fence must never outlive its headroom. active
+    counts a namespace where a remainder is held (ledger.hold_at_usage): it stays fenced until the reaper
+    restored its base."""
+    if not run.fence_installed():
+        return []
+    results = []
+    for namespace in sorted(set(fence_mod.fences(run.cluster, run.store.namespace)) - set(active)):
+        results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, None, run.check_mode))
+    return results
+
+
+def _delete_expired_locks(run, now):
+    """Delete the namespace locks of runs that were killed while holding them (expired Leases), each only if
+    unchanged since read; returns their names. A live lock is never touched."""
+    removed = []
+    listed = run.cluster.request("GET", lease_mod.leases_path(run.store.namespace),
+                                 what="list leases in namespace %s" % run.store.namespace) or {}
+    for lease in listed.get("items") or []:
+        meta = lease.get("metadata") or {}
+        if not str(meta.get("name", "")).startswith(lease_mod.NAMESPACE_LOCK_PREFIX):
+            continue
+        if not lease_mod.lease_status(lease, now)["expired"]:
+            continue
+        try:
+            run.cluster.delete(lease_mod.leases_path(run.store.namespace, meta["name"]),
+                               "delete lease %s in namespace %s" % (meta["name"], run.store.namespace),
+                               resource_version=meta.get("resourceVersion"))
+            removed.append(meta["name"])
+        except (ConflictError, NotFoundError):
+            continue
+    return removed
+
+
+def settle_interrupted(cluster, ledgers, namespaces=None, check_mode=False, clock=time.time, sleep=time.sleep,
+                       lock=None, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+    """Finish the writes interrupted runs left half-done on the quotas of ledgers ({(ns, quota): Ledger}, as
+    find_ledgers returns them) in namespaces (None: all): a ledger with no reservation left whose quota is not back
+    at its base yet (a release killed between its ledger write and its quota write), or one recording a write under
+    way. Each is brought in line with its ledger under its namespace's Lease (a dead run's Lease is waited out);
+    reservations are neither added nor released. Returns the per-quota results of those that were half-done."""
+    targets = sorted(target for target, entry in ledgers.items()
+                     if _unfinished(entry) and (namespaces is None or target[0] in namespaces))
+    if not targets:
+        return []      # the common case: nothing half-done, nothing more read
+    run = _Run(cluster, None, clock, sleep, check_mode, DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace, lock)
+    return [_settle_ledger(run, target) for target in targets]
+
+
+def _settle_ledger(run, target):
+    """Bring one quota in line with its ledger (adopting a 0.1.0 one, finishing an interrupted write), holding
+    its namespace's Lease; reservations are neither added nor released."""
+    def mutate(state, now):
+        return None, {"outcome": "reconciled" if state.changes else "in-sync"}
+
+    with run.locked([target[0]]):
+        state, final, info, changed = _transact(run, target, mutate)
+    if state.backend.writable:
+        _report_changes(run, state)
+    return _quota_result(state, final, info, changed)
+
+
+# ---------------------------------------------------------------------------
+# reconcile and inspect
+
+def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.time, sleep=time.sleep,
+              rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+              lock=None):
+    """Re-apply every ledger (or those of quotas=[(ns, quota)]): a revert is re-applied, an administrator's
+    change becomes the new base. Returns {changed, quotas, warnings, diff}."""
+    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    if quotas is not None:
+        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
+    else:
+        targets = sorted(find_ledgers(cluster, run.warnings, operator_namespace))
+
+    def mutate(state, now):
+        if state.stored is None:
+            return None, {"outcome": "no-ledger"}
+        return state.ledger, {"outcome": "reconciled" if state.changes else "in-sync"}
+
+    results = []
+    for target in targets:
+        with run.locked([target[0]]):   # held while waiting for Rancher too: a rewrite found then is adopted
+            state, final, info, changed = _transact(run, tuple(target), mutate)
+            if not state.backend.writable:
+                continue
+            _report_changes(run, state)
+            results.append(_quota_result(state, final, info, changed))
+            if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
+                _harvester_opt_out(run, state, final)
+                _wait_followed(run, state, final)
+    return {"changed": any(item["changed"] for item in results), "quotas": results,
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
+
+
+def list_reservations(cluster, now=None, clock=time.time, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                      warnings=None):
+    """Every active reservation in the cluster, flat, with an expired flag (for kvquota_check and reports)."""
+    when = clock() if now is None else timeutil.parse_time(now)
+    rows = []
+    for (namespace, quota), entry in sorted(find_ledgers(cluster, warnings, operator_namespace).items()):
+        for rid, item in sorted(entry.reservations.items()):
+            expires_at = item.expires_at()
+            rows.append({"id": rid, "namespace": namespace, "quota": quota, "backend": entry.backend,
+                         "owner": item.owner, "reason": item.reason, "created": item.created,
+                         "expires": item.expires, "expired": expires_at is not None and expires_at <= when,
+                         "delta": dict(item.delta), "refs": dict(item.refs), "base": dict(entry.base),
+                         "remainder": item.remainder})
+    return rows
+
+
+__all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
+           "parse_targets", "apply_margin", "settle_interrupted", "pod_counts", "admit_migrations", "end_migrations"]
