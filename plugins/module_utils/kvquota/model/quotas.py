@@ -46,7 +46,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (
     add,
     default_format,
-    format_resource_list,
     maximum,
     total,
 )
@@ -464,15 +463,6 @@ def released_by_completion(usage):
     return dict((name, value) for name, value in usage.items() if name != POD_COUNT)
 
 
-def split_charge(charge):
-    """(pod part, PVC part) of a migration charge."""
-    pods = {}
-    pvcs = {}
-    for name, value in charge.items():
-        (pvcs if is_pvc_charge_name(name) else pods)[name] = value
-    return pods, pvcs
-
-
 class QuotaMatcher(object):
     """What one quota charges of migration charges, with its scopes and names read once.
 
@@ -757,11 +747,6 @@ def approx(value, name, fmt=None):
     if abs(value) >= 2 ** 30:
         return "%s (about %.2fGi)" % (text, float(value) / 2 ** 30)
     return "%s (about %.1fMi)" % (text, float(value) / 2 ** 20)
-
-
-def show_list(rl, formats=None):
-    """A ResourceList as canonical strings, sorted by name (in the quota's own formats when given)."""
-    return format_resource_list(rl, formats)
 
 
 def make_fix(namespace, quota_name, name, current, required, fmt=None, reason="", owner="plain", permanent=False):

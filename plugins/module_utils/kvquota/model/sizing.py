@@ -1553,13 +1553,8 @@ def config_from_cluster(kubevirt_cr, harvester_settings=None, kubevirt_version=N
     )
 
 
-def quantity_strings(rl, formats=None):
-    """A ResourceList as canonical strings, using the formats KubeVirt/Kubernetes would carry."""
-    return _format_list(rl, formats or {})
-
-
 __all__ = [
     "ClusterConfig", "ContainerResources", "LauncherPod", "launcher_pod", "migration_charge",
     "memory_overhead", "pod_charge", "config_from_cluster", "parse_version", "parse_overhead_ratio",
-    "go_format_g", "go_parse_float", "harvester_setting_value", "quantity_strings", "DECIMAL_EXPONENT",
+    "go_format_g", "go_parse_float", "harvester_setting_value", "DECIMAL_EXPONENT",
 ]

@@ -62,13 +62,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.o
     uid_of,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import parse_resource_list, remove_zeros
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import meta as _meta
 
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
 FAST_POLL_SECONDS = 0.5
-
-
-def _meta(obj):
-    return obj.get("metadata") or {}
 
 
 def source_node(vmim, vmis):

@@ -321,8 +321,3 @@ def check(cluster, scope=None, options=None):
                                  for name in (snapshot.get("scope") or {}).get("nodes") or [])
     report["requests"] = snapshot.get("requests")
     return report
-
-
-def needed_by_namespace(report):
-    """{namespace: {quota: {resource: quantity}}}: the headroom per quota the report asks for."""
-    return dict((ns, r["needed"]) for ns, r in report["namespaces"].items() if r["needed"])

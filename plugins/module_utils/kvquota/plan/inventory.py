@@ -95,17 +95,6 @@ def normalize_scope(scope):
     return {"nodes": sorted(set(nodes)), "namespaces": sorted(set(namespaces))}
 
 
-def scope_kind(scope):
-    """'node', 'namespace', 'node+namespace' or 'cluster'."""
-    if scope["nodes"] and scope["namespaces"]:
-        return "node+namespace"
-    if scope["nodes"]:
-        return "node"
-    if scope["namespaces"]:
-        return "namespace"
-    return "cluster"
-
-
 # ---------------------------------------------------------------------------
 # Listing
 # ---------------------------------------------------------------------------

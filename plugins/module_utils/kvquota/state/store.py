@@ -40,6 +40,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.r
     equals,
     parse_resource_list,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import meta as _meta
 
 DEFAULT_OPERATOR_NAMESPACE = "kvquota-system"
 LEDGER_PREFIX = "kvq-ledger-"
@@ -65,10 +66,6 @@ def check_operator_namespace(name):
     return check_namespace_name(name, "operator_namespace",
                                 "give the namespace that holds kvquota's ledgers and locks (default %s), created by "
                                 "playbooks/install.yml" % DEFAULT_OPERATOR_NAMESPACE)
-
-
-def _meta(obj):
-    return obj.get("metadata") or {}
 
 
 def quota_uid(quota):
