@@ -116,7 +116,7 @@ def power(module):
     params = module.params
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['state'] == 'stopped':
-        vmis = [cluster.get_custom(vmpower.KUBEVIRT[0], vmpower.KUBEVIRT[1], 'virtualmachineinstances', name,
+        vmis = [cluster.get_custom(*vmpower.KUBEVIRT, 'virtualmachineinstances', name,
                                    namespace=namespace) for namespace, name in _vmi_refs(params['vms'])]
         return vmpower.stop(cluster, params['node'], vmis, operator_namespace=params['operator_namespace'],
                             check_mode=module.check_mode)

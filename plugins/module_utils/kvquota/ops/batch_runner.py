@@ -108,7 +108,7 @@ class BatchRunner(object):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
             return int(self.config.completion_timeout_per_gib), int(self.config.progress_timeout)
         try:
-            crs = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+            crs = self.cluster.list_custom(*KUBEVIRT, "kubevirts")
         except KvquotaError:
             crs = []
         per_gib, progress = timeouts_from_kubevirt(crs[0] if crs else None)
@@ -120,7 +120,7 @@ class BatchRunner(object):
             raise Interrupted("the process that started this run has ended", "re-run the playbook: it resumes")
 
     def vmims(self, namespace):
-        return self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace=namespace)
+        return self.cluster.list_custom(*KUBEVIRT, VMIMS, namespace=namespace)
 
     def settle_interrupted(self, ledgers, namespaces=None):
         """On a resume: finish the quota writes an interrupted run left half-done in namespaces (None: all), such as
@@ -142,7 +142,7 @@ class BatchRunner(object):
         for vmim in vmims:
             meta = vmim["metadata"]
             try:
-                fresh.append(self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, meta["name"],
+                fresh.append(self.cluster.get_custom(*KUBEVIRT, VMIMS, meta["name"],
                                                      namespace=meta["namespace"]))
             except NotFoundError:
                 continue
@@ -152,7 +152,7 @@ class BatchRunner(object):
 
     def delete_vmim(self, namespace, name):
         try:
-            self.cluster.delete(custom_path(KUBEVIRT[0], KUBEVIRT[1], VMIMS, namespace, name),
+            self.cluster.delete(custom_path(*KUBEVIRT, VMIMS, namespace, name),
                                 "delete (cancel) migration %s/%s" % (namespace, name))
         except NotFoundError:
             pass
@@ -162,7 +162,7 @@ class BatchRunner(object):
         keep = []
         for namespace in batch.namespaces:
             vmis = dict((v["metadata"]["name"], v) for v in
-                        self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                        self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
                                                  namespace=namespace))
             for ns, name in batch.keys:
                 if ns != namespace:
@@ -471,12 +471,12 @@ class BatchRunner(object):
                     "kvquota.io/reservation": batch.reservation}},
                 "spec": {"vmiName": migration["vm"]}}
         try:
-            made = self.cluster.create(custom_path(KUBEVIRT[0], KUBEVIRT[1], VMIMS, ns), body,
+            made = self.cluster.create(custom_path(*KUBEVIRT, VMIMS, ns), body,
                                        "create migration %s/%s of VM %s" % (ns, name, migration["vm"]))
         except ConflictError:
             # an earlier attempt of this very request may have created it, or anyone else may have taken the name:
             # either way it is not known to be ours; followed (it migrates this VM) but never recorded as created
-            made = self.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS, name, namespace=ns)
+            made = self.cluster.get_custom(*KUBEVIRT, VMIMS, name, namespace=ns)
             if (made.get("spec") or {}).get("vmiName") != migration["vm"]:
                 raise KvquotaError("migration %s/%s exists and migrates VM %s, not %s"
                                    % (ns, name, (made.get("spec") or {}).get("vmiName"), migration["vm"]),

@@ -242,8 +242,8 @@ class Drain(object):
         pods = self.cluster.list_pods(label_selector=LAUNCHER_SELECTOR, field_selector="spec.nodeName=%s" % self.node)
         vmis, migrations = [], []
         for namespace in sorted(set(_meta(pod).get("namespace") for pod in pods)):
-            vmis += self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace=namespace)
-            migrations += self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+            vmis += self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances", namespace=namespace)
+            migrations += self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
                                                    namespace=namespace)
         return pods, vmis, migrations
 
@@ -266,9 +266,9 @@ class Drain(object):
             return None
         if _gone_from(pod, current, self.node):
             return None
-        vmis = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+        vmis = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
                                         namespace=meta.get("namespace"))
-        migrations = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+        migrations = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
                                               namespace=meta.get("namespace"))
         impostors, _vm_pods = find_impostors([current], vmis, migrations, node=self.node)
         return current if impostors else None

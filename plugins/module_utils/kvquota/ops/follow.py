@@ -191,19 +191,19 @@ class Follower(object):
 
     def _look(self):
         """(every migration of the cluster, {(ns, name): VMI} of the scope's namespaces or the cluster)."""
-        vmims = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], VMIMS)
+        vmims = self.cluster.list_custom(*KUBEVIRT, VMIMS)
         if self.config.namespaces:
             found = []
             for namespace in self.config.namespaces:
-                found.extend(self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+                found.extend(self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
                                                       namespace=namespace))
         else:
-            found = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances")
+            found = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances")
         return vmims, dict(((_meta(v).get("namespace"), _meta(v).get("name")), v) for v in found)
 
     def _limits(self):
         try:
-            crs = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+            crs = self.cluster.list_custom(*KUBEVIRT, "kubevirts")
         except KvquotaError:
             crs = []
         return migration_limits(crs[0] if crs else None, {})

@@ -179,7 +179,7 @@ class Executor(object):
         KubeVirt says it can live-migrate: what the caller does with them next."""
         left = []
         node = self.config.node
-        labelled = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+        labelled = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
                                             label_selector="%s=%s" % (VMI_NODE_LABEL, node))
         pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % node)
         known = set(uid_of(vmi) for vmi in labelled)

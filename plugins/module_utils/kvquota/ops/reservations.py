@@ -207,7 +207,7 @@ class _Run(object):
         """KubeVirt's controller identity, from the namespace of the KubeVirt CR (fence.DEFAULT_CONTROLLER when
         it cannot be read)."""
         try:
-            found = self.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+            found = self.cluster.list_custom(*KUBEVIRT, "kubevirts")
         except (NotFoundError, ForbiddenError):
             found = []
         namespace = ((found[0].get("metadata") or {}).get("namespace")) if found else None
@@ -759,7 +759,7 @@ def _with_vmi_uids(run, refs):
         entry = dict(item)
         if not entry.get("uid") and entry.get("namespace"):
             try:
-                vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", entry["name"],
+                vmi = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstances", entry["name"],
                                              namespace=entry["namespace"])
                 entry["uid"] = (vmi.get("metadata") or {}).get("uid")
             except NotFoundError:
@@ -849,7 +849,7 @@ def _reserved_migrations(run, refs, namespace, vmis):
         vm = item.get("vm")
         if not vm:
             try:
-                vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+                vmim = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
                                               item["name"], namespace=namespace)
             except NotFoundError:
                 continue
@@ -1115,7 +1115,7 @@ def _is_active_launcher(run, pod):
     if not owner:
         return False
     try:
-        vmi = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", owner[0],
+        vmi = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstances", owner[0],
                                      namespace=(pod.get("metadata") or {}).get("namespace"))
     except NotFoundError:
         return False
@@ -1135,7 +1135,7 @@ def _own_blockers(run, state, entry, now):
         if migration.get("uid") and isinstance(given_back, dict) and migration["uid"] in given_back:
             continue
         try:
-            vmim = run.cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+            vmim = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
                                           migration["name"], namespace=migration["namespace"])
         except NotFoundError:
             continue
@@ -1497,7 +1497,7 @@ def _usage_now(run, state, entry, names, now):
 def _kubevirt_list(run, plural, namespace):
     """KubeVirt's objects of that plural in namespace; none where KubeVirt's API is not served."""
     try:
-        return run.cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], plural, namespace=namespace)
+        return run.cluster.list_custom(*KUBEVIRT, plural, namespace=namespace)
     except NotFoundError:
         return []
 

@@ -114,7 +114,7 @@ def stop(cluster, node, vmis, operator_namespace=DEFAULT_OPERATOR_NAMESPACE, che
 def _current_uid(cluster, vm):
     """The uid of the VirtualMachine named like vm now, None when there is none."""
     try:
-        obj = cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachines", vm["name"], namespace=vm["namespace"])
+        obj = cluster.get_custom(*KUBEVIRT, "virtualmachines", vm["name"], namespace=vm["namespace"])
     except NotFoundError:
         return None
     return (obj.get("metadata") or {}).get("uid")

@@ -327,7 +327,7 @@ def _from_plan(cluster, keys, options, planned):
         return None
     current = {}
     for namespace, name in keys:
-        vmi = cluster.exists(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", namespace, name),
+        vmi = cluster.exists(custom_path(*KUBEVIRT, "virtualmachineinstances", namespace, name),
                              "read VirtualMachineInstance %s/%s" % (namespace, name))
         current[(namespace, name)] = vmi
     _raise_missing([k for k in keys if current[k] is None])
@@ -337,7 +337,7 @@ def _from_plan(cluster, keys, options, planned):
             return None
     if planned.kubevirt:
         # listed, as the check reads it (RBAC grants list on kubevirts, not get): one per cluster
-        kubevirts = cluster.list_custom(KUBEVIRT[0], KUBEVIRT[1], "kubevirts")
+        kubevirts = cluster.list_custom(*KUBEVIRT, "kubevirts")
         if [(meta(kv).get("uid"), meta(kv).get("resourceVersion")) for kv in kubevirts[:1]] != [
                 (planned.kubevirt.get("uid"), planned.kubevirt.get("resourceVersion"))]:
             return None
@@ -370,7 +370,7 @@ def refused_migrations(cluster, migrations):
     keys = _vm_keys(migrations, "migrations")
     refused = []
     for namespace, name in keys:
-        vmim = cluster.get(custom_path(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations", namespace, name),
+        vmim = cluster.get(custom_path(*KUBEVIRT, "virtualmachineinstancemigrations", namespace, name),
                            "get VirtualMachineInstanceMigration %s/%s" % (namespace, name))
         condition = admission.rejected_condition(vmim)
         if condition is None or ((vmim.get("status") or {}).get("phase") or "") in FINAL_MIGRATION_PHASES:

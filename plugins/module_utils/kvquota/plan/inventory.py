@@ -210,7 +210,7 @@ def vmis_missing_label(cluster, pods, known_uids, nodes):
             continue
         asked.add(ref["uid"])
         try:
-            vmi = cluster.get_custom(KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances", ref["name"],
+            vmi = cluster.get_custom(*KUBEVIRT, "virtualmachineinstances", ref["name"],
                                      namespace=(pod.get("metadata") or {}).get("namespace"))
         except NotFoundError:
             continue
@@ -258,7 +258,7 @@ def _read(cluster, scope, options, pool):
 
     # VMIs: on the scoped nodes (label kubevirt.io/nodeName), in the scoped namespace(s).
     vmi_selector = "%s in (%s)" % (VMI_NODE_LABEL, ",".join(scope["nodes"])) if scope["nodes"] else None
-    vmis = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstances",
+    vmis = _list_custom(cluster, *KUBEVIRT, "virtualmachineinstances",
                         "list VirtualMachineInstances", page, namespace=one_ns, label_selector=vmi_selector)
     listed = None
     if scope["nodes"]:
@@ -318,7 +318,7 @@ def _read(cluster, scope, options, pool):
                          "checked" % err.message)
 
     # Migrations.
-    vmims = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "virtualmachineinstancemigrations",
+    vmims = _list_custom(cluster, *KUBEVIRT, "virtualmachineinstancemigrations",
                          "list VirtualMachineInstanceMigrations", page, namespace=one_ns)
     vmims = dict((ns, items) for ns, items in _by_namespace(vmims).items() if ns in covered)
 
@@ -330,7 +330,7 @@ def _read(cluster, scope, options, pool):
         refusals = migration_events(cluster, vmims, page, notes)
 
     # The KubeVirt CR (one per cluster).
-    kubevirts = _list_custom(cluster, KUBEVIRT[0], KUBEVIRT[1], "kubevirts", "list KubeVirt", page)
+    kubevirts = _list_custom(cluster, *KUBEVIRT, "kubevirts", "list KubeVirt", page)
     if not kubevirts:
         notes.append("no KubeVirt CR found: KubeVirt defaults assumed")
     elif len(kubevirts) > 1:
