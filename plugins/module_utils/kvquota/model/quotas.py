@@ -397,8 +397,9 @@ def _pod_side(spec, part):
     """Pod requests or limits (part) as Kubernetes computes them for quota.
 
     max(sum over containers + restartable (sidecar) init containers, each regular init
-    container plus the sidecars started before it), plus spec.overhead; a pod-level
-    spec.resources value replaces the container-derived one for that name.
+    container plus the sidecars started before it), plus spec.overhead (for limits only where the
+    pod has that limit, as PodLimits); a pod-level spec.resources value replaces the container-derived
+    one for that name.
     """
     where = "pod %s" % part
     containers = {}
@@ -422,7 +423,11 @@ def _pod_side(spec, part):
     for name, value in pod_level.items():
         if name in ("cpu", "memory"):
             result[name] = _amount(value, "%s %s" % (where, name))
-    _sum_quantities_into(result, spec.get("overhead") or {}, "pod overhead")
+    overhead = spec.get("overhead") or {}
+    if part == "limits":
+        # PodLimits adds the overhead to a limit only where the pod has that limit
+        overhead = dict((name, value) for name, value in overhead.items() if name in result)
+    _sum_quantities_into(result, overhead, "pod overhead")
     return result
 
 

@@ -20,6 +20,7 @@ __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.capacity import requests_by_node
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
@@ -396,11 +397,9 @@ def _read(cluster, scope, options, pool):
 
 
 def _rejected(vmim):
-    status = vmim.get("status") or {}
-    if status.get("phase") in FINAL_MIGRATION_PHASES:
-        return False
-    return any(c.get("type") == "migrationRejectedByResourceQuota" and str(c.get("status")) == "True"
-               for c in status.get("conditions") or ())
+    """A migration not final whose target pod quota admission refuses (admission.rejected_condition)."""
+    return (vmim.get("status") or {}).get("phase") not in FINAL_MIGRATION_PHASES and \
+        admission.rejected_condition(vmim) is not None
 
 
 def failed_create_events(cluster, namespaces=None, page_size=PAGE_SIZE, notes=None):

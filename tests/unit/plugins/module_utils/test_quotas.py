@@ -246,6 +246,11 @@ def test_pod_usage_init_containers_overhead_hugepages_and_terminal():
     # regular init containers run alone (before the sidecar): max(2, 0.1 + 0.05) + overhead
     assert usage["requests.cpu"] == Fraction(2250, 1000)
     assert usage["hugepages-2Mi"] == usage["requests.hugepages-2Mi"] == Gi
+    # the overhead goes on a limit only where the pod has that limit (PodLimits): no limits.cpu here
+    assert "limits.cpu" not in usage
+    limited = {"spec": dict(pod["spec"], containers=[{"name": "a", "resources": {"limits": {"cpu": "1"}}}]),
+               "status": {"phase": "Running"}}
+    assert q.pod_usage(limited)["limits.cpu"] == Fraction(1250, 1000)
     assert q.pod_usage(dict(pod, status={"phase": "Succeeded"})) == {"count/pods": 1}
     assert q.pod_usage(dict(pod, status={"phase": "Failed"})) == {"count/pods": 1}
 
