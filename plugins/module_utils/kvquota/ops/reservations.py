@@ -29,7 +29,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.backends import (
-    HARVESTER,
     HARVESTER_SKIP_ANNOTATION,
     RANCHER_QUOTA_ANNOTATION,
     hard_of,
@@ -341,7 +340,7 @@ def _commit(run, state, ledger):
                 # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
                 # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
                 _harvester_opt_out(run, state, final)
-            for kind in ("quota", "namespace"):
+            for kind in backend.WRITE_ORDER:
                 if kind in writes:
                     what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
                             if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
@@ -438,7 +437,7 @@ def _wait_followed(run, state, final, adoptions=DEFAULT_RANCHER_ADOPTIONS):
     holds, against the stored ledger, the member's value becomes the base, the reservations stay on top, the
     annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
     left (the ledger is gone) the member's value is simply what Rancher must apply."""
-    if not _owned_by_namespace(state.backend) or run.check_mode:
+    if not state.backend.applies_later or run.check_mode:
         return None
     deadline = run.clock() + run.rancher_sync_timeout
     expected = final
@@ -585,15 +584,11 @@ def _rancher_refusal(namespace):
     return None
 
 
-def _owned_by_namespace(backend):
-    return getattr(backend, "written_on", None) == "namespace"
-
-
 def _harvester_opt_out(run, state, final):
     """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota).
     A refused write (Rancher 2.14+ refuses any write of a Rancher-labelled quota but Rancher's) fails the
     reservation before the owner's value is written, naming why."""
-    if run.check_mode or state.backend.name != HARVESTER or not _owned_by_namespace(state.backend):
+    if run.check_mode or not state.backend.guards_the_quota:
         return
 
     def write(body):
@@ -616,7 +611,7 @@ def _harvester_opt_out(run, state, final):
 
 def _harvester_restore(run, target, idle_ledger, backend):
     """Put Harvester's opt-out back as it was, before the final restore (owner not the quota)."""
-    if run.check_mode or backend.name != HARVESTER or not _owned_by_namespace(backend):
+    if run.check_mode or not backend.guards_the_quota:
         return
     conditional_update(lambda: run.cluster.get_quota(*target),
                        lambda quota: backend.after_release(quota, idle_ledger),
@@ -632,7 +627,7 @@ def _quota_result(state, final, info, changed):
         "namespace": state.target[0],
         "quota": state.target[1],
         "backend": backend.name,
-        "written_on": getattr(backend, "written_on", None),
+        "written_on": backend.written_on,
         "notes": backend.describe().get("notes", []),
         "changed": changed,
         "external_changes": list(state.changes),
@@ -731,10 +726,9 @@ def _lease_wait_noter(run):
 
 def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up, replace, refs):
     def mutate(state, now):
-        writable = getattr(state.backend, "writable_names", None)
         current = state.current
-        if writable is not None:
-            names = writable(state.quota)
+        names = state.backend.writable_names(state.quota)
+        if names is not None:
             current = dict((k, v) for k, v in current.items() if k in names)
         new, outcome = ledger_mod.reserve(state.ledger, reservation_id, delta, current, now, owner, reason,
                                           ttl_seconds, refs, top_up, replace)
@@ -742,10 +736,6 @@ def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up,
             return None, outcome
         return new, outcome
     return mutate
-
-
-def _project_of(backend):
-    return getattr(backend, "project", None) or getattr(getattr(backend, "inner", None), "project", None)
 
 
 def _with_vmi_uids(run, refs):
@@ -791,7 +781,7 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
         if new is None or outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.REFS_UPDATED):
             continue
         problems.extend(state.backend.blockers(state.quota, state.namespace, new))
-        project = _project_of(state.backend)
+        project = state.backend.project
         if project:
             ok, messages = project_fit(project, run.all_namespaces(), target[0], desired_strings(new))
             problems.extend(messages)
@@ -1580,7 +1570,7 @@ def _release_ledger(state, reservation_id, now):
     """The ledger after releasing reservation_id from state's quota, and the outcome: base + the other
     reservations; where the quota's owner refuses a value below usage (Harvester's namespace webhook), what
     status.used still holds above that is kept as the reservation's remainder (ledger.hold_at_usage)."""
-    if not getattr(state.backend, "refuses_below_usage", False) or reservation_id not in state.ledger.reservations:
+    if not state.backend.refuses_below_usage or reservation_id not in state.ledger.reservations:
         return ledger_mod.release(state.ledger, reservation_id, now)
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
@@ -1607,7 +1597,7 @@ def _release_one(run, target, reservation_id, state=None):
     """Release reservation_id from one quota (Harvester opt-out put back first when this empties the ledger)."""
     if state is None:
         state = _read(run, target, run.clock())
-    if state.backend.writable and state.backend.name == HARVESTER and _owned_by_namespace(state.backend):
+    if state.backend.writable and state.backend.guards_the_quota:
         after, outcome = _release_ledger(state, reservation_id, run.clock())
         if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
             _harvester_restore(run, target, after, state.backend)

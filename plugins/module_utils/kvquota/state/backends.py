@@ -96,17 +96,52 @@ def parse_harvester_version(text):
 
 
 # ---------------------------------------------------------------------------
+# the owner protocol
+
+class QuotaOwner(object):
+    """What every owner of a quota's spec.hard answers (what an Evaluator is to Kubernetes' quota controller). The
+    reservations service asks an owner only this, never its name: a new owner (a Capsule tenant, AAQ's objects)
+    is a subclass here and a line in select_backend, not a branch in the callers."""
+
+    name = None
+    writable = False          # whether kvquota may change spec.hard through this owner at all
+    written_on = None         # the object whose write changes spec.hard: "quota", "namespace" (None: none)
+    refuses_below_usage = False   # the owner refuses a value below status.used (then: reservations' remainder)
+    guards_the_quota = False  # before_expand/after_release write the quota itself (an opt-out), owner elsewhere
+    applies_later = False     # a controller of the owner copies the written value to spec.hard (waited for)
+    project = None            # the Rancher project whose limit bounds an expansion, if any
+
+    # render()'s writes are applied in this order: the quota, then the object the owner reads it from
+    WRITE_ORDER = ("quota", "namespace")
+
+    def __init__(self, notes=None):
+        self.notes = list(notes or [])
+
+    def describe(self):
+        return {"backend": self.name, "written_on": self.written_on, "notes": list(self.notes)}
+
+    def writable_names(self, quota):
+        """The resource names a reservation may change on quota; None: every name it tracks."""
+        return None
+
+    def before_expand(self, quota, ledger):
+        """The quota as it must be before the first expansion (guards_the_quota), or None: nothing to write."""
+        return None
+
+    def after_release(self, quota, ledger):
+        """The quota as it must be after the final release (guards_the_quota), or None: nothing to write."""
+        return None
+
+
+# ---------------------------------------------------------------------------
 # plain
 
-class PlainBackend(object):
+class PlainBackend(QuotaOwner):
     """spec.hard belongs to whoever writes it: kvquota writes it, with the ledger on the quota."""
 
     name = PLAIN
     writable = True
     written_on = "quota"   # the object whose write changes spec.hard
-
-    def __init__(self, notes=None):
-        self.notes = list(notes or [])
 
     def describe(self):
         return {"backend": self.name, "written_on": self.written_on, "notes": list(self.notes)}
@@ -142,13 +177,6 @@ class PlainBackend(object):
         wrong = [name for name, text in sorted(desired_strings(ledger).items())
                  if name not in hard or parse_quantity(hard[name], name) != parse_quantity(text, name)]
         return not wrong, wrong
-
-    # pre/post steps for the Harvester opt-out: nothing to do here
-    def before_expand(self, quota, ledger):
-        return None
-
-    def after_release(self, quota, ledger):
-        return None
 
 
 # ---------------------------------------------------------------------------
@@ -252,6 +280,7 @@ class RancherBackend(PlainBackend):
 
     name = RANCHER
     written_on = "namespace"
+    applies_later = True   # Rancher's agent copies the annotation to spec.hard
 
     def __init__(self, notes=None, project=None):
         super(RancherBackend, self).__init__(notes)
@@ -338,7 +367,7 @@ def harvester_migrating(obj):
     return sorted(key for key in _annotations(obj) if key.startswith(HARVESTER_MIGRATING_PREFIXES))
 
 
-class HarvesterBackend(object):
+class HarvesterBackend(QuotaOwner):
     """Harvester >= v1.4.2 scales Rancher-managed quotas during migrations on its own. kvquota opts the quota
     out (skipResourceQuotaAutoScaling: "true") while a reservation is active, so Harvester's deltas never stack
     on ours, and puts the previous value (or its absence) back on the final release."""
@@ -361,6 +390,20 @@ class HarvesterBackend(object):
         release writes no less than usage there and keeps the rest as a remainder (reservations._release_ledger)."""
         return self.inner.written_on == "namespace"
 
+    @property
+    def guards_the_quota(self):
+        """The opt-out is a write of the quota of its own when the quota is not what carries spec.hard (Rancher's
+        namespace annotation does); on a plain quota it goes in the same write as spec.hard (render)."""
+        return self.inner.written_on == "namespace"
+
+    @property
+    def project(self):
+        return self.inner.project
+
+    @property
+    def applies_later(self):
+        return self.inner.applies_later
+
     def describe(self):
         data = self.inner.describe()
         data.update(backend=self.name, owner=self.inner.name, notes=list(self.inner.notes) + list(self.notes),
@@ -374,9 +417,7 @@ class HarvesterBackend(object):
         return self.inner.effective_hard(quota)
 
     def writable_names(self, quota):
-        if hasattr(self.inner, "writable_names"):
-            return self.inner.writable_names(quota)
-        return set(hard_of(quota))
+        return self.inner.writable_names(quota)
 
     def followed(self, quota, ledger):
         return self.inner.followed(quota, ledger)
@@ -436,19 +477,11 @@ def _restore_skip(quota, ledger):
 # ---------------------------------------------------------------------------
 # AAQ
 
-class AAQBackend(object):
+class AAQBackend(QuotaOwner):
     """ApplicationAwareResourceQuota: AAQ charges a migration only for target-minus-source growth, so no
     expansion is needed; kvquota reports it and never writes it."""
 
     name = AAQ
-    writable = False
-    written_on = None
-
-    def __init__(self, notes=None):
-        self.notes = list(notes or [])
-
-    def describe(self):
-        return {"backend": self.name, "written_on": None, "notes": list(self.notes)}
 
 
 # ---------------------------------------------------------------------------

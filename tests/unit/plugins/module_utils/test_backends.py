@@ -312,3 +312,36 @@ def test_rancher_round_trip_restores_namespace(raw, reservations):
         book, writes = step(backend, q, current, rid, None, release=True, book=book)
         current = writes["namespace"]
     assert current["metadata"]["annotations"] == original["metadata"]["annotations"]
+
+
+# ---------------------------------------------------------------------------
+# the owner protocol (issue 25)
+
+def test_every_owner_answers_the_whole_protocol():
+    """Callers ask an owner its protocol only: every owner is a QuotaOwner, so nothing is probed with getattr."""
+    project = {"spec": {"resourceQuota": {"limit": {"limitsCpu": "4"}}}}
+    plain, rancher, aaq = B.PlainBackend(), B.RancherBackend(project=project), B.AAQBackend()
+    on_plain, on_rancher = B.HarvesterBackend(B.PlainBackend()), B.HarvesterBackend(B.RancherBackend(project=project))
+    owners = [plain, rancher, aaq, on_plain, on_rancher]
+    assert all(isinstance(owner, B.QuotaOwner) for owner in owners)
+    assert [o.writable for o in owners] == [True, True, False, True, True]
+    assert [o.written_on for o in owners] == ["quota", "namespace", None, "quota", "namespace"]
+    assert [o.guards_the_quota for o in owners] == [False, False, False, False, True]
+    assert [o.applies_later for o in owners] == [False, True, False, False, True]
+    assert [o.refuses_below_usage for o in owners] == [False, False, False, False, True]
+    assert [o.project for o in owners] == [None, project, None, None, project]
+    quota = {"metadata": {"name": "q", "namespace": "n"}, "spec": {"hard": {"limits.cpu": "1"}}}
+    assert plain.writable_names(quota) is None and on_plain.writable_names(quota) is None
+    assert on_rancher.writable_names(quota) == rancher.writable_names(quota)
+    assert all(o.WRITE_ORDER == ("quota", "namespace") for o in owners)
+
+
+def test_the_reservations_service_never_branches_on_an_owners_name_or_probes_it():
+    import os
+    import re
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), *([os.pardir] * 4 + [
+        "plugins", "module_utils", "kvquota", "ops", "reservations.py"]))
+    with open(path) as fh:
+        source = fh.read()
+    assert not re.search(r"backend\.name\s*[!=]=|[!=]=\s*(HARVESTER|RANCHER|PLAIN|AAQ)\b|getattr\([^)]*backend", source)
+    assert not re.search(r"^\s+(HARVESTER|RANCHER|PLAIN|AAQ),?$", source, re.M)
