@@ -58,6 +58,7 @@ HARVESTER_MIN_VERSION = (1, 4, 2)
 AAQ_GROUP = "aaq.kubevirt.io"
 AAQ_KIND = "ApplicationAwareResourceQuota"
 
+
 def _ref(obj):
     meta = _meta(obj)
     return "%s/%s" % (meta.get("namespace") or "-", meta.get("name"))
