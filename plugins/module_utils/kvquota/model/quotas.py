@@ -32,6 +32,7 @@ lists are dict[str, Fraction]; nothing is mutated.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.rancher_keys import rancher_key
@@ -610,6 +611,36 @@ def batch_index(batches):
     return result
 
 
+@dataclass(frozen=True)
+class BatchNeed:
+    """One batch of a quota's headroom plan that holds a VM the quota charges."""
+
+    index: int          # the batch's place in the schedule (0-based)
+    vms: tuple          # keys ('namespace/name') of the batch's VMs this quota charges, in schedule order
+    charge: dict        # what their migrations charge the quota
+    used_before: dict   # the quota's usage when the batch starts (earlier batches' growth included)
+    needed: dict        # the headroom the batch lacks (headroom_needed)
+
+
+@dataclass(frozen=True)
+class HeadroomPlan:
+    """The headroom plan of one quota for a batch schedule (plan_quota); every amount exact (Fractions)."""
+
+    hard: dict                  # spec.hard, as planned against
+    used: dict                  # status.used now
+    charges: dict               # {vm key: what its migration charges the quota}
+    growths: dict               # {vm key: what stays charged after its migration (target above source)}
+    charge_total: dict          # every VM's charge together
+    batches: tuple              # BatchNeed per batch holding a VM the quota charges
+    needed: dict                # the most any batch lacks
+    needed_all_at_once: dict    # what one batch of every VM would lack
+    over_hard: dict             # names the VMs charge where usage is above hard now
+    over_hard_untouched: dict   # names above hard now that no VM charges
+    growth: dict                # every VM's growth together
+    used_after: dict            # usage after every migration (tracked names)
+    over_after: dict            # names above hard after every migration
+
+
 def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
     """The headroom plan of one quota for a batch schedule.
 
@@ -621,10 +652,7 @@ def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
     completed source pods are deleted after each batch (else they keep counting in
     count/pods).
 
-    Returns a dict of ResourceLists (Fractions): hard, used, charges per VM, per batch that
-    holds a VM this quota charges (index, vms, used_before, charge, needed), needed (max over
-    batches), needed_all_at_once,
-    over_hard (now), growth and used_after (after every migration), over_after.
+    Returns a HeadroomPlan (ResourceLists of Fractions).
     """
     hard = quota_hard(quota)
     used = quota_used(quota)
@@ -658,34 +686,34 @@ def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
         charge = total(charges[key] for key in keys)
         before = add(used, grown)
         need = headroom_needed(before, hard, charge)
-        plans.append({"index": index, "vms": keys, "charge": charge, "used_before": before, "needed": need})
+        plans.append(BatchNeed(index, tuple(keys), charge, before, need))
         needed = maximum(needed, need)
         grown = add(grown, total(growths[key] for key in keys))
     charge_total = total(charges.values())
     growth = total(growths.values())
     used_after = dict((name, value) for name, value in add(used, growth).items() if name in hard)
-    return {
-        "hard": hard,
-        "used": used,
-        "charges": charges,
-        "growths": growths,
-        "charge_total": charge_total,
-        "batches": plans,
-        "needed": needed,
-        "needed_all_at_once": headroom_needed(used, hard, charge_total),
-        "over_hard": dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) > 0),
-        "over_hard_untouched": dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) <= 0),
-        "growth": growth,
-        "used_after": used_after,
-        "over_after": over_hard(used_after, hard),
-    }
+    return HeadroomPlan(
+        hard=hard,
+        used=used,
+        charges=charges,
+        growths=growths,
+        charge_total=charge_total,
+        batches=tuple(plans),
+        needed=needed,
+        needed_all_at_once=headroom_needed(used, hard, charge_total),
+        over_hard=dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) > 0),
+        over_hard_untouched=dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) <= 0),
+        growth=growth,
+        used_after=used_after,
+        over_after=over_hard(used_after, hard),
+    )
 
 
 def plan_with_base(plan, base):
     """The per-batch headroom if the quota's hard were base instead (used to price a permanent fix)."""
     needed = {}
-    for batch in plan["batches"]:
-        needed = maximum(needed, headroom_needed(batch["used_before"], base, batch["charge"]))
+    for batch in plan.batches:
+        needed = maximum(needed, headroom_needed(batch.used_before, base, batch.charge))
     return needed
 
 
@@ -702,7 +730,7 @@ def plan_namespace(namespace, quotas, vms, batches, batch_of=None, source_pods_d
         batch_of = batch_index(batches)
     for quota in quotas:
         plan = plan_quota(quota, own, batches, batch_of, source_pods_deleted)
-        if plan["charges"]:
+        if plan.charges:
             matching.append((quota, plan))
         else:
             reason = "no VM of the plan"
@@ -797,29 +825,29 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
     permanent raise)."""
     name_of_quota = (quota.get("metadata") or {}).get("name", "")
     formats = quota_formats(quota)
-    hard = plan["hard"]
+    hard = plan.hard
     fixes = []
     base = dict(hard)
-    for name in sorted(set(plan["over_hard"]) | set(plan["over_after"])):
-        required = max(_get(plan["used"], name), _get(plan["used_after"], name))
+    for name in sorted(set(plan.over_hard) | set(plan.over_after)):
+        required = max(_get(plan.used, name), _get(plan.used_after, name))
         why = []
-        if name in plan["over_hard"]:
-            why.append("usage %s is above hard %s" % (approx(plan["used"][name], name, formats.get(name)),
+        if name in plan.over_hard:
+            why.append("usage %s is above hard %s" % (approx(plan.used[name], name, formats.get(name)),
                                                       show(hard[name], name, formats.get(name))))
-        if name in plan["over_after"]:
+        if name in plan.over_after:
             cause = ("completed source pods keep counting until deleted; deleting them after each batch "
                      "avoids this" if name == POD_COUNT else "target pods larger than their source pods")
             why.append("after the migrations usage will be %s (%s)"
-                       % (approx(plan["used_after"][name], name, formats.get(name)), cause))
+                       % (approx(plan.used_after[name], name, formats.get(name)), cause))
         fix = make_fix(namespace, name_of_quota, name, hard[name], required, formats.get(name),
                        "; ".join(why), owner, permanent=True)
         fixes.append(fix)
         base[name] = max(base[name], parse_quantity(fix["suggested"]))
-    window = plan_with_base(plan, base) if base != hard else plan["needed"]
+    window = plan_with_base(plan, base) if base != hard else plan.needed
     for name in sorted(window):
         required = base[name] + window[name]
-        batches = [str(b["index"] + 1) for b in plan["batches"]
-                   if headroom_needed(b["used_before"], base, b["charge"]).get(name, 0) == window[name]]
+        batches = [str(b.index + 1) for b in plan.batches
+                   if headroom_needed(b.used_before, base, b.charge).get(name, 0) == window[name]]
         which = ", ".join(batches[:3]) + ("..." if len(batches) > 3 else "")
         reason = "batch %s needs %s more" % (which, approx(window[name], name, formats.get(name)))
         fixes.append(make_fix(namespace, name_of_quota, name, base[name], required, formats.get(name),

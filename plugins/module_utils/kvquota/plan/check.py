@@ -199,7 +199,7 @@ def grown_block(namespace, vm, quota_name, names, plan):
                                                     q.show(vm["grown"][name], name)))
     causes = vm.get("grown_causes") or []
     cause = "because of %s" % " and ".join(causes)
-    after = ", ".join("%s %s above hard %s" % (n, q.show(plan["used_after"].get(n, 0), n), q.show(plan["hard"][n], n))
+    after = ", ".join("%s %s above hard %s" % (n, q.show(plan.used_after.get(n, 0), n), q.show(plan.hard[n], n))
                       for n in names)
     return {"kind": "vm_grows", "field": ", ".join(causes) or None, "scope": "vm",
             "message": "VM %s/%s: its target pod would charge %s than its running pod, %s; with it quota %s/%s would "
@@ -218,13 +218,13 @@ def block_grown_vms(namespaces):
     for namespace, ns_plan in sorted(namespaces.items()):
         for quota_plan in ns_plan.quota_plans:
             plan = quota_plan.plan
-            names = sorted(n for n in plan["over_after"] if n not in plan["over_hard"] and n != q.POD_COUNT)
+            names = sorted(n for n in plan.over_after if n not in plan.over_hard and n != q.POD_COUNT)
             if not names:
                 continue
             for vm in ns_plan.vms:
-                if not vm["migratable"] or q.vm_key(vm) not in plan["charges"]:
+                if not vm["migratable"] or q.vm_key(vm) not in plan.charges:
                     continue
-                grew = [n for n in names if (plan["growths"].get(q.vm_key(vm)) or {}).get(n, 0) > 0
+                grew = [n for n in names if (plan.growths.get(q.vm_key(vm)) or {}).get(n, 0) > 0
                         and n in (vm.get("grown") or {})]
                 # growth kvquota cannot attribute to its owner (a KubeVirt configuration or version change, which
                 # grows every VM alike) stays the quota's usage_above_hard blocker, which an administrator decides

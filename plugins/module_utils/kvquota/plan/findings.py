@@ -131,11 +131,11 @@ def quota_findings(namespace, quota, plan, quota_fixes, status_synced):
             message = "quota %s/%s %s: %s" % (namespace, qname, fix["resource"], fix["reason"])
             blockers.append(finding("usage_above_hard", namespace, message, fix["text"],
                                     quota=qname, resource=fix["resource"]))
-    if plan["over_hard_untouched"]:
+    if plan.over_hard_untouched:
         warnings.append(finding(
             "usage_above_hard_untouched", namespace,
             "quota %s/%s: usage above hard for %s (migrations do not charge it)"
-            % (namespace, qname, ", ".join(sorted(plan["over_hard_untouched"]))), None, quota=qname))
+            % (namespace, qname, ", ".join(sorted(plan.over_hard_untouched))), None, quota=qname))
     if not status_synced:
         warnings.append(finding(
             "quota_not_synced", namespace,
@@ -340,7 +340,8 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
         for index in range(max(batch_count, 1)):
             changed = {}
             for namespace, (ns_obj, durable, permanent, plan) in entry["namespaces"].items():
-                need = plan["batches"][index]["needed"] if index < len(plan["batches"]) else {}
+                # the plan holds only the batches with a VM this quota charges: batch `index` of the schedule
+                need = next((batch.needed for batch in plan.batches if batch.index == index), {})
                 limit = {}
                 for name, text in durable.items():
                     value = permanent.get(name, q.parse_quantity(text, name)) + need.get(name, 0)

@@ -302,10 +302,10 @@ def _batch_result(keys, entries, ns_plans, vmi_uids, from_plan):
     needs, quota_charges = {}, {}
     for namespace, ns_plan in sorted(ns_plans.items()):
         for quota_plan in ns_plan.quota_plans:
-            needed = remove_zeros(quota_plan.plan["needed"])
+            needed = remove_zeros(quota_plan.plan.needed)
             if needed:
                 needs[(namespace, quota_plan.name)] = needed
-            charge = remove_zeros(quota_plan.plan["charge_total"])
+            charge = remove_zeros(quota_plan.plan.charge_total)
             if charge:
                 quota_charges[(namespace, quota_plan.name)] = charge
     source_pods = [{"namespace": vm["namespace"], "name": vm["source_pod"], "uid": vm.get("source_pod_uid")}

@@ -1281,3 +1281,27 @@ def test_other_sizing_overrides_than_the_plans_size_the_batch_again(monkeypatch)
     _needs, _refs, sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
                                                        {"overhead_ratio": "2"}, planned)
     assert not sized["from_plan"]
+
+
+def test_rancher_project_fit_counts_each_namespace_in_the_batch_it_migrates_in():
+    """One VM per batch (parallel_migrations_per_cluster 1): r1's VM in batch 1, r2's in batch 2. The project
+    needs room for one namespace's need at a time, not both at once (each quota's plan holds only the batches
+    with its VMs: batch 2 is the first of r2's, not its batch 1)."""
+    project = {"metadata": {"name": "p-abc", "namespace": "c-xyz"},
+               "spec": {"displayName": "tenants", "resourceQuota": {"limit": {"limitsMemory": "15000Mi"}},
+                        "namespaceDefaultResourceQuota": {"limit": {"limitsMemory": "5000Mi"}}}}
+    labels = {"resourcequota.management.cattle.io/default-resource-quota": "true"}
+    namespaces = {}
+    for ns in ("r1", "r2"):
+        namespaces[ns] = ([make_quota("default-" + ns, ns, {"limits.memory": "5000Mi"}, labels=labels)],
+                          [make_vmi("vm", ns, node="worker-" + ns)])
+    snap = snapshot(namespaces, rancher_projects=[project])
+    for ns in ("r1", "r2"):
+        snap["namespaces"][ns]["metadata"]["annotations"] = {
+            "field.cattle.io/projectId": "c-xyz:p-abc",
+            "field.cattle.io/resourceQuota": json.dumps({"limit": {"limitsMemory": "5000Mi"}})}
+    together = c.evaluate(snap, {"now": NOW})
+    assert [b["kind"] for b in together["blockers"]] == ["rancher_project_limit"]   # both in one batch: too much
+    one_by_one = c.evaluate(snap, {"now": NOW, "parallel_migrations_per_cluster": 1})
+    assert len(one_by_one["batches"]) == 2
+    assert one_by_one["blockers"] == [], one_by_one["blockers"]

@@ -319,25 +319,25 @@ def test_plan_quota_batches_growth_and_over_hard():
     source = {"limits.memory": Fraction(1000 * Mi), "limits.cpu": Fraction(1)}
     vms = [vm("a", target, source=source), vm("b", target, source=source), vm("c", target, source=source)]
     plan = q.plan_quota(obj, vms, [["tenant-a/a", "tenant-a/b"], ["tenant-a/c"]])
-    assert plan["batches"][0]["charge"] == {"limits.memory": 2200 * Mi, "limits.cpu": 2}
-    assert plan["batches"][0]["needed"] == {"limits.memory": 1200 * Mi}
+    assert plan.batches[0].charge == {"limits.memory": 2200 * Mi, "limits.cpu": 2}
+    assert plan.batches[0].needed == {"limits.memory": 1200 * Mi}
     # batch 2 starts after a and b grew by 100Mi each
-    assert plan["batches"][1]["used_before"]["limits.memory"] == 4200 * Mi
-    assert plan["batches"][1]["needed"] == {"limits.memory": 300 * Mi}
-    assert plan["needed"] == {"limits.memory": 1200 * Mi}
-    assert plan["needed_all_at_once"] == {"limits.memory": 2300 * Mi}
-    assert plan["over_hard"] == {}
-    assert plan["used_after"]["limits.memory"] == 4300 * Mi
-    assert plan["over_after"] == {}
+    assert plan.batches[1].used_before["limits.memory"] == 4200 * Mi
+    assert plan.batches[1].needed == {"limits.memory": 300 * Mi}
+    assert plan.needed == {"limits.memory": 1200 * Mi}
+    assert plan.needed_all_at_once == {"limits.memory": 2300 * Mi}
+    assert plan.over_hard == {}
+    assert plan.used_after["limits.memory"] == 4300 * Mi
+    assert plan.over_after == {}
 
 
 def test_plan_reports_usage_above_hard_now_and_after():
     obj = quota(hard={"limits.memory": "4000Mi"}, used={"limits.memory": "4100Mi"})
     target = {"limits.memory": Fraction(1100 * Mi)}
     plan = q.plan_quota(obj, [vm("a", target, source={"limits.memory": Fraction(1000 * Mi)})], [["tenant-a/a"]])
-    assert plan["over_hard"] == {"limits.memory": 100 * Mi}
-    assert plan["over_after"] == {"limits.memory": 200 * Mi}
-    assert plan["needed"] == {"limits.memory": 1200 * Mi}
+    assert plan.over_hard == {"limits.memory": 100 * Mi}
+    assert plan.over_after == {"limits.memory": 200 * Mi}
+    assert plan.needed == {"limits.memory": 1200 * Mi}
     fixes = q.fixes_for_plan("tenant-a", obj, plan)
     assert [f["permanent"] for f in fixes] == [True, False]
     assert fixes[0]["text"].startswith("raise limits.memory of quota tenant-a/compute-quota to 4200Mi: usage "
@@ -428,22 +428,22 @@ def test_planned_headroom_covers_every_vm(used, hard, charges, cut):
         batches.append(keys[:size])
         keys = keys[size:]
     plan = q.plan_quota(obj, vms, batches)
-    for batch in plan["batches"]:
-        for name, value in batch["charge"].items():
+    for batch in plan.batches:
+        for name, value in batch.charge.items():
             if value > 0:
                 # with hard raised by the plan's headroom, admission accepts the whole batch
-                assert batch["used_before"].get(name, 0) + value <= plan["hard"][name] + plan["needed"].get(name, 0)
-        for name, value in batch["needed"].items():
-            assert plan["needed"][name] >= value
+                assert batch.used_before.get(name, 0) + value <= plan.hard[name] + plan.needed.get(name, 0)
+        for name, value in batch.needed.items():
+            assert plan.needed[name] >= value
     # without growth every batch needs at most what all VMs at once would need
-    for name, value in plan["needed"].items():
-        assert plan["needed_all_at_once"][name] >= value
+    for name, value in plan.needed.items():
+        assert plan.needed_all_at_once[name] >= value
     # every VM's own charge is covered inside its batch
-    for key, charge in plan["charges"].items():
+    for key, charge in plan.charges.items():
         index = [i for i, b in enumerate(batches) if key in b][0]
-        (batch,) = [b for b in plan["batches"] if b["index"] == index]
+        (batch,) = [b for b in plan.batches if b.index == index]
         for name, value in charge.items():
-            assert batch["charge"][name] >= value
+            assert batch.charge[name] >= value
 
 
 @settings(max_examples=200, deadline=None)
