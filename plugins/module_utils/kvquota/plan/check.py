@@ -17,6 +17,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import datetime
+from dataclasses import dataclass
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import cluster_settings
@@ -71,36 +72,51 @@ def _planned_quotas(raw_quotas, ns_obj, options, ledgers, facts):
             for quota in raw_quotas]
 
 
-class QuotaPlan(object):
+@dataclass(frozen=True)
+class QuotaPlan:
     """One quota a migrating VM of the namespace is charged against: quotas.plan_quota's exact plan, who owns
     its spec.hard (owner, backend) and the fixes it asks for."""
 
-    def __init__(self, quota, plan, owner, backend, fixes):
-        self.quota, self.plan, self.owner, self.backend, self.fixes = quota, plan, owner, backend, fixes
+    quota: dict                 # the ResourceQuota as planned against (its reservations taken out)
+    plan: q.HeadroomPlan
+    owner: str                  # backends.quota_owner: plain, rancher, aaq
+    backend: object             # backends.select_backend: the QuotaOwner that writes it
+    fixes: list
 
     @property
     def name(self):
         return meta(self.quota).get("name")
 
 
-class NamespacePlan(object):
+@dataclass(frozen=True)
+class NamespacePlan:
     """One namespace of a scope's plan: its VM entries, VMIs not running, quotas (raw and as planned), the
     quotas its migrating VMs are charged against (QuotaPlan) and those they are not (with the reason)."""
 
-    def __init__(self, name, ns_obj, vms, idle, raw_quotas, quotas, quota_plans, not_matching):
-        self.name, self.ns_obj, self.vms, self.idle = name, ns_obj, vms, idle
-        self.raw_quotas, self.quotas, self.quota_plans, self.not_matching = raw_quotas, quotas, quota_plans, not_matching
+    name: str
+    ns_obj: dict
+    vms: list
+    idle: list
+    raw_quotas: list
+    quotas: list
+    quota_plans: list
+    not_matching: list
 
 
-class ScopePlan(object):
+@dataclass(frozen=True)
+class ScopePlan:
     """plan(snapshot, options): every number the report and the executor use, exact (Fractions), nothing
-    rendered. config (sizing.ClusterConfig), limits (per cluster, per node, per namespace cap), facts (what the
-    backends want to know of the cluster), movers (the migrating VM entries in schedule order), capacity
-    (NodeCapacity or None), batches (scheduling's), keys (batches as lists of 'namespace/name'), batch_of
-    ({key: batch index}), namespaces ({name: NamespacePlan})."""
+    rendered."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    config: object              # sizing.ClusterConfig
+    limits: dict                # per cluster, per node, per namespace cap
+    facts: dict                 # what the owners of quotas want to know of the cluster
+    movers: list                # the migrating VM entries in schedule order
+    capacity: object            # scheduling's NodeCapacity, or None
+    batches: list               # scheduling's batches
+    keys: list                  # the batches as lists of 'namespace/name'
+    batch_of: dict              # {key: batch index}
+    namespaces: dict            # {name: NamespacePlan}
 
 
 def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
