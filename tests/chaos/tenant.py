@@ -491,7 +491,8 @@ def settle(c, attack, node=None, base=None, annotation=None):
 
 def attack_forged_event(c, attack):
     """A FailedCreate Event about our migration, huge amounts, future timestamp, posted as edit while the target
-    pods (90Mi larger than computed) are refused for real and the run tops up (from trusted state only)."""
+    pods (90Mi larger than computed, as the VMs' running pods are) are refused for real by quota admission and the
+    run tops up (from trusted state only)."""
     ns = attack.ns
     node = c.node_for(ns)
     charge = c.charge_on(ns, node)
@@ -526,11 +527,17 @@ def attack_forged_event(c, attack):
                     attack.fail("posting the forged Event: %s %s" % (status, text[:200]))
             time.sleep(0.2)
 
-    # target pods 90Mi larger than computed (less than the quotas' 200Mi margin, so that usage fits the base once
+    # launcher pods 90Mi larger than computed (less than the quotas' 200Mi margin, so that usage fits the base once
     # the sources are gone) and migrations slow enough that the first does not end before the second's target
-    # pod is retried: admission refuses it for real and the run tops up, the forged Event there to mislead it
+    # pod is retried: admission refuses it for real and the run tops up, the forged Event there to mislead it. The
+    # VMs are restarted with the knob on first, so that their running pods are that size too: the headroom fence
+    # admits a target pod up to the size its VM runs with (issue 24), and only quota admission refuses it
     c.r.set_knobs(oversize_bytes="90Mi", migration_seconds=20)
     try:
+        vms = [vm for _ns, vm in _vms_on(c, node, ns)]
+        _restart(c, ns, vms)
+        node = c.node_for(ns)
+        charge = c.charge_on(ns, node)
         rc, out = drain(c, attack, node, during=forge, trigger="migration")
     finally:
         c.r.set_knobs(oversize_bytes=None, migration_seconds=None)
@@ -554,6 +561,8 @@ def attack_forged_event(c, attack):
                 attack.fail("%s %s rose by %s, more than twice the computed charge %s"
                             % (key, res, _fmt(extra, res), _fmt(charge.get(res, 0), res)))
     settle(c, attack, node)
+    # back to the size they are computed at, for the attacks after this one
+    _restart(c, ns, vms)
 
 
 def _fmt(value, res):
