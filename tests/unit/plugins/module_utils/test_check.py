@@ -756,9 +756,11 @@ def test_harvester_and_aaq_are_reported_and_ratio_comes_from_harvester():
     assert report["verdict"] == "ok"
 
 
-def test_rancher_project_limit_too_small():
+def _rancher_project(limit):
+    """(project, snapshot): Rancher project p-abc limiting limits.memory to limit, its namespaces r1 and r2 with a
+    5000Mi quota each and one VM each, on nodes of their own."""
     project = {"metadata": {"name": "p-abc", "namespace": "c-xyz"},
-               "spec": {"displayName": "tenants", "resourceQuota": {"limit": {"limitsMemory": "12000Mi"}},
+               "spec": {"displayName": "tenants", "resourceQuota": {"limit": {"limitsMemory": limit}},
                         "namespaceDefaultResourceQuota": {"limit": {"limitsMemory": "5000Mi"}}}}
     labels = {"resourcequota.management.cattle.io/default-resource-quota": "true"}
     namespaces = {}
@@ -770,6 +772,11 @@ def test_rancher_project_limit_too_small():
         snap["namespaces"][ns]["metadata"]["annotations"] = {
             "field.cattle.io/projectId": "c-xyz:p-abc",
             "field.cattle.io/resourceQuota": json.dumps({"limit": {"limitsMemory": "5000Mi"}})}
+    return project, snap
+
+
+def test_rancher_project_limit_too_small():
+    project, snap = _rancher_project("12000Mi")
     report = c.evaluate(snap, {"now": NOW})
     kinds = [b["kind"] for b in report["blockers"]]
     assert kinds == ["rancher_project_limit"]
@@ -1287,19 +1294,7 @@ def test_rancher_project_fit_counts_each_namespace_in_the_batch_it_migrates_in()
     """One VM per batch (parallel_migrations_per_cluster 1): r1's VM in batch 1, r2's in batch 2. The project
     needs room for one namespace's need at a time, not both at once (each quota's plan holds only the batches
     with its VMs: batch 2 is the first of r2's, not its batch 1)."""
-    project = {"metadata": {"name": "p-abc", "namespace": "c-xyz"},
-               "spec": {"displayName": "tenants", "resourceQuota": {"limit": {"limitsMemory": "15000Mi"}},
-                        "namespaceDefaultResourceQuota": {"limit": {"limitsMemory": "5000Mi"}}}}
-    labels = {"resourcequota.management.cattle.io/default-resource-quota": "true"}
-    namespaces = {}
-    for ns in ("r1", "r2"):
-        namespaces[ns] = ([make_quota("default-" + ns, ns, {"limits.memory": "5000Mi"}, labels=labels)],
-                          [make_vmi("vm", ns, node="worker-" + ns)])
-    snap = snapshot(namespaces, rancher_projects=[project])
-    for ns in ("r1", "r2"):
-        snap["namespaces"][ns]["metadata"]["annotations"] = {
-            "field.cattle.io/projectId": "c-xyz:p-abc",
-            "field.cattle.io/resourceQuota": json.dumps({"limit": {"limitsMemory": "5000Mi"}})}
+    snap = _rancher_project("15000Mi")[1]
     together = c.evaluate(snap, {"now": NOW})
     assert [b["kind"] for b in together["blockers"]] == ["rancher_project_limit"]   # both in one batch: too much
     one_by_one = c.evaluate(snap, {"now": NOW, "parallel_migrations_per_cluster": 1})
