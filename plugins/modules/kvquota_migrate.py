@@ -434,7 +434,7 @@ progress:
 import os
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as migrate_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (

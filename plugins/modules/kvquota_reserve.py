@@ -239,7 +239,7 @@ warnings:
 '''
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError

@@ -24,7 +24,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import findings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as render
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import scheduling
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import vm_entries

@@ -14,7 +14,7 @@ import hashlib
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import vm_entries
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store

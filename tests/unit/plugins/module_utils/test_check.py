@@ -26,7 +26,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as lg
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit as audit
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import scheduling as sched
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ForbiddenError,

@@ -295,7 +295,7 @@ def test_a_vm_whose_migration_under_way_has_a_name_the_fence_cannot_list_is_left
 
 def test_a_target_pod_larger_than_its_pin_has_its_migration_cancelled_and_the_vm_named(monkeypatch):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 
     def target(vm, uid, cpu, name=None):
         return {"metadata": {"namespace": "t", "name": name or "virt-launcher-%s-x" % vm,
@@ -352,7 +352,7 @@ def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_
     """A sizing that misses something (an overhead, a webhook) is not a tenant's growth: no cancel."""
     from fractions import Fraction
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 
     class Cluster(_Cluster):
         deleted = []
@@ -385,7 +385,7 @@ def test_a_target_pod_larger_than_computed_with_no_input_changed_is_left_to_the_
 
 def test_a_pod_the_tenant_labels_like_a_target_pod_neither_hides_it_nor_marks_it_checked(monkeypatch):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 
     decoy = {"metadata": {"namespace": "t", "name": "decoy", "labels": {"kubevirt.io/migrationJobUID": "uid-a"},
                           "annotations": {"kubevirt.io/migrationJobName": "vm-a-kvq-1"},
@@ -461,7 +461,7 @@ def test_the_policy_refuses_a_larger_target_pod_with_the_words_the_runner_looks_
 
 def _pinned_runner(monkeypatch, cluster, cpu="1025m"):
     from fractions import Fraction
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
     runner = _runner(monkeypatch, cluster)
     if hasattr(cluster, "events"):
         monkeypatch.setattr(br, "failed_create_events", lambda _c, namespaces: cluster.events())
@@ -568,7 +568,7 @@ def test_an_event_in_another_namespace_about_the_migration_is_not_taken(monkeypa
 def test_the_fence_size_is_the_larger_of_the_computed_pod_and_the_running_one_per_name():
     from fractions import Fraction
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
     pin = {"charge": {}, "pod_charge": versioned.amounts({"limits.cpu": Fraction(1), "limits.memory": Fraction(100)}),
            "source": versioned.amounts({"limits.cpu": Fraction(12, 10), "requests.cpu": Fraction(1, 10)})}
     assert headroom.pinned_pod_size(pin) == {"limits.cpu": Fraction(12, 10), "limits.memory": Fraction(100),

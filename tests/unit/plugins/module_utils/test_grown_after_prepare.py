@@ -19,7 +19,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as core
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned as versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.modules import kvquota_migrate as module_mod
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import (
