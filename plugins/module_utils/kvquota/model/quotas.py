@@ -692,6 +692,7 @@ def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
     charge_total = total(charges.values())
     growth = total(growths.values())
     used_after = dict((name, value) for name, value in add(used, growth).items() if name in hard)
+    over_now = over_hard(used, hard)
     return HeadroomPlan(
         hard=hard,
         used=used,
@@ -701,8 +702,8 @@ def plan_quota(quota, vms, batches, batch_of=None, source_pods_deleted=False):
         batches=tuple(plans),
         needed=needed,
         needed_all_at_once=headroom_needed(used, hard, charge_total),
-        over_hard=dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) > 0),
-        over_hard_untouched=dict((n, v) for n, v in over_hard(used, hard).items() if _get(charge_total, n) <= 0),
+        over_hard=dict((n, v) for n, v in over_now.items() if _get(charge_total, n) > 0),
+        over_hard_untouched=dict((n, v) for n, v in over_now.items() if _get(charge_total, n) <= 0),
         growth=growth,
         used_after=used_after,
         over_after=over_hard(used_after, hard),

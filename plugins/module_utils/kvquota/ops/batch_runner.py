@@ -329,9 +329,7 @@ class BatchRunner(object):
                                      "uid": existing[(ns, name)][1] if reused else None})
         # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
         # once created (see _record_created)
-        refs = dict(refs, migrations=[dict({"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]},
-                                           **({"size": self._fence_size(m)} if self._fence_size(m) else {}))
-                                      for m in batch.migrations if m["reused"]])
+        refs = dict(refs, migrations=[self._followed_ref(m) for m in batch.migrations if m["reused"]])
         if not self.config.check_mode:
             # from here on a stop releases what this batch may hold (a reserve that failed half way included)
             batch.state, batch.targets = RUNNING, sorted(needs)
@@ -386,6 +384,15 @@ class BatchRunner(object):
             reservations.admit_migrations(self.cluster, [self._fence_entry(m) for m in own if m["uid"]],
                                           self.config.check_mode, self.config.operator_namespace, installed=True)
         self._record_created(batch, *batch.prepared)
+
+    def _followed_ref(self, migration):
+        """A migration the batch follows as the reservation's refs record it (the fence lists it from there), with
+        its size where its VM has a pin."""
+        ref = {"namespace": migration["namespace"], "name": migration["name"], "uid": migration["uid"]}
+        size = self._fence_size(migration)
+        if size:
+            ref["size"] = size
+        return ref
 
     def _fence_entry(self, migration, pending=False):
         """A migration of a batch as the fence lists it (fence.normalize_migrations), with its pinned size."""

@@ -194,8 +194,9 @@ class _Run(object):
             try:
                 policy = fence_mod.installed_policy(self.cluster, self.store.namespace)
                 self.fence_state = policy is not None
-                if policy is not None and fence_mod.outdated(policy):
-                    self.warn(fence_mod.outdated(policy))
+                lacking = fence_mod.outdated(policy) if policy is not None else None
+                if lacking:
+                    self.warn(lacking)
             except ForbiddenError:
                 self.fence_state = False
                 self.warn("the headroom fence could not be checked (bind the ClusterRole kvquota-maintenance-fence "

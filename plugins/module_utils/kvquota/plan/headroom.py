@@ -34,6 +34,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.i
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (
     format_resource_list,
+    maximum,
     parse_resource_list,
     remove_zeros,
 )
@@ -212,9 +213,7 @@ def pinned_pod_size(pin):
     pin."""
     if pin is None:
         return None
-    size = dict(pin.get("pod_charge") or pin["charge"])
-    for name, value in (pin.get("source") or {}).items():
-        size[name] = max(size.get(name, 0), value)
+    size = maximum(pin.get("pod_charge") or pin["charge"], pin.get("source") or {})
     return dict((name, Fraction(value, versioned.NANO_UNITS)) for name, value in size.items())
 
 

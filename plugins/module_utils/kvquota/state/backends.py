@@ -144,9 +144,6 @@ class PlainBackend(QuotaOwner):
     writable = True
     written_on = "quota"   # the object whose write changes spec.hard
 
-    def describe(self):
-        return {"backend": self.name, "written_on": self.written_on, "notes": list(self.notes)}
-
     def durable_hard(self, quota, namespace):
         """The values that decide spec.hard (here: spec.hard itself)."""
         return hard_of(quota)
@@ -377,8 +374,8 @@ class HarvesterBackend(QuotaOwner):
     writable = True
 
     def __init__(self, inner, notes=None, version=None):
+        super(HarvesterBackend, self).__init__(notes)
         self.inner = inner
-        self.notes = list(notes or [])
         self.version = version
 
     @property

@@ -17,9 +17,10 @@ one ConfigMap in the operator namespace, written only here:
                              known yet (admitted by name: the name is listed just before the run creates the
                              migration and its UID written the moment the create returns)
     size.<namespace>.<name>  the most that migration's target pod may charge: "<requests.cpu> <requests.memory>
-                             <limits.cpu> <limits.memory>" (quantities; the plan's pinned size of its VM). A
-                             target pod rendered larger (a tenant's annotation or label changed between the
-                             migration's create and the pod's render) is refused, so it never runs on the headroom
+                             <limits.cpu> <limits.memory>" (quantities; the larger of its VM's planned size and
+                             the pod it runs in now). A target pod rendered larger (a tenant's annotation or label
+                             changed between the migration's create and the pod's render) is refused, so it never
+                             runs on the headroom
 
 Namespace names have no dots, so the kinds of keys cannot collide and parse one way: the namespace ends at the
 first dot after the prefix, the rest is the VMI uid or the migration name (a DNS subdomain, dots allowed). A
@@ -215,8 +216,8 @@ def _resolve_vmi(data, namespace, migration):
 
 def _put_migration(new, namespace, migration, vmi_uid):
     """Add or update one migration's keys in new (a dict): a known UID is never replaced by 'not known yet' for the
-    same VMI (a late pending write must not widen what the entry admits); a size given replaces the one listed
-    (the run raises it only for a sizing miss, see BatchRunner), none given keeps it."""
+    same VMI (a late pending write must not widen what the entry admits); a size given replaces the one listed,
+    none given keeps it."""
     key = migration_key(namespace, migration["name"])
     old_vmi, old_uid = parse_migration_value(new.get(key)) if key in new else (None, "")
     uid = migration["uid"]
