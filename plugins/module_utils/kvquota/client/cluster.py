@@ -571,7 +571,7 @@ class Cluster(object):
                     for group in data.get("groups") or [])
 
     def facts(self, refresh=False):
-        """What kind of cluster this is, for select_backend: harvester, harvester_version, rancher_projects,
+        """What kind of cluster this is, for owners.registry.owner_of: harvester, harvester_version, rancher_projects,
         aaq, kubevirt (bools) — from discovery, plus Harvester's server-version setting when present."""
         if self._facts is not None and not refresh:
             return dict(self._facts)

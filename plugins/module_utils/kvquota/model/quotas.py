@@ -35,7 +35,6 @@ __metaclass__ = type
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.rancher_keys import rancher_key
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
     BINARY_SI,
@@ -783,12 +782,14 @@ def approx(value, name, fmt=None):
     return "%s (about %.1fMi)" % (text, float(value) / 2 ** 20)
 
 
-def make_fix(namespace, quota_name, name, current, required, fmt=None, reason="", owner="plain", permanent=False):
+def make_fix(namespace, quota_name, name, current, required, fmt=None, reason="", owner="plain", permanent=False,
+             key_for=None):
     """One fix as data and text: raise resource name of a quota from current to (at least) required.
 
     The text names a value rounded up for humans ('6000Mi'); the data also carries the
-    exact minimum. owner 'rancher' words it as the namespace annotation Rancher rebuilds
-    the quota from.
+    exact minimum. key_for (the quota owner's operator_key) gives the key an operator raises name under in
+    Rancher's namespace annotation, which Rancher rebuilds the quota from; None: spec.hard itself. owner is the
+    owner's name, reported beside the fix.
     """
     fmt = fmt or default_format(name)
     target = suggested_value(name, required, fmt)
@@ -796,7 +797,7 @@ def make_fix(namespace, quota_name, name, current, required, fmt=None, reason=""
         target = Fraction(required)
     shown = show(target, name, fmt)
     when = "" if permanent else " for the maintenance window"
-    key = rancher_key(name) if owner == "rancher" else None
+    key = key_for(name) if key_for is not None else None
     if key:
         text = ("raise %s in annotation field.cattle.io/resourceQuota of namespace %s to %s%s "
                 "(Rancher rebuilds quota %s/%s from it)" % (key, namespace, shown, when, namespace, quota_name))
@@ -820,7 +821,7 @@ def make_fix(namespace, quota_name, name, current, required, fmt=None, reason=""
     }
 
 
-def fixes_for_plan(namespace, quota, plan, owner="plain"):
+def fixes_for_plan(namespace, quota, plan, owner="plain", key_for=None):
     """The fixes a quota's plan calls for: permanent ones (usage above hard now or after the
     migrations) and the temporary headroom for the maintenance window (on top of any
     permanent raise)."""
@@ -841,7 +842,7 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
             why.append("after the migrations usage will be %s (%s)"
                        % (approx(plan.used_after[name], name, formats.get(name)), cause))
         fix = make_fix(namespace, name_of_quota, name, hard[name], required, formats.get(name),
-                       "; ".join(why), owner, permanent=True)
+                       "; ".join(why), owner, permanent=True, key_for=key_for)
         fixes.append(fix)
         base[name] = max(base[name], parse_quantity(fix["suggested"]))
     window = plan_with_base(plan, base) if base != hard else plan.needed
@@ -852,5 +853,5 @@ def fixes_for_plan(namespace, quota, plan, owner="plain"):
         which = ", ".join(batches[:3]) + ("..." if len(batches) > 3 else "")
         reason = "batch %s needs %s more" % (which, approx(window[name], name, formats.get(name)))
         fixes.append(make_fix(namespace, name_of_quota, name, base[name], required, formats.get(name),
-                              reason, owner, permanent=False))
+                              reason, owner, permanent=False, key_for=key_for))
     return fixes

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rancher's names for quota resources: the keys of a project's and a namespace's resourceQuota limits
 (field.cattle.io/resourceQuota) and the ResourceQuota resource names they stand for. Pure data; the Rancher
-owner (backends.RancherBackend) and the quota planning (quotas.py) both read it."""
+owner (owners.rancher.RancherOwner) and the quota planning (quotas.py) both read it."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type

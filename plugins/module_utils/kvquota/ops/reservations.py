@@ -16,7 +16,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import contextlib
-import json
 import time
 from fractions import Fraction
 
@@ -28,21 +27,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.backends import (
-    HARVESTER_SKIP_ANNOTATION,
-    RANCHER_QUOTA_ANNOTATION,
-    hard_of,
-    is_rancher_managed,
-    project_fit,
-    project_ref,
-    rancher_limit,
-    select_backend,
-    used_of,
-)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import registry
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.protocol import hard_of, used_of
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.rancher import is_rancher_managed, project_fit, project_ref
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
     DEFAULT_OUTAGE_BUDGET,
     api_path,
-    conditional_update,
     list_items,
     retry_on_conflict,
 )
@@ -78,9 +68,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.o
 DEFAULT_ATTEMPTS = 10
 DEFAULT_LOCK_TIMEOUT = 120
 DEFAULT_RANCHER_SYNC_TIMEOUT = 60
-# rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see _wait_followed)
-DEFAULT_RANCHER_ADOPTIONS = 3
-RANCHER_STATUS_ANNOTATION = "cattle.io/status"
 
 
 # ---------------------------------------------------------------------------
@@ -187,6 +174,38 @@ class _Run(object):
         if text not in self.warnings:
             self.warnings.append(text)
 
+    # --- what a quota owner's I/O steps use (owners/protocol.py) ---
+
+    @property
+    def sync_timeout(self):
+        return self.rancher_sync_timeout
+
+    attempts = DEFAULT_ATTEMPTS
+
+    def stored_ledger(self, quota):
+        stored, _configmap = self.store.read(quota)
+        return stored
+
+    def report(self, state, reason, message):
+        """Warn once, with an Event on the quota and its namespace."""
+        if message not in self.warnings:
+            self.warn(message)
+            _emit(self, state, reason, "kvquota: " + message, "Warning")
+
+    def adopt(self, target):
+        """Adopt someone else's rewrite of the durable value found while waiting for its owner (a Rancher project
+        member's annotation): with the lock renewed, from a fresh read of the stored ledger, observe takes the
+        rewritten values (a value equal to the base is a revert, re-applied; any other one becomes the base, the
+        deltas stay on top) and _transact writes it again. Warns and records Events like any external change."""
+        def mutate(state, now):
+            if state.stored is None:
+                return None, {"outcome": "no-ledger"}
+            return state.ledger, {"outcome": "adopted" if state.changes else "in-sync"}
+
+        self.renew_lock(target[0])
+        state, _final, _info, _changed = _transact(self, target, mutate)
+        _report_changes(self, state)
+
     def fence_installed(self):
         """Whether rbac/fence.yml is installed (looked up once per call). Without the fence, a pod a tenant
         starts during the window can take the headroom: say so once."""
@@ -272,7 +291,7 @@ def _read(run, target, now):
     facts = dict(run.facts)
     if is_rancher_managed(quota):
         facts["project"] = run.project_for(namespace)
-    backend = select_backend(quota, namespace, facts)
+    backend = registry.owner_of(quota, namespace, facts)
     if not backend.writable:
         return _State(target, namespace, quota, backend, None, None, {}, [])
     current = backend.durable_hard(quota, namespace)
@@ -340,7 +359,7 @@ def _commit(run, state, ledger):
             if not is_idle(final):
                 # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
                 # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
-                _harvester_opt_out(run, state, final)
+                state.backend.guard(run, state.target, final)
             for kind in backend.WRITE_ORDER:
                 if kind in writes:
                     what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
@@ -424,202 +443,6 @@ def _report_changes(run, state):
         reason = {ledger_mod.REVERTED: "QuotaReverted", ledger_mod.ADMIN_CHANGE: "QuotaBaseChanged",
                   ledger_mod.REMOVED: "QuotaLimitRemoved"}[change["kind"]]
         _emit(run, state, reason, "kvquota: " + change["message"], "Warning")
-
-
-def _wait_followed(run, state, final, adoptions=DEFAULT_RANCHER_ADOPTIONS):
-    """Rancher owns spec.hard: wait until it applied the namespace annotation. Each poll compares spec.hard with
-    the ledger as it is NOW in the store (another job may have changed it since this one wrote), never with a
-    remembered one. kvquota never writes spec.hard of a Rancher-owned quota (that bypasses the project limit
-    and Rancher 2.14+ refuses it): if Rancher neither applies nor refuses in time, fail with the numbers.
-
-    A Rancher project member may rewrite the annotation while we wait (Rancher lets it, within the project
-    limit), and Rancher then applies the member's value, which no ledger value will ever match. Such a rewrite
-    is adopted like an administrator's change (ledger.observe): under the namespace's lock, which every caller
-    holds, against the stored ledger, the member's value becomes the base, the reservations stay on top, the
-    annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
-    left (the ledger is gone) the member's value is simply what Rancher must apply."""
-    if not state.backend.applies_later or run.check_mode:
-        return None
-    deadline = run.clock() + run.rancher_sync_timeout
-    expected = final
-    rewrites = []
-    while True:
-        quota = run.cluster.get_quota(*state.target)
-        stored, _configmap = run.store.read(quota)
-        expected = stored if stored is not None else (final if is_idle(final) else expected)
-        ok, wrong = state.backend.followed(quota, expected)
-        if ok:
-            return None
-        namespace = run.cluster.get_namespace(state.target[0])
-        refused = _rancher_refusal(namespace)
-        if refused:
-            raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
-                               "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
-        if stored is None and is_idle(final):
-            expected = _kept_after_release(run, state, final, namespace)
-            ok, wrong = state.backend.followed(quota, expected)
-            if ok:
-                return None
-        elif stored is not None and _annotation_rewritten(state.backend, quota, namespace, stored):
-            rewrites.append(_annotation_text(namespace))
-            if len(rewrites) > adoptions:
-                raise _rewritten_error(run, state.target, rewrites, stored)
-            _adopt_rewrite(run, state.target)
-            deadline = run.clock() + run.rancher_sync_timeout
-            continue
-        if run.clock() >= deadline:
-            break
-        run.sleep(1.0)
-    hard = hard_of(quota)
-    want = desired_strings(expected)
-    lagging = ", ".join("%s is %s on %s/%s, should be %s"
-                        % (name, hard.get(name, "(none)"), state.target[0], state.target[1], want.get(name))
-                        for name in wrong)
-    raise KvquotaError(
-        "Rancher did not apply the quota of namespace %s within %ss: %s (annotation %s is written; kvquota never "
-        "writes spec.hard of a Rancher-owned quota)"
-        % (state.target[0], run.rancher_sync_timeout, lagging, RANCHER_QUOTA_ANNOTATION),
-        "check that Rancher's cluster agent (cattle-cluster-agent) runs and syncs namespace %s, then re-run: the "
-        "ledger holds the reservation, so the re-run converges" % state.target[0])
-
-
-def _annotation_text(namespace):
-    return ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_QUOTA_ANNOTATION)
-
-
-def _annotation_rewritten(backend, quota, namespace, ledger):
-    """Whether the namespace's Rancher annotation no longer holds what the ledger says kvquota wrote: what
-    writing the ledger now would put there (unmanaged keys are kept as they are) differs from what is there."""
-    rendered = backend.render(quota, namespace, ledger).get("namespace")
-    if rendered is None:
-        return False
-    return _parsed_annotation(_annotation_text(rendered)) != _parsed_annotation(_annotation_text(namespace))
-
-
-def _parsed_annotation(text):
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError, RecursionError):
-        # RecursionError: valid JSON nested too deeply for Python's decoder; compared as text then
-        return text
-
-
-def _adopt_rewrite(run, target):
-    """Adopt a rewrite of the Rancher annotation found while waiting (see _wait_followed): with the lock renewed,
-    from a fresh read of the stored ledger, observe takes the rewritten values (a value equal to the base is a
-    revert, re-applied; any other one becomes the base, the deltas stay on top) and _transact writes the
-    annotation again. Warns and records Events like any external change."""
-    def mutate(state, now):
-        if state.stored is None:
-            return None, {"outcome": "no-ledger"}
-        return state.ledger, {"outcome": "adopted" if state.changes else "in-sync"}
-
-    run.renew_lock(target[0])
-    state, _final, _info, _changed = _transact(run, target, mutate)
-    _report_changes(run, state)
-
-
-def _kept_after_release(run, state, final, namespace):
-    """The final release restored the base and deleted the ledger; a value the annotation holds now for a managed
-    name (a project member's, written since) is what Rancher must apply: with no reservation left it is the
-    namespace's own quota, kvquota has nothing on top of it to keep. Warns and records Events once per value."""
-    limit = rancher_limit(namespace)
-    result = final.copy()
-    for name in sorted(final.written):
-        found = limit.get(name)
-        base = final.base.get(name)
-        if found is None or base is None or _same_amount(found, base, name):
-            continue
-        result.base[name] = found
-        result.written[name] = found
-        message = ("%s on %s/%s was changed to %s by someone else in the %s annotation while kvquota restored its "
-                   "base %s; no reservation is left, so %s stays" % (name, state.target[0], state.target[1], found,
-                                                                     RANCHER_QUOTA_ANNOTATION, base, found))
-        if message not in run.warnings:
-            run.warn(message)
-            _emit(run, state, "QuotaBaseChanged", "kvquota: " + message, "Warning")
-    return result
-
-
-def _same_amount(a, b, name):
-    try:
-        return parse_resource_list({name: a}, name) == parse_resource_list({name: b}, name)
-    except InputError:
-        return a == b
-
-
-def _rewritten_error(run, target, rewrites, ledger):
-    want = ", ".join("%s=%s" % (name, value) for name, value in sorted(desired_strings(ledger).items()))
-    return KvquotaError(
-        "the %s annotation of namespace %s was rewritten %d times by someone else while kvquota waited for Rancher "
-        "to apply it (found %s; kvquota adopted each value as the new base and wrote base + reservations, last %s); "
-        "gave up"
-        % (RANCHER_QUOTA_ANNOTATION, target[0], len(rewrites), " then ".join(str(t) for t in rewrites), want),
-        "ask the Rancher project members of namespace %s to leave its resource quota alone during the maintenance "
-        "window (change it after the window), then re-run: the ledger holds the reservation, so the re-run "
-        "converges" % target[0])
-
-
-def _rancher_refusal(namespace):
-    text = ((namespace.get("metadata") or {}).get("annotations") or {}).get(RANCHER_STATUS_ANNOTATION)
-    if not text:
-        return None
-    try:
-        status = json.loads(text)
-    except (ValueError, TypeError, RecursionError):
-        return None
-    # a namespace's annotations are writable by Rancher project members: only the shape Rancher writes counts
-    # ({"Conditions": [{"Type": ..., "Status": ..., "Message": ...}]}); anything else says nothing
-    if not isinstance(status, dict):
-        return None
-    conditions = status.get("Conditions") or status.get("conditions") or []
-    for condition in conditions if isinstance(conditions, list) else []:
-        if not isinstance(condition, dict):
-            continue
-        if condition.get("Type", condition.get("type")) == "ResourceQuotaValidated" and \
-                str(condition.get("Status", condition.get("status"))) == "False":
-            message = condition.get("Message", condition.get("message"))
-            return message if isinstance(message, str) and message else "ResourceQuotaValidated is False"
-    return None
-
-
-def _harvester_opt_out(run, state, final):
-    """Set Harvester's opt-out on the quota after the ledger recorded its previous value (owner not the quota).
-    A refused write (Rancher 2.14+ refuses any write of a Rancher-labelled quota but Rancher's) fails the
-    reservation before the owner's value is written, naming why."""
-    if run.check_mode or not state.backend.guards_the_quota:
-        return
-
-    def write(body):
-        try:
-            return run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
-                                       % (state.target[1], state.target[0]))
-        except (ConflictError, ForbiddenError):
-            raise
-        except KvquotaError as err:
-            raise KvquotaError(
-                "cannot set Harvester's opt-out %s on quota %s/%s: %s. Without it Harvester adds its own "
-                "migration deltas on top of the reservation; nothing was changed"
-                % (HARVESTER_SKIP_ANNOTATION, state.target[0], state.target[1], err.message),
-                "let the collection's identity update this quota (a Rancher quota lock-down must exempt it), or "
-                "set %s: \"true\" on the quota yourself for the maintenance and re-run" % HARVESTER_SKIP_ANNOTATION)
-    conditional_update(lambda: run.cluster.get_quota(*state.target),
-                       lambda quota: state.backend.before_expand(quota, final), write, attempts=DEFAULT_ATTEMPTS,
-                       what="set the Harvester opt-out on %s/%s" % state.target, sleep=run.sleep)
-
-
-def _harvester_restore(run, target, idle_ledger, backend):
-    """Put Harvester's opt-out back as it was, before the final restore (owner not the quota)."""
-    if run.check_mode or not backend.guards_the_quota:
-        return
-    conditional_update(lambda: run.cluster.get_quota(*target),
-                       lambda quota: backend.after_release(quota, idle_ledger),
-                       lambda body: run.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester "
-                                                        "opt-out restore)" % (target[1], target[0])),
-                       attempts=DEFAULT_ATTEMPTS, what="restore the Harvester opt-out on %s/%s" % target,
-                       sleep=run.sleep)
 
 
 def _quota_result(state, final, info, changed):
@@ -798,7 +621,7 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
         try:
             state, final, info, changed = _transact(run, target, mutations[target], first=states[target])
             if final is not None and not is_idle(final) and not run.check_mode:
-                _wait_followed(run, state, final)
+                state.backend.wait_applied(run, state, final)
         except KvquotaError as err:
             if done:
                 raise type(err)("%s (reservation '%s' is already applied to %s; re-run to finish, or release it)"
@@ -1032,7 +855,7 @@ def _scan(cluster, warnings, operator_namespace):
         for quota in candidates:
             meta = quota.get("metadata") or {}
             namespace = namespaces.get(meta.get("namespace")) or {}
-            backend = select_backend(quota, namespace, run.facts)
+            backend = registry.owner_of(quota, namespace, run.facts)
             legacy = _legacy_ledger(run, quota, namespace, backend) if backend.writable else None
             if legacy is not None:
                 found[(meta.get("namespace"), meta.get("name"))] = legacy
@@ -1601,13 +1424,14 @@ def _release_one(run, target, reservation_id, state=None):
     if state.backend.writable and state.backend.guards_the_quota:
         after, outcome = _release_ledger(state, reservation_id, run.clock())
         if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
-            _harvester_restore(run, target, after, state.backend)
+            if not run.check_mode:
+                state.backend.unguard(run, target, after)
             state = None  # the quota changed: read again
     state, final, info, changed = _transact(run, target, _release_mutation(reservation_id), first=state)
     _report_changes(run, state)
     item = _quota_result(state, final, info, changed)
     if changed and final is not None and not run.check_mode:
-        _wait_followed(run, state, final)
+        state.backend.wait_applied(run, state, final)
         if info and info.get("outcome") in _GIVEN_BACK:
             rest = sorted(final.reservations)
             tail = ("base restored, no reservation left" if not rest else
@@ -1926,8 +1750,8 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
             _report_changes(run, state)
             results.append(_quota_result(state, final, info, changed))
             if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
-                _harvester_opt_out(run, state, final)
-                _wait_followed(run, state, final)
+                state.backend.guard(run, state.target, final)
+                state.backend.wait_applied(run, state, final)
     return {"changed": any(item["changed"] for item in results), "quotas": results,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
 

@@ -19,7 +19,7 @@ __metaclass__ = type
 import datetime
 from dataclasses import dataclass
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher, registry
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import cluster_settings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import findings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit
@@ -79,8 +79,8 @@ class QuotaPlan:
 
     quota: dict                 # the ResourceQuota as planned against (its reservations taken out)
     plan: q.HeadroomPlan
-    owner: str                  # backends.quota_owner: plain, rancher, aaq
-    backend: object             # backends.select_backend: the QuotaOwner that writes it
+    owner: str                  # registry.spec_owner: plain, rancher, aaq
+    backend: object             # registry.owner_of: the QuotaOwner that writes it
     fixes: list
 
     @property
@@ -133,9 +133,9 @@ def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
     for quota, quota_plan in matching:
         if backend_facts is None:
             backend_facts = dict(facts, project=findings.project_of(snapshot, ns_obj))
-        owner = backends.quota_owner(quota)
-        quota_plans.append(QuotaPlan(quota, quota_plan, owner, backends.select_backend(quota, ns_obj, backend_facts),
-                                     q.fixes_for_plan(namespace, quota, quota_plan, owner)))
+        owner, backend = registry.spec_owner(quota), registry.owner_of(quota, ns_obj, backend_facts)
+        quota_plans.append(QuotaPlan(quota, quota_plan, owner, backend,
+                                     q.fixes_for_plan(namespace, quota, quota_plan, owner, backend.operator_key)))
     return NamespacePlan(namespace, ns_obj, vms, idle, raw_quotas, ns_quotas, quota_plans, not_matching)
 
 
@@ -175,7 +175,7 @@ def plan(snapshot, options=None):
 def unreadable_rancher_annotation(ns_obj):
     """The InputError of a namespace's field.cattle.io/resourceQuota that is not valid JSON, else None."""
     try:
-        backends.rancher_annotation(ns_obj or {})
+        rancher.rancher_annotation(ns_obj or {})
     except InputError as err:
         return err
     return None
@@ -187,12 +187,12 @@ def block_unreadable_rancher_namespaces(snapshot, vms_by_ns):
     Rancher's: that namespace's VMs alone, named with the field; the other namespaces are planned."""
     for namespace, vms in sorted(vms_by_ns.items()):
         quotas = (snapshot.get("quotas") or {}).get(namespace) or []
-        if not any(backends.is_rancher_managed(quota) for quota in quotas):
+        if not any(rancher.is_rancher_managed(quota) for quota in quotas):
             continue
         error = unreadable_rancher_annotation((snapshot.get("namespaces") or {}).get(namespace))
         if error is None:
             continue
-        field = "namespace annotation %s" % backends.RANCHER_QUOTA_ANNOTATION
+        field = "namespace annotation %s" % rancher.RANCHER_QUOTA_ANNOTATION
         for vm in vms:
             if vm.get("blocked") or not vm["migratable"]:
                 continue

@@ -2,7 +2,7 @@
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the cluster's configuration says: the sizing ClusterConfig (KubeVirt CR, Harvester settings, the
-caller's overrides), KubeVirt's migration limits, the facts backends.select_backend wants, the default
+caller's overrides), KubeVirt's migration limits, the facts owners.registry.owner_of wants, the default
 PriorityClass. Read from an inventory snapshot (inventory.read_inventory); nothing here calls the API.
 """
 
@@ -50,7 +50,7 @@ def cluster_config(snapshot, options):
 
 
 def cluster_facts(snapshot):
-    """What backends.select_backend wants to know about the cluster."""
+    """What owners.registry.owner_of wants to know about the cluster."""
     settings = snapshot.get("harvester_settings")
     version = None
     if settings:

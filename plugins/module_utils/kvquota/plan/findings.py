@@ -13,7 +13,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.harvester import HARVESTER_SKIP_ANNOTATION, harvester_migrating
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import rancher_keys
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
@@ -98,7 +99,7 @@ def cluster_warnings(snapshot, oversized):
             "limits.memory of Rancher-managed quotas during migrations"
             % (HARVESTER_RATIO_SETTING, setting.get("value") or setting.get("default")),
             "kvquota_reserve opts each quota it expands out of Harvester's scaling for the maintenance window "
-            "(annotation %s) and puts it back afterwards" % backends.HARVESTER_SKIP_ANNOTATION))
+            "(annotation %s) and puts it back afterwards" % HARVESTER_SKIP_ANNOTATION))
     aaq = snapshot.get("aaq_quotas")
     if aaq is not None:
         warnings.append(finding(
@@ -141,7 +142,7 @@ def quota_findings(namespace, quota, plan, quota_fixes, status_synced):
             "quota_not_synced", namespace,
             "quota %s/%s: status.hard differs from spec.hard (the quota controller has not caught up)"
             % (namespace, qname), "wait a few seconds and run the check again", quota=qname))
-    migrating = backends.harvester_migrating(quota)
+    migrating = harvester_migrating(quota)
     if migrating:
         warnings.append(finding(
             "harvester_scaling_active", namespace,
@@ -264,7 +265,7 @@ def refused_shortfall(vm, quotas, named=()):
 
 def project_of(snapshot, ns_obj):
     """The Rancher Project dict of a namespace, when the Project API is visible and it is found."""
-    ref = backends.project_ref(ns_obj or {})
+    ref = rancher.project_ref(ns_obj or {})
     if ref is None:
         return None
     for project in snapshot.get("rancher_projects") or ():
@@ -276,7 +277,7 @@ def project_of(snapshot, ns_obj):
 
 def _with_rancher_limit(ns_obj, limit):
     """A copy of a namespace whose field.cattle.io/resourceQuota limit holds limit (quota names -> strings)."""
-    _present, _raw, parsed = backends.rancher_annotation(ns_obj)
+    _present, _raw, parsed = rancher.rancher_annotation(ns_obj)
     parsed = dict(parsed)
     merged = dict(parsed.get("limit") or {})
     for name, text in limit.items():
@@ -287,7 +288,7 @@ def _with_rancher_limit(ns_obj, limit):
     result = dict(ns_obj)
     ns_meta = dict(meta(ns_obj))
     annotations = dict(ns_meta.get("annotations") or {})
-    annotations[backends.RANCHER_QUOTA_ANNOTATION] = _compact_json(parsed)
+    annotations[rancher.RANCHER_QUOTA_ANNOTATION] = _compact_json(parsed)
     ns_meta["annotations"] = annotations
     result["metadata"] = ns_meta
     return result
@@ -300,7 +301,7 @@ def _compact_json(value):
 
 def _readable_rancher_annotation(ns_obj):
     try:
-        backends.rancher_annotation(ns_obj)
+        rancher.rancher_annotation(ns_obj)
     except InputError:
         return False
     return True
@@ -311,7 +312,7 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
 
     For every batch, each Rancher-managed quota's durable limit is raised by the batch's
     headroom plus any permanent fix, all namespaces of the project at once, and the sum
-    is checked against the project limit (backends.project_fit). Needs the Project API
+    is checked against the project limit (rancher.project_fit). Needs the Project API
     (visible on Rancher's local cluster only); otherwise nothing is reported here.
     """
     if snapshot.get("rancher_projects") is None:
@@ -328,9 +329,9 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
         if project is None:
             continue
         for quota, plan, fixes in plans:
-            if backends.quota_owner(quota) != "rancher":
+            if not rancher.is_rancher_managed(quota):
                 continue
-            durable = backends.RancherBackend().durable_hard(quota, ns_obj)
+            durable = rancher.RancherOwner().durable_hard(quota, ns_obj)
             permanent = dict((f["resource"], q.parse_quantity(f["suggested"])) for f in fixes if f["permanent"])
             entry = projects.setdefault("%s:%s" % (meta(project).get("namespace"), meta(project).get("name")),
                                         {"project": project, "namespaces": {}})
@@ -354,7 +355,7 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
             modified = [(_with_rancher_limit(n, changed[meta(n).get("name")]) if meta(n).get("name") in changed
                          else n) for n in namespaces]
             first = sorted(changed)[0]
-            ok, problems = backends.project_fit(entry["project"], modified, first, changed[first])
+            ok, problems = rancher.project_fit(entry["project"], modified, first, changed[first])
             for problem in problems:
                 findings.append(finding(
                     "rancher_project_limit", None, "batch %d: %s" % (index + 1, problem),

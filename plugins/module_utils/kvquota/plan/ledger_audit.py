@@ -14,7 +14,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import registry
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store
@@ -58,7 +58,7 @@ def quota_ledger(quota, ns_obj, ledgers, cluster_facts=None):
     uid = meta(quota).get("uid")
     if uid and uid in (ledgers or {}):
         return ledgers[uid], None
-    backend = backends.select_backend(quota, ns_obj or {}, cluster_facts)
+    backend = registry.owner_of(quota, ns_obj or {}, cluster_facts)
     if not backend.writable:
         return None, None
     return store.legacy_ledger(quota, ns_obj or {}, backend)

@@ -67,7 +67,7 @@ def report_names(ns_quotas, detail):
 
 def quota_report(namespace, quota, plan, owner, formats, backend, quota_fixes):
     """One quota of a namespace's report: its plan (quotas.plan_namespace) in the quota's own formats, the
-    backend that owns its spec.hard (backends.select_backend) and the texts of its fixes."""
+    backend that owns its spec.hard (owners.registry.owner_of) and the texts of its fixes."""
     name = meta(quota).get("name")
 
     def show(rl):

@@ -25,6 +25,7 @@ __metaclass__ = type
 
 import copy
 import json
+import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
@@ -49,7 +50,9 @@ LEGACY_FORMAT_VERSION = 1
 # No quota the apiserver can hold is larger (int64); a ledger amount beyond it is corrupt, not a request.
 MAX_AMOUNT = 2 ** 63 - 1
 MAX_QUANTITY_TEXT = 64
-BACKEND_NAMES = ("plain", "rancher", "harvester")
+# the name of the quota owner that wrote a ledger (owners/registry.NAMES); any well-formed name is read, so a
+# newer owner's ledgers are not "corrupt" to this reader
+OWNER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 HISTORY_LIMIT = 20
 RELEASED_LIMIT = 20
 
@@ -315,8 +318,8 @@ def validate(data, where, version=FORMAT_VERSION, namespace=None, quota=None):
     if quota is not None and data.get("quota") not in (None, quota):
         raise _corrupt(where, "it names quota %r" % data.get("quota"))
     backend = data.get("backend", "plain")
-    if backend not in BACKEND_NAMES:
-        raise _corrupt(where, "its backend is %r (known: %s)" % (backend, ", ".join(BACKEND_NAMES)))
+    if not isinstance(backend, str) or not OWNER_NAME.match(backend):
+        raise _corrupt(where, "its backend is %r, not the name of a quota owner" % (backend,))
     _check_list(data.get("base", {}), "base", where, allow_none=True)
     _check_list(data.get("written", {}), "written", where)
     if data.get("previous") is not None:

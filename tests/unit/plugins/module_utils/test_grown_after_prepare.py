@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
@@ -206,19 +206,19 @@ def _namespace(annotations):
 @pytest.mark.parametrize("text", [DEEP, "[1]", '"s"', '{"limit": [1]}', '{"limit": {"limitsCpu": {"x": 1}}}'])
 def test_a_rancher_quota_annotation_of_another_shape_is_an_input_error_naming_it(text):
     with pytest.raises(InputError) as err:                         # before: RecursionError, AttributeError or {}
-        backends.rancher_annotation(_namespace({backends.RANCHER_QUOTA_ANNOTATION: text}))
-    assert backends.RANCHER_QUOTA_ANNOTATION in err.value.message and "namespace t" in err.value.message
+        rancher_owner.rancher_annotation(_namespace({rancher_owner.RANCHER_QUOTA_ANNOTATION: text}))
+    assert rancher_owner.RANCHER_QUOTA_ANNOTATION in err.value.message and "namespace t" in err.value.message
     if "limitsCpu" not in text:   # a recorded original: only its "limit" keys are looked at
-        assert backends._parse_json(text) is None
+        assert rancher_owner._parse_json(text) is None
 
 
 @pytest.mark.parametrize("text", [DEEP, "[1]", '"s"', '{"conditions": ["x"]}', '{"Conditions": {"Type": 1}}'])
 def test_a_rancher_status_annotation_of_another_shape_says_nothing(text):
     # before: RecursionError or AttributeError out of the reservation's wait for Rancher
-    assert reservations._rancher_refusal(_namespace({reservations.RANCHER_STATUS_ANNOTATION: text})) is None
+    assert rancher_owner._rancher_refusal(_namespace({rancher_owner.RANCHER_STATUS_ANNOTATION: text})) is None
     # nested too deeply for the json module (Python 3.11: RecursionError; 3.13 parses it): the text itself, or the
     # parsed list, never an exception
-    parsed = reservations._parsed_annotation(DEEP)
+    parsed = rancher_owner._parsed_annotation(DEEP)
     assert parsed == DEEP or isinstance(parsed, list)
 
 
@@ -226,7 +226,7 @@ def test_a_rancher_refusal_is_still_read():
     condition = {"Type": "ResourceQuotaValidated", "Status": "False", "Message": "exceeds the project's limit"}
     import json
     status = json.dumps({"Conditions": ["x", condition]})
-    assert reservations._rancher_refusal(_namespace({reservations.RANCHER_STATUS_ANNOTATION: status})) == \
+    assert rancher_owner._rancher_refusal(_namespace({rancher_owner.RANCHER_STATUS_ANNOTATION: status})) == \
         "exceeds the project's limit"
 
 

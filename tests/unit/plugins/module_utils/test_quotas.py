@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import rancher_keys
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 Mi = 1024 ** 2
@@ -362,7 +363,7 @@ def test_fix_text_and_data():
         "5000Mi", "6000Mi", "6000Mi", "1000Mi")
     cpu = by_name["limits.cpu"]
     assert (cpu["current"], cpu["required"], cpu["suggested"]) == ("30", "31015m", "31015m")
-    rancher = q.fixes_for_plan("tenant-a", obj, plan, owner="rancher")
+    rancher = q.fixes_for_plan("tenant-a", obj, plan, owner="rancher", key_for=rancher_keys.rancher_key)
     assert rancher[1]["text"].startswith("raise limitsMemory in annotation field.cattle.io/resourceQuota of "
                                          "namespace tenant-a to 6000Mi for the maintenance window")
     assert rancher[1]["rancher_key"] == "limitsMemory"

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
@@ -71,7 +71,7 @@ class MemberApi(FakeApi):
             self.pending = False
             ns = self.objects[NAMESPACE_PATH]
             if self.rewrites:
-                ns["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = self.rewrites.pop(0)
+                ns["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] = self.rewrites.pop(0)
                 self._bump(ns)
             FakeApi._rancher_follows(self, ns)
         return super(MemberApi, self).get_quota(namespace, name)
@@ -96,7 +96,7 @@ def hard(objects):
 
 
 def limit(objects):
-    return json.loads(objects[NAMESPACE_PATH]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION])["limit"]
+    return json.loads(objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION])["limit"]
 
 
 def ledgers(objects):
@@ -141,7 +141,7 @@ def test_a_member_revert_during_the_reserve_wait_is_re_applied():
     assert "QuotaReverted" in [reason for reason, _m in api.events]
     release(MemberApi(objects, clock=clock), "a", clock)
     assert hard(objects) == BASE_HARD
-    assert objects[NAMESPACE_PATH]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
+    assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
 
 
 def test_a_member_change_during_a_partial_release_keeps_the_other_reservation_on_top():
@@ -181,18 +181,18 @@ def test_a_member_who_keeps_rewriting_gets_one_clear_error_after_a_bounded_numbe
     objects = cluster_objects(rancher=True)
     clock = Clock()
     # never a value kvquota writes itself: 10, 20, 30, ... CPUs
-    values = [member_value("%d" % (10 * n)) for n in range(1, R.DEFAULT_RANCHER_ADOPTIONS + 3)]
+    values = [member_value("%d" % (10 * n)) for n in range(1, rancher_owner.DEFAULT_RANCHER_ADOPTIONS + 3)]
     api = MemberApi(objects, values, clock)
     with pytest.raises(KvquotaError) as caught:
         reserve(api, "a", {"limits.cpu": "1"}, clock)
     err = caught.value
-    last = 10 * (R.DEFAULT_RANCHER_ADOPTIONS + 1)
-    assert "namespace tenant-a was rewritten %d times" % (R.DEFAULT_RANCHER_ADOPTIONS + 1) in err.message
+    last = 10 * (rancher_owner.DEFAULT_RANCHER_ADOPTIONS + 1)
+    assert "namespace tenant-a was rewritten %d times" % (rancher_owner.DEFAULT_RANCHER_ADOPTIONS + 1) in err.message
     assert '"limitsCpu":"10"' in err.message and '"limitsCpu":"%d"' % last in err.message
     assert "limits.cpu=%d" % (last - 10 + 1) in err.message   # the last value written: adopted base + 1
     assert "leave its resource quota alone" in err.fix and "re-run" in err.fix
     # the reservation's annotation write and one per adoption
-    assert [kind for kind, _held in api.written].count("Namespace") == 1 + R.DEFAULT_RANCHER_ADOPTIONS
+    assert [kind for kind, _held in api.written].count("Namespace") == 1 + rancher_owner.DEFAULT_RANCHER_ADOPTIONS
     assert only_namespace_writes_under_our_lock(api)
     # the ledger still holds the reservation on top of the last adopted value: a re-run converges
     (book,) = ledgers(objects)

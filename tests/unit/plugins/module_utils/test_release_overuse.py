@@ -21,7 +21,8 @@ import json
 
 import pytest
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import harvester
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
@@ -116,7 +117,7 @@ class TenantApi(FakeApi):
     def replace(self, obj, what=None):
         if self.harvester and obj.get("kind") == "Namespace":
             # Harvester's namespace webhook: no field.cattle.io/resourceQuota below the quota's status.used
-            limit = B.rancher_limit(obj)
+            limit = rancher_owner.rancher_limit(obj)
             used = self.objects[QUOTA_PATH]["status"]["used"]
             for name, value in limit.items():
                 if name in used and L._value(value, name) < L._value(used[name], name):
@@ -313,13 +314,13 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
     objects, clock = cluster_objects(rancher=True), Clock()
     api = TenantApi(objects, harvester=True)
     reserve(api, clock)
-    assert B.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "10Gi"
+    assert rancher_owner.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "10Gi"
     migrated(api, "2Gi")
     api.pods.append(pod("sidecar-old", "512Mi", BEFORE))
     api.set_used(**{"limits.memory": "8704Mi"})       # 512Mi above the 8Gi base, for good
     result = release(api, clock)
     # the lowest value the webhook accepts: the usage, not the base; the rest kept in the ledger
-    assert B.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "8704Mi"
+    assert rancher_owner.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "8704Mi"
     ledger = ledger_of(objects)
     assert sorted(ledger["reservations"]) == [RID + ".held"]
     held = ledger["reservations"][RID + ".held"]
@@ -332,15 +333,15 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
     # the reaper while usage is still there: stays at usage, reported, not deferred, no failure
     reaped = R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
     assert reaped["deferred"] == [] and [h["held_as"] for h in reaped["held_at_usage"]] == [RID + ".held"]
-    assert B.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "8704Mi"
+    assert rancher_owner.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "8704Mi"
     # usage drops: the reaper restores the base, the Rancher annotation byte for byte, no ledger left
     api.pods = [p for p in api.pods if p["metadata"]["name"] != "sidecar-old"]
     api.set_used(**{"limits.memory": "8Gi"})
     reaped = R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
     assert [r["id"] for r in reaped["released"]] == [RID + ".held"]
-    assert objects[NAMESPACE_PATH]["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
+    assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
     assert ledger_of(objects) is None
-    assert B.HARVESTER_SKIP_ANNOTATION not in objects[QUOTA_PATH]["metadata"]["annotations"]
+    assert harvester.HARVESTER_SKIP_ANNOTATION not in objects[QUOTA_PATH]["metadata"]["annotations"]
 
 
 def test_a_cluster_without_kubevirt_is_released_with_its_over_use_named():

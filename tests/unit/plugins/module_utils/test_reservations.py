@@ -7,7 +7,6 @@ tested against a real apiserver in tests/integration/test_reservations_lab.py.""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 from fractions import Fraction
 
 import pytest
@@ -73,17 +72,6 @@ def test_pod_counts_like_the_quota_controller():
                    "status": {"phase": "Running"}}
     assert R.pod_counts(terminating, T0 + 60)        # still within its grace period
     assert not R.pod_counts(terminating, T0 + 61)    # past deletionTimestamp + grace: no longer charged
-
-
-def test_rancher_refusal_is_read_from_cattle_status():
-    condition = {"Type": "ResourceQuotaValidated", "Status": "False",
-                 "Message": "Resource quota [limitsCpu=5] exceeds project limit"}
-    namespace = {"metadata": {"annotations": {"cattle.io/status": json.dumps({"Conditions": [condition]})}}}
-    assert "exceeds project limit" in R._rancher_refusal(namespace)
-    condition["Status"] = "True"
-    namespace["metadata"]["annotations"]["cattle.io/status"] = json.dumps({"Conditions": [condition]})
-    assert R._rancher_refusal(namespace) is None
-    assert R._rancher_refusal({"metadata": {}}) is None
 
 
 def test_ref_items_accept_strings_and_dicts():

@@ -19,7 +19,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import backends as B
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
@@ -177,10 +177,10 @@ class FakeApi(object):
         return {"harvester": False, "rancher_projects": False, "aaq": False, "kubevirt": True}
 
     def _rancher_follows(self, namespace):
-        limit = B.rancher_limit(namespace)
+        limit = rancher_owner.rancher_limit(namespace)
         for key, quota in self.objects.items():
             if "/resourcequotas/" in key and quota["metadata"]["namespace"] == namespace["metadata"]["name"] \
-                    and B.is_rancher_managed(quota):
+                    and rancher_owner.is_rancher_managed(quota):
                 hard = dict(BASE_HARD)
                 hard.update(limit)
                 if quota["spec"]["hard"] != hard:
@@ -200,8 +200,8 @@ def cluster_objects(rancher=False):
              "metadata": {"name": "compute", "namespace": "tenant-a", "labels": {}, "annotations": {}},
              "spec": {"hard": dict(BASE_HARD)}, "status": {"hard": dict(BASE_HARD), "used": {"limits.cpu": "1"}}}
     if rancher:
-        ns["metadata"]["annotations"][B.RANCHER_QUOTA_ANNOTATION] = RANCHER_ANNOTATION
-        quota["metadata"]["labels"][B.RANCHER_QUOTA_LABEL] = "true"
+        ns["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] = RANCHER_ANNOTATION
+        quota["metadata"]["labels"][rancher_owner.RANCHER_QUOTA_LABEL] = "true"
     operator = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR}}
     api = FakeApi(objects)
     for obj in (ns, operator):
@@ -279,7 +279,7 @@ def test_uninterrupted_run_ends_at_base_with_nothing_left(rancher):
     assert final["/api/v1/namespaces/tenant-a/resourcequotas/compute"] == BASE_HARD
     assert not [k for k in final if "/configmaps/" in k or "/leases/" in k]
     if rancher:
-        assert final["/api/v1/namespaces/tenant-a"][B.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
+        assert final["/api/v1/namespaces/tenant-a"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
     # the tenant's objects never carry kvquota's state
     for state in states:
         assert not any(L.LEDGER_ANNOTATION in (v if isinstance(v, dict) else {}) for v in state.values())
@@ -336,7 +336,7 @@ def test_a_forged_namespace_ledger_is_not_honoured():
     run_step(FakeApi(objects), STEPS[2], clock)
     assert objects["/api/v1/namespaces/tenant-a/resourcequotas/compute"]["spec"]["hard"] == BASE_HARD
     annotations = objects["/api/v1/namespaces/tenant-a"]["metadata"]["annotations"]
-    assert annotations == {B.RANCHER_QUOTA_ANNOTATION: RANCHER_ANNOTATION}
+    assert annotations == {rancher_owner.RANCHER_QUOTA_ANNOTATION: RANCHER_ANNOTATION}
 
 
 def test_a_0_1_0_ledger_that_matches_is_adopted_and_removed():
