@@ -195,15 +195,13 @@ def release(module):
         raise InputError('give exactly one of reservation_id or expired=true',
                          'name the reservation to release, or set expired: true to reap expired ones')
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
+    service = reservations.Reservations(cluster, params['operator_namespace'], check_mode=module.check_mode)
     if params['expired']:
-        result = reservations.release_expired(cluster, check_mode=module.check_mode, wait_for_pods=params['wait'],
-                                              timeout=params['wait_timeout'] if params['wait'] else 0,
-                                              force=params['force'],
-                                              operator_namespace=params['operator_namespace'])
+        result = service.release_expired(wait_for_pods=params['wait'],
+                                         timeout=params['wait_timeout'] if params['wait'] else 0, force=params['force'])
     else:
-        result = reservations.release(cluster, params['reservation_id'], wait_for_pods=params['wait'],
-                                      timeout=params['wait_timeout'], check_mode=module.check_mode,
-                                      force=params['force'], operator_namespace=params['operator_namespace'])
+        result = service.release(reservations.ReleaseRequest(params['reservation_id'], wait_for_pods=params['wait'],
+                                                             timeout=params['wait_timeout'], force=params['force']))
     return result
 
 

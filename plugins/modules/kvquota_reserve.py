@@ -285,10 +285,11 @@ def reserve(module):
             return {'changed': False, 'reservation_id': params['reservation_id'], 'quotas': [], 'skipped': [],
                     'headroom': {}, 'status_hard_wait_seconds': 0.0,
                     'message': 'none of the migrations reports a quota rejection: nothing to add'}
-    result = reservations.reserve(cluster, params['reservation_id'], headroom, reservation_owner(params),
-                                  params['reason'], ttl, margin=params['safety_margin'], top_up=top_up,
-                                  check_mode=module.check_mode, refs=refs, lock=run_lock(params),
-                                  operator_namespace=params['operator_namespace'])
+    service = reservations.Reservations(cluster, params['operator_namespace'], run_lock(params),
+                                        check_mode=module.check_mode)
+    result = service.reserve(reservations.ReserveRequest(params['reservation_id'], headroom, reservation_owner(params),
+                                                         params['reason'], ttl, margin=params['safety_margin'],
+                                                         top_up=top_up, refs=refs))
     # computed headroom is exact (Fractions): shown as the apiserver would print it
     result['headroom'] = dict(('%s/%s' % key, format_resource_list(parse_resource_list(value, 'headroom')))
                               for key, value in sorted(headroom.items()))

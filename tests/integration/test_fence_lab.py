@@ -563,7 +563,7 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
     """reserve (with the batch's VMs in its refs) fences the namespace before the quota grows; a tenant's new pod
     is refused for the window, KubeVirt's target pod of the reserved VMI is admitted; release restores the
     quota and then unfences; nothing of the fence is left."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+    from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
     ns = tenant_ns
     tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
     controller = emulator.as_identity(r, CONTROLLER)
@@ -571,7 +571,7 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
     other = vmi_ref(r, ns, "vm-2")
     assert try_pod(tenant, ns) is None                          # no reservation: no fence
     own = ("vm-1-kvq-" + secrets.token_hex(3), "2f6c1d2e-0000-4000-8000-0000000000c3")
-    result = R.reserve(operator, "fence-window", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain",
+    result = V.reserve(operator, "fence-window", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain",
                        600, refs={"vms": [{"namespace": ns, "name": "vm-1"}],
                                   "migrations": [{"namespace": ns, "name": own[0], "uid": own[1], "vm": "vm-1"}]})
     assert [(f["namespace"], f["changed"]) for f in result["fence"]] == [(ns, True)]
@@ -581,7 +581,7 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
     assert try_pod(controller, ns, vm, own) is None             # the target pod of the reserved VM's migration
     assert try_pod(controller, ns, other, own) is not None      # another VM's is not
     assert try_pod(controller, ns, vm) is not None              # nor one of no listed migration
-    released = R.release(operator, "fence-window", wait_for_pods=False, force=True)
+    released = V.release(operator, "fence-window", wait_for_pods=False, force=True)
     assert released["quotas"][0]["outcome"] == "released"
     assert [(f["namespace"], f["fenced"]) for f in released["fence"]] == [(ns, False)]
     assert ns not in F.fences(operator, OPERATOR_NS)
@@ -591,10 +591,10 @@ def test_a_reservation_fences_its_namespace_for_its_window(lab, r, emu, operator
 def test_the_reaper_lifts_a_fence_that_outlived_its_reservation(lab, r, emu, operator, installed, tenant_ns):
     """A run killed between its fence and its quota write leaves a fence with no reservation: the reaper
     unfences it (a fence never outlives its headroom)."""
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+    from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
     ns = tenant_ns
     F.fence(operator, OPERATOR_NS, ns, [vmi_ref(r, ns, "vm-1")])
-    reaped = R.release_expired(operator)
+    reaped = V.release_expired(operator)
     assert [(f["namespace"], f["fenced"]) for f in reaped["unfenced"]] == [(ns, False)]
     assert ns not in F.fences(operator, OPERATOR_NS)
 

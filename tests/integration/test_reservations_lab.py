@@ -27,7 +27,8 @@ from modlab import kvqlab  # tests/lab's package; the lab fixture is in conftest
 from kubernetes import client  # noqa: E402
 from kubernetes.client import ApiException  # noqa: E402
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V  # noqa: E402
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (  # noqa: E402
     ForbiddenError,
     InputError,
@@ -116,13 +117,13 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
         admin.create_namespaced_pod(ns, pod("target", "1200m", "1Gi"))
     assert "exceeded quota" in err.value.body
 
-    result = R.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1200m", "limits.memory": "1Gi", "pods": "1"}},
+    result = V.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1200m", "limits.memory": "1Gi", "pods": "1"}},
                        "lab-test", "migrate the VM of pod source", 600,
                        refs={"sourcePods": [{"name": "source", "uid": source.metadata.uid}]})
     assert result["changed"]
     assert result["quotas"][0]["after"] == {"limits.cpu": "3200m", "limits.memory": "3Gi", "pods": "5"}
     assert result["diff"]["before"]["%s/compute" % ns]["spec"]["hard"] == base
-    again = R.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1.2", "limits.memory": "1024Mi", "pods": "1"}},
+    again = V.reserve(cl, "mig-1", {(ns, "compute"): {"limits.cpu": "1.2", "limits.memory": "1024Mi", "pods": "1"}},
                       "lab-test", "migrate", 600)
     assert not again["changed"]
 
@@ -130,7 +131,7 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
     lab.wait_pod_phase(ns, "target", "Running")
 
     with pytest.raises(WaitTimeoutError) as err:
-        R.release(cl, "mig-1", timeout=1, poll_interval=0.2)
+        V.release(cl, "mig-1", timeout=1, poll_interval=0.2)
     assert "source" in str(err.value) and "still counts" in str(err.value)
     assert raw_quota(admin, ns)["spec"]["hard"]["limits.cpu"] == "3200m"
 
@@ -138,7 +139,7 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
     timer.start()
     started = time.time()
     try:
-        result = R.release(cl, "mig-1", timeout=60, poll_interval=0.3)
+        result = V.release(cl, "mig-1", timeout=60, poll_interval=0.3)
     finally:
         timer.join()
     assert time.time() - started >= 1.5
@@ -148,7 +149,7 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
     assert ledger(admin, quota) is None
     assert LEDGER_ANNOTATION not in (quota["metadata"].get("annotations") or {})
 
-    again = R.release(cl, "mig-1")
+    again = V.release(cl, "mig-1")
     assert not again["changed"] and "nothing to release" in again["message"]
 
     reasons = [e["reason"] for e in events(admin, ns) if e["involvedObject"]["kind"] == "ResourceQuota"]
@@ -158,7 +159,7 @@ def test_reserve_admits_target_and_release_waits_for_the_lingering_source_pod(la
 
 def test_check_mode_changes_nothing(lab, admin, cl, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
-    result = R.reserve(cl, "plan", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "plan", 600, check_mode=True)
+    result = V.reserve(cl, "plan", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "plan", 600, check_mode=True)
     assert result["changed"] and result["quotas"][0]["after"] == {"limits.cpu": "3"}
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == {"limits.cpu": "2"}
@@ -167,14 +168,14 @@ def test_check_mode_changes_nothing(lab, admin, cl, ns):
 
 def test_margin_and_top_up(lab, admin, cl, ns):
     make_quota(lab, admin, ns, {"limits.memory": "5000Mi"})
-    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "1000Mi"}}, "t", "r", 600, margin="10%")
+    V.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "1000Mi"}}, "t", "r", 600, margin="10%")
     assert raw_quota(admin, ns)["spec"]["hard"]["limits.memory"] == "6100Mi"
     with pytest.raises(InputError, match="top_up"):
-        R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "2000Mi"}}, "t", "r", 600)
-    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
-    R.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
+        V.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "2000Mi"}}, "t", "r", 600)
+    V.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
+    V.reserve(cl, "m", {(ns, "compute"): {"limits.memory": "100Mi"}}, "t", "short estimate", 600, top_up=True)
     assert raw_quota(admin, ns)["spec"]["hard"]["limits.memory"] == "6200Mi"
-    R.release(cl, "m", timeout=10)
+    V.release(cl, "m", timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.memory": "5000Mi"}
 
 
@@ -183,27 +184,27 @@ def test_margin_and_top_up(lab, admin, cl, ns):
 
 def test_admin_change_is_kept_as_the_new_base(lab, admin, cl, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2", "limits.memory": "2Gi"})
-    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
+    V.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
     admin.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"limits.cpu": "10"}}})
 
-    result = R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
+    result = V.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "lab-test", "drain", 600)
     assert result["changed"]
     assert any("new base" in w for w in result["warnings"])
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "11", "limits.memory": "2Gi"}
     assert "QuotaBaseChanged" in [e["reason"] for e in events(admin, ns)]
 
-    R.release(cl, "a", timeout=10)
+    V.release(cl, "a", timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "10", "limits.memory": "2Gi"}
 
 
 def test_revert_of_a_plain_quota_is_reapplied(lab, admin, cl, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
-    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 600)
+    V.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 600)
     admin.patch_namespaced_resource_quota("compute", ns, {"spec": {"hard": {"limits.cpu": "2"}}})
-    result = R.reconcile(cl, quotas=[(ns, "compute")])
+    result = V.reconcile(cl, quotas=[(ns, "compute")])
     assert result["changed"] and any("reverted" in w for w in result["warnings"])
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2500m"}
-    R.release(cl, "a", timeout=10)
+    V.release(cl, "a", timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
 
 
@@ -245,7 +246,7 @@ def raw_namespace_quotas(admin, ns):
 def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(lab, admin, cl, ns, rancher):
     raw = '{"limit": {"limitsCpu": "2000m", "limitsMemory": "2Gi"}}'
     name = _rancher_namespace(lab, admin, ns, raw)
-    result = R.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
+    result = V.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
                        600, rancher_sync_timeout=30)
     item = result["quotas"][0]
     assert item["written_on"] == "namespace" and item["backend"] in ("rancher", "harvester")
@@ -269,12 +270,12 @@ def test_rancher_quota_expansion_survives_agent_restart_and_revert_is_reapplied(
     admin.patch_namespace(ns, {"metadata": {"annotations": {RANCHER_QUOTA: raw}}})
     lab.wait_quota(ns, name, lambda q: q.spec.hard.get("limits.cpu") in ("2", "2000m"),
                    what="Rancher emulation to revert the quota")
-    result = R.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
+    result = V.reserve(cl, "r1", {(ns, name): {"limits.cpu": "1", "limits.memory": "1Gi"}}, "lab-test", "drain",
                        600, rancher_sync_timeout=30)
     assert result["changed"] and any("reverted" in w for w in result["warnings"])
     assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "3", "limits.memory": "3Gi"}
 
-    R.release(cl, "r1", timeout=30, rancher_sync_timeout=30)
+    V.release(cl, "r1", timeout=30, rancher_sync_timeout=30)
     namespace = raw_namespace(admin, ns)
     assert namespace["metadata"]["annotations"][RANCHER_QUOTA] == raw      # byte for byte
     assert LEDGER_ANNOTATION not in namespace["metadata"]["annotations"]
@@ -300,7 +301,7 @@ def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, n
         name = _rancher_namespace(lab, admin, ns, raw, project="%s:p-team" % cluster_ns)
         before = raw_namespace(admin, ns)["metadata"]["annotations"]
         with pytest.raises(InputError) as err:
-            R.reserve(cl, "big", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain", 600)
+            V.reserve(cl, "big", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain", 600)
         text = str(err.value)
         assert "limitsCpu to 4" in text and "5" in text and "nothing was changed" in text
         after = raw_namespace(admin, ns)["metadata"]["annotations"]
@@ -318,10 +319,10 @@ def _worker(kubeconfig, namespace, ids, barrier, release, quota="compute", delta
     barrier.wait(30)
     for rid in ids:
         if release:
-            R.release(cluster, rid, quotas=[(namespace, quota)], timeout=30, poll_interval=0.2,
+            V.release(cluster, rid, quotas=[(namespace, quota)], timeout=30, poll_interval=0.2,
                       rancher_sync_timeout=30, lock={"holder": "worker-%s" % rid, "wait_timeout": 60})
         else:
-            R.reserve(cluster, rid, {(namespace, quota): delta or {"limits.cpu": "100m", "pods": "1"}}, "worker",
+            V.reserve(cluster, rid, {(namespace, quota): delta or {"limits.cpu": "100m", "pods": "1"}}, "worker",
                       "concurrency", 600, rancher_sync_timeout=30, lock={"holder": "worker-%s" % rid,
                                                                          "wait_timeout": 60})
 
@@ -357,23 +358,23 @@ def test_two_processes_reserving_at_once_lose_nothing(lab, admin, ns):
 
 def test_expired_reservation_is_released_only_by_the_reaper(lab, admin, cl, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
-    R.reserve(cl, "short", {(ns, "compute"): {"limits.cpu": "1"}}, "crashed-job", "drain", 1)
-    R.reserve(cl, "long", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 3600)
+    V.reserve(cl, "short", {(ns, "compute"): {"limits.cpu": "1"}}, "crashed-job", "drain", 1)
+    V.reserve(cl, "long", {(ns, "compute"): {"limits.cpu": "500m"}}, "lab-test", "drain", 3600)
     time.sleep(1.5)
     rows = [r for r in R.list_reservations(cl) if r["namespace"] == ns]
     assert {r["id"]: r["expired"] for r in rows} == {"short": True, "long": False}
 
-    R.reserve(cl, "other", {(ns, "compute"): {"limits.cpu": "250m"}}, "lab-test", "drain", 3600)
-    R.release(cl, "long", timeout=10)
+    V.reserve(cl, "other", {(ns, "compute"): {"limits.cpu": "250m"}}, "lab-test", "drain", 3600)
+    V.release(cl, "long", timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3250m"}   # short is still held
 
-    plan = R.release_expired(cl, check_mode=True)
+    plan = V.release_expired(cl, check_mode=True)
     assert {"id": "short", "namespace": ns, "quota": "compute"} in plan["released"]
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3250m"}
-    result = R.release_expired(cl)
+    result = V.release_expired(cl)
     assert {"id": "short", "namespace": ns, "quota": "compute"} in result["released"]
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2250m"}
-    R.release(cl, "other", timeout=10)
+    V.release(cl, "other", timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
 
 
@@ -385,19 +386,19 @@ def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
     plan = {(ns, "compute"): {"limits.cpu": "1"}}
     down = M.connect({"host": "https://127.0.0.1:1", "api_key": "x"})
     with pytest.raises(UnreachableError) as err:
-        R.reserve(down, "x", plan, "t", "r", 60)
+        V.reserve(down, "x", plan, "t", "r", 60)
     assert "127.0.0.1:1" in str(err.value)
 
     import yaml
     token = yaml.safe_load(open(str(lab.user_kubeconfig)))["users"][0]["user"]["token"]
     no_ca = M.connect({"host": lab.server, "api_key": token})
     with pytest.raises(UnreachableError) as err:
-        R.reserve(no_ca, "x", plan, "t", "r", 60)
+        V.reserve(no_ca, "x", plan, "t", "r", 60)
     assert "TLS" in str(err.value) and "ca_cert" in str(err.value)
 
     nobody = M.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"})
     with pytest.raises(ForbiddenError) as err:
-        R.reserve(nobody, "x", plan, "t", "r", 60)
+        V.reserve(nobody, "x", plan, "t", "r", 60)
     assert "kvquota.maintenance.install" in str(err.value) and "forbidden" in str(err.value)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
 
@@ -469,7 +470,7 @@ def test_reserve_under_a_lock(lab, admin, cl, ns):
     lock = LS.namespace_lock_name(ns)
     LS.acquire(cl, "kvquota-system", lock, "other-job", duration=60)
     with pytest.raises(LeaseHeldError, match="other-job"):
-        R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60,
+        V.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60,
                   lock={"holder": "me", "wait_timeout": 0})
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
     LS.release(cl, "kvquota-system", lock, "other-job")
@@ -477,9 +478,9 @@ def test_reserve_under_a_lock(lab, admin, cl, ns):
     client.CoordinationV1Api(lab.api_client()).create_namespaced_lease(ns, {
         "metadata": {"name": "kvquota-maintenance"},
         "spec": {"holderIdentity": "tenant", "leaseDurationSeconds": 1000000000}})
-    R.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60, lock={"holder": "me", "wait_timeout": 0})
+    V.reserve(cl, "a", {(ns, "compute"): {"limits.cpu": "1"}}, "t", "r", 60, lock={"holder": "me", "wait_timeout": 0})
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "3"}
-    R.release(cl, "a", lock={"holder": "me"}, timeout=10)
+    V.release(cl, "a", lock={"holder": "me"}, timeout=10)
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.cpu": "2"}
     with pytest.raises(ApiException) as err:     # the lock is gone again
         client.CoordinationV1Api(lab.api_client()).read_namespaced_lease(lock, "kvquota-system")
@@ -495,9 +496,9 @@ def _reserve_then_release_forever(kubeconfig, targets, mode):
     # the same job identity re-runs (as an AWX job's retry does): the killed run's locks are its own
     lock = {"holder": "crashy", "wait_timeout": 30}
     if mode == "reserve":
-        R.reserve(cluster, "crash", plan, "crashy", "interrupted", 600, lock=lock)
+        V.reserve(cluster, "crash", plan, "crashy", "interrupted", 600, lock=lock)
     else:
-        R.release(cluster, "crash", timeout=30, poll_interval=0.2, lock=lock)
+        V.release(cluster, "crash", timeout=30, poll_interval=0.2, lock=lock)
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
@@ -554,7 +555,7 @@ def test_harvester_opt_out_refused_by_a_rancher_lock_down_changes_nothing(lab, a
         rancher.set_knobs(lab, rancher_lockdown=True)
         rancher.wait_lockdown(lab, True)
         with pytest.raises(KvquotaError) as err:
-            R.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain node-1", 600,
+            V.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain node-1", 600,
                       rancher_sync_timeout=10)
         assert "cannot set Harvester's opt-out" in err.value.message and "nothing was changed" in err.value.message
         assert "lock-down" in err.value.fix
@@ -591,7 +592,7 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
             return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
         kvqlab.wait_for(running, 60, "the emulator to run vm-a")
 
-        result = R.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2", "limits.memory": "3Gi"}}, "lab-test",
+        result = V.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2", "limits.memory": "3Gi"}}, "lab-test",
                            "drain node-1", 600, refs={"migrations": [{"name": "mig-a"}]}, rancher_sync_timeout=30)
         assert result["quotas"][0]["backend"] == "harvester"
         quota = raw_quota(admin, ns, name)
@@ -611,7 +612,7 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
         annotations = raw_quota(admin, ns, name)["metadata"]["annotations"]
         assert not [k for k in annotations if k.startswith("harvesterhci.io/migratingUID-")]
 
-        result = R.release(cl, "node-1", timeout=60, poll_interval=0.3, rancher_sync_timeout=30)
+        result = V.release(cl, "node-1", timeout=60, poll_interval=0.3, rancher_sync_timeout=30)
         assert result["quotas"][0]["outcome"] == "released"
         quota = raw_quota(admin, ns, name)
         assert quota["spec"]["hard"] == {"limits.cpu": "4", "limits.memory": "8Gi"}
@@ -634,7 +635,7 @@ def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_be
     admin.create_namespaced_pod(ns, pod("before", "1", "1536Mi"))
     lab.wait_pod_phase(ns, "before", "Running")
     time.sleep(1.1)   # creation timestamps have a second's resolution
-    R.reserve(cl, "grab-1", {(ns, "compute"): {"limits.cpu": "1", "limits.memory": "1Gi", "pods": "1"}},
+    V.reserve(cl, "grab-1", {(ns, "compute"): {"limits.cpu": "1", "limits.memory": "1Gi", "pods": "1"}},
               "lab-test", "drain node-1", 600)
     time.sleep(1.1)   # creation timestamps have a second's resolution: the pod comes after the reservation
     admin.create_namespaced_pod(ns, pod("grab", "500m", "1Gi"))
@@ -642,7 +643,7 @@ def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_be
     kvqlab.wait_for(lambda: raw_quota(admin, ns)["status"]["used"].get("limits.memory") == "2560Mi", 30,
                     "status.used to count the tenant's pod")
 
-    result = R.release(cl, "grab-1", timeout=30, poll_interval=0.3)
+    result = V.release(cl, "grab-1", timeout=30, poll_interval=0.3)
     quota = raw_quota(admin, ns)
     assert quota["spec"]["hard"] == base
     assert ledger(admin, quota) is None
@@ -729,7 +730,7 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
             return False
         kvqlab.wait_for(refused_below_usage, 30, "the emulated Harvester webhook to refuse a quota below usage")
 
-        result = R.reserve(cl, "node-1-b0", {(ns, name): {"limits.memory": "1Gi"}}, "lab-test", "drain node-1",
+        result = V.reserve(cl, "node-1-b0", {(ns, name): {"limits.memory": "1Gi"}}, "lab-test", "drain node-1",
                            600, rancher_sync_timeout=30)
         assert result["quotas"][0]["backend"] == "harvester"
         time.sleep(1.1)
@@ -738,7 +739,7 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
         kvqlab.wait_for(lambda: raw_quota(admin, ns, name)["status"]["used"].get("limits.memory") == "1280Mi", 30,
                         "status.used to count the tenant's pod")
 
-        result = R.release(cl, "node-1-b0", timeout=30, poll_interval=0.3, rancher_sync_timeout=30)
+        result = V.release(cl, "node-1-b0", timeout=30, poll_interval=0.3, rancher_sync_timeout=30)
         [item] = result["quotas"]
         assert item["outcome"] == "held-at-usage" and item["held"] == {"limits.memory": "256Mi"}
         annotation = json.loads(raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA])
@@ -752,13 +753,13 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
         assert [o["name"] for o in report["objects"]] == ["grab"]
         assert any("Harvester's namespace webhook" in w for w in result["warnings"])
 
-        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        reaped = V.release_expired(cl, rancher_sync_timeout=30)
         assert reaped["deferred"] == [] and [h["held_as"] for h in reaped["held_at_usage"]] == ["node-1-b0.held"]
 
         admin.delete_namespaced_pod("grab", ns, grace_period_seconds=0)
         kvqlab.wait_for(lambda: raw_quota(admin, ns, name)["status"]["used"].get("limits.memory") == "768Mi", 60,
                         "status.used to drop once the tenant's pod is gone")
-        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        reaped = V.release_expired(cl, rancher_sync_timeout=30)
         assert [r_["id"] for r_ in reaped["released"]] == ["node-1-b0.held"]
         assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
         quota = raw_quota(admin, ns, name)
@@ -845,7 +846,7 @@ def test_harvester_remainder_keeps_the_namespace_fenced_so_the_tenant_cannot_ref
         lab.wait_pod_phase(ns, "before", "Running")
         time.sleep(1.1)
 
-        R.reserve(cl, "node-1-b0", {(ns, name): {"limits.memory": "1Gi"}}, "lab-test", "drain node-1", 600,
+        V.reserve(cl, "node-1-b0", {(ns, name): {"limits.memory": "1Gi"}}, "lab-test", "drain node-1", 600,
                   rancher_sync_timeout=30)
         time.sleep(1.1)
         admin.create_namespaced_pod(ns, pod("grab", "100m", "512Mi"))    # no VM listed: nothing fenced yet
@@ -853,13 +854,13 @@ def test_harvester_remainder_keeps_the_namespace_fenced_so_the_tenant_cannot_ref
         kvqlab.wait_for(lambda: raw_quota(admin, ns, name)["status"]["used"].get("limits.memory") == "1280Mi", 30,
                         "status.used to count the tenant's pod")
 
-        result = R.release(cl, "node-1-b0", timeout=30, poll_interval=0.3, rancher_sync_timeout=30)
+        result = V.release(cl, "node-1-b0", timeout=30, poll_interval=0.3, rancher_sync_timeout=30)
         [item] = result["quotas"]
         assert item["outcome"] == "held-at-usage" and item["held"] == {"limits.memory": "256Mi"}
         assert sorted(_fence_keys(admin, ns)) == ["ns." + ns], _fence_keys(admin, ns)
         assert "'node-1-b0.held'" in _fence_keys(admin, ns)["ns." + ns]
         # the reaper while usage is still above the base: the remainder stays, and so does the fence
-        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        reaped = V.release_expired(cl, rancher_sync_timeout=30)
         assert [h["held_as"] for h in reaped["held_at_usage"]] == ["node-1-b0.held"] and reaped["unfenced"] == []
         assert sorted(_fence_keys(admin, ns)) == ["ns." + ns]
 
@@ -871,7 +872,7 @@ def test_harvester_remainder_keeps_the_namespace_fenced_so_the_tenant_cannot_ref
         refusal = kvqlab.wait_for(lambda: _admitted(admin, ns, refill), 30, "the fence to refuse the refill")
         assert "is fenced while it holds a temporary quota reservation" in refusal and "node-1-b0.held" in refusal
         # the reaper, usage back within the base: the base restored and the namespace unfenced
-        reaped = R.release_expired(cl, rancher_sync_timeout=30)
+        reaped = V.release_expired(cl, rancher_sync_timeout=30)
         assert [r_["id"] for r_ in reaped["released"]] == ["node-1-b0.held"]
         assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
         assert _fence_keys(admin, ns) == {}

@@ -89,6 +89,9 @@ class BatchRunner(object):
         self.cluster = cluster
         self.config = config
         self.record = record
+        # the run's one reservations service (its lock and clock); the follower and the executor use it too
+        self.reservations = reservations.Reservations(cluster, config.operator_namespace, config.lock, config.clock,
+                                                      config.sleep)
         # {(namespace, vm): pin} of a run without a plan: its first sizing of each VM (headroom.pin_of); with a
         # plan the planned charges are the pins. A VM sized again never gets more (headroom.batch_headroom).
         self.pins = {}
@@ -122,15 +125,19 @@ class BatchRunner(object):
     def vmims(self, namespace):
         return self.cluster.list_custom(*KUBEVIRT, VMIMS, namespace=namespace)
 
+    def _request(self, batch, needs, refs, replace=False):
+        """What a batch's reservation asks for: its needs (+ the safety margin) and what its ledger entry records."""
+        return reservations.ReserveRequest(batch.reservation, needs, self.config.owner,
+                                           "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
+                                           margin=self.config.safety_margin, replace=replace, refs=refs)
+
     def settle_interrupted(self, ledgers, namespaces=None):
         """On a resume: finish the quota writes an interrupted run left half-done in namespaces (None: all), such as
         a release killed between its ledger write and its quota write (nothing else would touch that quota again:
         its reservation is gone from the ledger, so no leftover names it). Nothing in check mode."""
         if self.config.check_mode:
             return []
-        settled = reservations.settle_interrupted(self.cluster, ledgers, namespaces, clock=self.config.clock,
-                                                  sleep=self.config.sleep, lock=self.config.lock,
-                                                  operator_namespace=self.config.operator_namespace)
+        settled = self.reservations.settle_interrupted(ledgers, namespaces)
         done = ["%s/%s" % (item["namespace"], item["quota"]) for item in settled if item.get("changed")]
         if done:
             self.record.say("resuming: finished the quota writes an interrupted run left half-done on %s"
@@ -335,12 +342,8 @@ class BatchRunner(object):
             batch.state, batch.targets = RUNNING, sorted(needs)
         # in check mode resume() released nothing: a leftover with this batch's id would be gone by now
         leftover = self.config.check_mode and batch.reservation in self.record.resumed["reservations"]
-        result = reservations.reserve(self.cluster, batch.reservation, needs, self.config.owner,
-                                      "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
-                                      margin=self.config.safety_margin, check_mode=self.config.check_mode, refs=refs, replace=leftover,
-                                      lock=None if self.config.check_mode else self.config.lock,
-                                      clock=self.config.clock, sleep=self.config.sleep, operator_namespace=self.config.operator_namespace,
-                                      enforce_timeout=0)
+        service = self.reservations.dry_run() if self.config.check_mode else self.reservations
+        result = service.reserve(self._request(batch, needs, refs, replace=leftover), enforce_timeout=0)
         self.record.warn(result.get("warnings"))
         self._record_reservation(batch, result)
         if self.config.check_mode:
@@ -407,11 +410,8 @@ class BatchRunner(object):
                    for m in batch.migrations if m["uid"] and not m["reused"]]
         if not created or not batch.targets:
             return
-        result = reservations.reserve(self.cluster, batch.reservation, needs, self.config.owner,
-                                      "%s (%s)" % (self.config.reason, batch.label()), self.config.ttl_seconds,
-                                      margin=self.config.safety_margin, refs=dict(refs, migrations=refs["migrations"] + created),
-                                      lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
-                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+        result = self.reservations.reserve(
+            self._request(batch, needs, dict(refs, migrations=refs["migrations"] + created)), enforce_timeout=0)
         self.record.warn(result.get("warnings"))
 
     def _note_written(self, batch, result):
@@ -794,11 +794,10 @@ class BatchRunner(object):
                                "missing: %s" % (batch.label(), names, batch.rounds, batch.reservation, missing),
                                "raise top_up_max_rounds or top_up_cap, or find out why the target pods are larger "
                                "than planned (overhead ratio, sidecars, a mutating webhook)")
-        result = reservations.reserve(self.cluster, batch.reservation,
-                                      dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.config.owner,
-                                      "top-up: admission refused migration target pods off node %s" % self.config.node,
-                                      self.config.ttl_seconds, top_up=key, lock=self.config.lock, clock=self.config.clock, sleep=self.config.sleep,
-                                      operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+        result = self.reservations.reserve(reservations.ReserveRequest(
+            batch.reservation, dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.config.owner,
+            "top-up: admission refused migration target pods off node %s" % self.config.node, self.config.ttl_seconds,
+            top_up=key), enforce_timeout=0)
         self.record.warn(result.get("warnings"))
         written = self._note_written(batch, result)
         batch.rounds += 1
@@ -817,10 +816,9 @@ class BatchRunner(object):
     def try_release(self, batch, timeout=0.0):
         """Release the batch's reservation if its source pods are gone (one check, or wait up to timeout)."""
         try:
-            outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=timeout > 0,
-                                           timeout=timeout, quotas=[list(t) for t in batch.targets],
-                                           poll_interval=self.config.poll_interval, clock=self.config.clock, sleep=self.config.sleep,
-                                           lock=self.config.lock, operator_namespace=self.config.operator_namespace)
+            outcome = self.reservations.release(reservations.ReleaseRequest(
+                batch.reservation, [list(t) for t in batch.targets], wait_for_pods=timeout > 0, timeout=timeout,
+                poll_interval=self.config.poll_interval))
         except WaitTimeoutError as err:
             waited = err.details.get("result") or {}
             batch.release_waits = ["%s/%s: %s" % (p["namespace"], p["quota"], "; ".join(p["reasons"]))
@@ -849,9 +847,8 @@ class BatchRunner(object):
     def _raise_if_captured(self, batch, what):
         """Without the headroom fence a tenant's pod may take the room reserved for the migrations: name it
         (release's check, in check mode: owner, creation time) rather than blame the sizing or top_up_cap."""
-        outcome = reservations.release(self.cluster, batch.reservation, wait_for_pods=False, check_mode=True,
-                                       quotas=[list(t) for t in batch.targets], clock=self.config.clock, sleep=self.config.sleep,
-                                       lock=self.config.lock, operator_namespace=self.config.operator_namespace)
+        outcome = self.reservations.dry_run().release(reservations.ReleaseRequest(
+            batch.reservation, [list(t) for t in batch.targets], wait_for_pods=False))
         captured = captured_pods(outcome)
         if captured:
             raise KvquotaError("%s: %s because pods started during reservation %s took its headroom: %s"

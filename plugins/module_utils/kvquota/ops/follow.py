@@ -525,11 +525,9 @@ class Follower(object):
             entry = getattr(ledgers.get(tuple(target)), "reservations", {}).get(group.reservation)
             if entry is None:
                 continue
-            result = reservations.reserve(self.cluster, group.reservation, {tuple(target): dict(entry.delta)},
-                                          self.config.owner, "%s (%s)" % (self.config.reason, group.label()),
-                                          self.config.ttl_seconds, refs=refs, lock=self.config.lock,
-                                          clock=self.config.clock, sleep=self.config.sleep,
-                                          operator_namespace=self.config.operator_namespace, enforce_timeout=0)
+            result = self.runner.reservations.reserve(reservations.ReserveRequest(
+                group.reservation, {tuple(target): dict(entry.delta)}, self.config.owner,
+                "%s (%s)" % (self.config.reason, group.label()), self.config.ttl_seconds, refs=refs), enforce_timeout=0)
             self.record.warn(result.get("warnings"))
 
     @staticmethod

@@ -146,9 +146,8 @@ class Executor(object):
                 % ", ".join(self.record.resumed["reservations"]), {"result": self.stopper.result("failed")})
         for rid in self.record.resumed["reservations"]:
             remaining = max(1.0, deadline - self.config.clock())
-            outcome = reservations.release(self.cluster, rid, wait_for_pods=True, timeout=remaining,
-                                           quotas=leftovers[rid], poll_interval=self.config.poll_interval, clock=self.config.clock,
-                                           sleep=self.config.sleep, lock=self.config.lock, operator_namespace=self.config.operator_namespace)
+            outcome = self.runner.reservations.release(reservations.ReleaseRequest(
+                rid, leftovers[rid], timeout=remaining, poll_interval=self.config.poll_interval))
             self.record.warn(outcome.get("warnings"))
             self.record.note_overuse(outcome)
             self.record.resumed["released"].append(rid)

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The reservation operations the modules call: reserve, release, release_expired, reconcile, list.
+"""The reservations service (Reservations): reserve, release, release_expired, settle_interrupted and reconcile,
+taking requests as records (ReserveRequest, ReleaseRequest); and the reads beside it (list_reservations, find_ledgers).
 
 The ledger of a quota lives in the operator namespace (store.py), never on an object a tenant can write.
 A change is written as: the ledger with the intended value (ledger.intend), then the quota (or Rancher's
@@ -16,6 +17,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import contextlib
+import dataclasses
 import time
 from fractions import Fraction
 
@@ -480,12 +482,77 @@ def _diff(results):
 # ---------------------------------------------------------------------------
 # reserve
 
-def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_seconds, margin=None, top_up=False,
-            check_mode=False, replace=False, refs=None, lock=None, facts=None, clock=time.time, sleep=time.sleep,
-            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
-            enforce_timeout=None):
-    """Expand every quota of headroom_by_quota ({(ns, quota): ResourceList}) by its headroom (+ margin) for
-    reservation_id, through the quota's backend.
+@dataclasses.dataclass(frozen=True)
+class ReserveRequest:
+    """One reservation to make: the headroom per quota and what its ledger entry records."""
+    reservation_id: str
+    headroom: dict              # {(ns, quota) or "ns/quota": ResourceList (strings or Fractions)}
+    owner: str
+    reason: str
+    ttl_seconds: int
+    margin: object = None       # added to each headroom: a ResourceList, a percentage or a factor
+    top_up: object = False      # True or an idempotency key: add exactly this headroom to the existing reservation
+    replace: bool = False       # replace the existing reservation's headroom with this one
+    refs: dict = None           # {"batch", "migrations", "sourcePods", "vms"} recorded for the release
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseRequest:
+    """One reservation to give back."""
+    reservation_id: str
+    quotas: tuple = None        # only these [(ns, quota)]; None: every quota holding it
+    wait_for_pods: bool = True  # wait until it can be released (False: check once)
+    timeout: float = 600
+    force: bool = False         # restore even while pods still count (cleaning up an abandoned maintenance)
+    poll_interval: float = 5.0
+
+
+class Reservations(object):
+    """The reservations service of one run: the cluster, where the ledgers live (operator_namespace), the run's
+    lock settings (lock: {"holder", "duration", "wait_timeout"}) and clock. A check-mode service reads as a
+    real one and writes nothing, takes no lock and waits for nothing. facts: the cluster facts the quota owners
+    are chosen by (None: read from the cluster); rancher_sync_timeout: how long an owner that applies a written
+    value later (Rancher's agent) is waited for."""
+
+    def __init__(self, cluster, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None, clock=time.time,
+                 sleep=time.sleep, check_mode=False, facts=None, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
+        self.cluster = cluster
+        self.operator_namespace = operator_namespace
+        self.lock = lock
+        self.clock = clock
+        self.sleep = sleep
+        self.check_mode = check_mode
+        self.facts = facts
+        self.rancher_sync_timeout = rancher_sync_timeout
+
+    def dry_run(self):
+        """The same service in check mode."""
+        return Reservations(self.cluster, self.operator_namespace, self.lock, self.clock, self.sleep, True,
+                            self.facts, self.rancher_sync_timeout)
+
+    def _run(self):
+        return _Run(self.cluster, self.facts, self.clock, self.sleep, self.check_mode, self.rancher_sync_timeout,
+                    self.operator_namespace, None if self.check_mode else self.lock)
+
+    def reserve(self, request, enforce_timeout=None):
+        return _reserve_request(self, request, enforce_timeout)
+
+    def release(self, request):
+        return _release_request(self, request)
+
+    def release_expired(self, now=None, wait_for_pods=False, timeout=0, force=False, poll_interval=5.0):
+        return _release_expired(self, now, wait_for_pods, timeout, force, poll_interval)
+
+    def settle_interrupted(self, ledgers, namespaces=None):
+        return _settle_interrupted(self, ledgers, namespaces)
+
+    def reconcile(self, quotas=None):
+        return _reconcile(self, quotas)
+
+
+def _reserve_request(service, request, enforce_timeout):
+    """Expand every quota of request.headroom ({(ns, quota): ResourceList}) by its headroom (+ margin) for
+    reservation_id, through the quota's owner.
 
     Idempotent: the same id and headroom again changes nothing. A different headroom for an existing id is an
     error unless top_up (add exactly that amount; True or an idempotency key) or replace is given. Every quota
@@ -506,22 +573,25 @@ def reserve(cluster, reservation_id, headroom_by_quota, owner, reason, ttl_secon
     Returns {changed, reservation_id, quotas: [per quota: before/after spec.hard, outcome, delta, ...],
     skipped, warnings, diff, status_hard_wait_seconds}.
     """
+    reservation_id, ttl_seconds = request.reservation_id, request.ttl_seconds
     _check_id(reservation_id)
     if ttl_seconds is None or isinstance(ttl_seconds, bool) or int(ttl_seconds) <= 0:
         raise InputError("ttl_seconds must be a positive number of seconds, got %r" % (ttl_seconds,),
                          "give a ttl longer than the maintenance step, e.g. 3600")
-    plan = dict((target, apply_margin(headroom, margin)) for target, headroom in parse_targets(headroom_by_quota).items())
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    plan = dict((target, apply_margin(headroom, request.margin))
+                for target, headroom in parse_targets(request.headroom).items())
+    run = service._run()
     with run.locked([ns for ns, _q in plan]):
-        result = _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs)
+        result = _reserve(run, request, plan)
     result["status_hard_wait_seconds"] = 0.0
-    if check_mode:
+    if service.check_mode:
         return result
+    cluster = service.cluster
     if enforce_timeout is None:
         enforce_timeout = enforcement.enforce_timeout(getattr(cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET))
     if enforce_timeout > 0:
         gaps, waited = enforcement.wait_enforced(cluster.get_quota, enforcement.written_hard(result), enforce_timeout,
-                                                 clock, sleep)
+                                                 service.clock, service.sleep)
         result["status_hard_wait_seconds"] = round(waited, 2)
         if gaps:
             raise WaitTimeoutError(
@@ -548,14 +618,14 @@ def _lease_wait_noter(run):
     return note
 
 
-def _reserve_mutation(reservation_id, delta, owner, reason, ttl_seconds, top_up, replace, refs):
+def _reserve_mutation(request, delta, refs):
     def mutate(state, now):
         current = state.current
         names = state.backend.writable_names(state.quota)
         if names is not None:
             current = dict((k, v) for k, v in current.items() if k in names)
-        new, outcome = ledger_mod.reserve(state.ledger, reservation_id, delta, current, now, owner, reason,
-                                          ttl_seconds, refs, top_up, replace)
+        new, outcome = ledger_mod.reserve(state.ledger, request.reservation_id, delta, current, now, request.owner,
+                                          request.reason, request.ttl_seconds, refs, request.top_up, request.replace)
         if outcome["outcome"] in (ledger_mod.UNCHANGED, ledger_mod.UNTRACKED) and not state.changes:
             return None, outcome
         return new, outcome
@@ -582,11 +652,11 @@ def _with_vmi_uids(run, refs):
     return result
 
 
-def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, replace, refs):
-    refs = _with_vmi_uids(run, refs)
+def _reserve(run, request, plan):
+    reservation_id = request.reservation_id
+    refs = _with_vmi_uids(run, request.refs)
     results, skipped, problems, states = [], [], [], {}
-    mutations = dict((target, _reserve_mutation(reservation_id, plan[target], owner, reason, ttl_seconds, top_up,
-                                                replace, refs)) for target in plan)
+    mutations = dict((target, _reserve_mutation(request, plan[target], refs)) for target in plan)
     # phase 1: read and check everything before writing anything
     for target in sorted(plan):
         now = run.clock()
@@ -614,7 +684,7 @@ def _reserve(run, reservation_id, plan, owner, reason, ttl_seconds, top_up, repl
                          "nothing was changed; raise the limit named above or reserve less (smaller batches), "
                          "then re-run")
     # the fence first: the headroom never exists while a tenant's new pod could take it
-    fenced = _fence(run, reservation_id, states, owner, ttl_seconds, refs)
+    fenced = _fence(run, request, states, refs)
     # phase 2: write, quota by quota, each one atomic and retried on conflicts
     done = []
     for target in sorted(states):
@@ -676,15 +746,15 @@ def _reserved_migrations(run, refs, namespace, vmis):
     return found
 
 
-def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
+def _fence(run, request, states, refs):
     """Fence every namespace the reservation expands for its VMs (refs["vms"]) and their migrations the run created
     or follows (refs["migrations"]: only their target pods and backend-storage PVCs are admitted); [] when the
     fence is not installed or the reservation names no VM (explicit headroom: no pod can be told apart then)."""
     if not (refs or {}).get("vms") or not states or not run.fence_installed():
         return []
     now = run.clock()
-    note = fence_mod.fence_note(timeutil.format_time(now), timeutil.format_time(now + int(ttl_seconds)),
-                                owner or None)
+    note = fence_mod.fence_note(timeutil.format_time(now), timeutil.format_time(now + int(request.ttl_seconds)),
+                                request.owner or None)
     controller = run.controller()
     results = []
     for namespace in sorted(set(ns for ns, _q in states)):
@@ -692,7 +762,7 @@ def _fence(run, reservation_id, states, owner, ttl_seconds, refs):
         if vmis:
             outcome = fence_mod.fence(run.cluster, run.store.namespace, namespace, vmis, note, controller,
                                       run.check_mode, _reserved_migrations(run, refs, namespace, vmis))
-            outcome["reservation"] = reservation_id
+            outcome["reservation"] = request.reservation_id
             results.append(outcome)
     return results
 
@@ -1457,11 +1527,9 @@ def _vms_of(state, reservation_id):
             if item.get("uid")]
 
 
-def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode=False, quotas=None, force=False,
-            poll_interval=5.0, lock=None, facts=None, clock=time.time, sleep=time.sleep,
-            rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
-    """Give reservation_id back on every quota holding it (or only on quotas=[(ns, quota)]), and finish any
-    change an interrupted run left half-written.
+def _release_request(service, request):
+    """Give request.reservation_id back on every quota holding it (or only on request.quotas=[(ns, quota)]), and
+    finish any change an interrupted run left half-written.
 
     A quota is restored (to base + the other active reservations, from the ledger, never by subtraction)
     only when the reservation's migrations are final, its recorded source pods are terminal or gone, and
@@ -1471,14 +1539,17 @@ def release(cluster, reservation_id, wait_for_pods=True, timeout=600, check_mode
     Releasing an id that is not active is a no-op that says so. Each quota's write holds the Lease of its
     namespace (lock: as for reserve), taken only for the write, not while waiting for pods.
     """
+    reservation_id = request.reservation_id
     _check_id(reservation_id)
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
-    if quotas is not None:
-        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
+    run = service._run()
+    if request.quotas is not None:
+        targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in request.quotas)))
     else:
-        targets = sorted(target for target, entry in find_ledgers(cluster, run.warnings, operator_namespace).items()
+        targets = sorted(target for target, entry in find_ledgers(service.cluster, run.warnings,
+                                                                  service.operator_namespace).items()
                          if ledger_mod.holding(entry, reservation_id) or _unfinished(entry))
-    return _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, True)
+    return _release(run, reservation_id, targets, request.wait_for_pods, request.timeout, request.force,
+                    request.poll_interval, True)
 
 
 def _unfinished(entry):
@@ -1603,19 +1674,17 @@ def _wait_fix(migrations, captured, fence_installed):
     return "; ".join(parts)
 
 
-def release_expired(cluster, now=None, check_mode=False, wait_for_pods=False, timeout=0, force=False,
-                    poll_interval=5.0, facts=None, clock=time.time, sleep=time.sleep,
-                    rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
-                    operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
+def _release_expired(service, now, wait_for_pods, timeout, force, poll_interval):
     """The reaper: release every reservation whose expiry is at or before now (default: the clock). Ones that
     cannot be released yet (their migrations or source pods not over) are reported under "deferred", not raised.
     A quota restored below its usage is reported under "overuse"; where its owner refuses that (Harvester), the
     part usage still holds stays as a remainder (ledger.hold_at_usage, expiring at once) listed under
     "held_at_usage", and the next run restores the base once usage dropped. It also finishes
     what interrupted runs left half-written, adopts 0.1.0 ledgers, and deletes ledgers whose quota is gone."""
+    clock, check_mode = service.clock, service.check_mode
     when = clock() if now is None else timeutil.parse_time(now)
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
-    found, orphans, legacy = _scan(cluster, run.warnings, operator_namespace)
+    run = service._run()
+    found, orphans, legacy = _scan(service.cluster, run.warnings, service.operator_namespace)
     by_id = {}
     for target, entry in sorted(found.items()):
         for rid in ledger_mod.expired(entry, when):
@@ -1694,8 +1763,7 @@ def _delete_expired_locks(run, now):
     return removed
 
 
-def settle_interrupted(cluster, ledgers, namespaces=None, check_mode=False, clock=time.time, sleep=time.sleep,
-                       lock=None, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE):
+def _settle_interrupted(service, ledgers, namespaces):
     """Finish the writes interrupted runs left half-done on the quotas of ledgers ({(ns, quota): Ledger}, as
     find_ledgers returns them) in namespaces (None: all): a ledger with no reservation left whose quota is not back
     at its base yet (a release killed between its ledger write and its quota write), or one recording a write under
@@ -1705,7 +1773,7 @@ def settle_interrupted(cluster, ledgers, namespaces=None, check_mode=False, cloc
                      if _unfinished(entry) and (namespaces is None or target[0] in namespaces))
     if not targets:
         return []      # the common case: nothing half-done, nothing more read
-    run = _Run(cluster, None, clock, sleep, check_mode, DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace, lock)
+    run = service._run()
     return [_settle_ledger(run, target) for target in targets]
 
 
@@ -1725,16 +1793,14 @@ def _settle_ledger(run, target):
 # ---------------------------------------------------------------------------
 # reconcile and inspect
 
-def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.time, sleep=time.sleep,
-              rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
-              lock=None):
+def _reconcile(service, quotas):
     """Re-apply every ledger (or those of quotas=[(ns, quota)]): a revert is re-applied, an administrator's
     change becomes the new base. Returns {changed, quotas, warnings, diff}."""
-    run = _Run(cluster, facts, clock, sleep, check_mode, rancher_sync_timeout, operator_namespace, lock)
+    run = service._run()
     if quotas is not None:
         targets = sorted(parse_targets(dict((tuple(t) if isinstance(t, list) else t, {}) for t in quotas)))
     else:
-        targets = sorted(find_ledgers(cluster, run.warnings, operator_namespace))
+        targets = sorted(find_ledgers(service.cluster, run.warnings, service.operator_namespace))
 
     def mutate(state, now):
         if state.stored is None:
@@ -1753,7 +1819,7 @@ def reconcile(cluster, quotas=None, check_mode=False, facts=None, clock=time.tim
                 state.backend.guard(run, state.target, final)
                 state.backend.wait_applied(run, state, final)
     return {"changed": any(item["changed"] for item in results), "quotas": results,
-            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": check_mode}
+            "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
 
 
 def list_reservations(cluster, now=None, clock=time.time, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
@@ -1772,5 +1838,5 @@ def list_reservations(cluster, now=None, clock=time.time, operator_namespace=sto
     return rows
 
 
-__all__ = ["reserve", "release", "release_expired", "reconcile", "list_reservations", "find_ledgers",
-           "parse_targets", "apply_margin", "settle_interrupted", "pod_counts", "admit_migrations", "end_migrations"]
+__all__ = ["Reservations", "ReserveRequest", "ReleaseRequest", "list_reservations", "find_ledgers", "parse_targets",
+           "apply_margin", "pod_counts", "admit_migrations", "end_migrations"]

@@ -10,6 +10,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import batch_runner as br
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as F
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
@@ -143,7 +144,7 @@ def _runner(monkeypatch, cluster):
         ("admit", [(m["name"], m["uid"], m["vm"]) for m in migrations])) or [])
     monkeypatch.setattr(reservations, "end_migrations", lambda _c, migrations, *a, **kw: cluster.calls.append(
         ("end", [(m["name"], m["uid"]) for m in migrations])) or [])
-    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, needs, *a, **kw: cluster.calls.append(
+    service_fakes.patch(monkeypatch, "reserve", lambda _c, rid, needs, *a, **kw: cluster.calls.append(
         ("reserve", [(m["name"], m["uid"]) for m in kw["refs"]["migrations"]])) or {})
     return runner
 
@@ -256,7 +257,7 @@ def test_a_reservation_fences_only_the_recorded_migrations_of_its_own_vms():
                            {"namespace": "t", "name": "m-z", "uid": MIG_2, "vm": "vm-z"},   # not a reserved VM
                            {"namespace": "u", "name": "m-b", "vm": "vm-b"}]}         # not created yet
     states = {("t", "q"): None, ("u", "q"): None}
-    results = reservations._fence(_FakeRun(cluster), "node-1-b0", states, "ops", 600, refs)
+    results = reservations._fence(_FakeRun(cluster), reservations.ReserveRequest("node-1-b0", {}, "ops", "", 600), states, refs)
     assert [r["namespace"] for r in results] == ["t", "u"]
     data = cluster.configmap["data"]
     assert sorted(k for k in data if k.startswith("mig.")) == ["mig.t.m1", "mig.u.m-b"]

@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import follow as f
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
@@ -247,8 +248,8 @@ def _faked(monkeypatch, cluster, ledgers=None):
         return {}
 
     monkeypatch.setattr(headroom_mod, "batch_headroom", batch_headroom)
-    monkeypatch.setattr(reservations, "reserve", reserve)
-    monkeypatch.setattr(reservations, "release", release)
+    service_fakes.patch(monkeypatch, "reserve", reserve)
+    service_fakes.patch(monkeypatch, "release", release)
     monkeypatch.setattr(reservations, "find_ledgers", lambda c, warnings=None, operator_namespace=None: ledgers or {})
 
 
@@ -280,7 +281,7 @@ def test_follow_in_check_mode_reports_what_it_would_reserve_and_writes_nothing(m
     _faked(monkeypatch, cluster)
     cluster.evacuate(4)
     calls = []
-    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, headroom, *a, **kw: calls.append((rid, kw)) or {
+    service_fakes.patch(monkeypatch, "reserve", lambda _c, rid, headroom, *a, **kw: calls.append((rid, kw)) or {
         "quotas": [{"namespace": t[0], "quota": t[1], "delta": d} for t, d in headroom.items()]})
     result = _follower(cluster, check_mode=True).run()
     assert result["outcome"] == "planned" and len(result["batches"]) == 1
@@ -431,7 +432,7 @@ def test_a_migration_kubevirt_admits_in_a_groups_room_is_adopted_before_the_rele
     monkeypatch.setattr(reservations, "find_ledgers", lambda c, warnings=None, operator_namespace=None: {
         ("t0", "q"): ledger})
     written = []
-    monkeypatch.setattr(reservations, "reserve", lambda _c, rid, headroom, *a, **kw: written.append(
+    service_fakes.patch(monkeypatch, "reserve", lambda _c, rid, headroom, *a, **kw: written.append(
         (rid, headroom, kw["refs"]["migrations"])) or {})
     vmis = dict((k, v) for k, v in cluster.vmis.items())
     ex.follower._adopt([sneaked, elsewhere], vmis)

@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
@@ -99,7 +100,7 @@ def _vm1_grown_after_the_reservation(monkeypatch, sidecars):
     batch.deltas = {("t", "compute"): reserved}
     ex.runner.fenced[batch.reservation] = {"t"}
     calls = {"reserve": [], "end": []}
-    monkeypatch.setattr(reservations, "reserve", lambda *a, **kw: calls["reserve"].append(a) or {})
+    service_fakes.patch(monkeypatch, "reserve", lambda *a, **kw: calls["reserve"].append(a) or {})
     monkeypatch.setattr(reservations, "end_migrations", lambda _c, migrations, *a, **kw: calls["end"].append(
         [(mig["name"], mig["uid"]) for mig in migrations]) or [])
     return ex, batch, cluster, calls

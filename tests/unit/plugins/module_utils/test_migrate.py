@@ -14,10 +14,10 @@ from fractions import Fraction
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migration_state
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import scheduler
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, UnreachableError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
@@ -272,8 +272,8 @@ class _Refused(object):
         self.captured = []   # what release's check (check mode) finds holding the headroom
         self.checks = []
         monkeypatch.setattr(headroom_mod, "refused_target_pods", lambda cluster, keys, options=None, pins=None, planned=None: self.found)
-        monkeypatch.setattr(reservations, "reserve", self.reserve)
-        monkeypatch.setattr(reservations, "release", self.release)
+        service_fakes.patch(monkeypatch, "reserve", self.reserve)
+        service_fakes.patch(monkeypatch, "release", self.release)
 
     def release(self, cluster, rid, **kwargs):
         self.checks.append((rid, kwargs.get("check_mode")))
@@ -477,7 +477,7 @@ def _reserve_writing(cluster):
 def _startable(monkeypatch, cluster):
     monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None, pins=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
-    monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
+    service_fakes.patch(monkeypatch, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
     ex.record.per_gib_now, ex.record.progress_now = 150, 150
     return ex, ex.batches[0]
@@ -562,7 +562,7 @@ def test_without_a_verified_event_a_refusal_is_read_as_lag_once(monkeypatch):
 def test_a_top_up_waits_until_status_hard_shows_it(monkeypatch):
     cluster = _Quotas({("t", "compute"): {"limits.cpu": "4175m"}}, {("t", "compute"): {"limits.cpu": "4175m"}}, lag=2)
     fake, ex, batch = _lagging_refusal(monkeypatch, cluster, limit="4175m")
-    monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
+    service_fakes.patch(monkeypatch, "reserve", _reserve_writing(cluster))
     ex.runner.top_up(batch, [{"metadata": {"namespace": "t", "name": "m1"}}])
     assert cluster.order == ["reserve top-up", "read t/compute", "read t/compute", "read t/compute"]
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(5175, 1000)}}
@@ -698,7 +698,7 @@ def test_a_tenants_over_use_is_reported_and_the_batch_released(monkeypatch):
     report = {"namespace": "t", "quota": "compute", "resources": {"limits.memory": {
         "used": "9Gi", "base": "8Gi", "restored": "8Gi", "charged": "9Gi"}}, "objects": []}
     warning = "reservation 'node-1-b0' released: t/compute is back at its base although its namespace uses more"
-    monkeypatch.setattr(reservations, "release", lambda cluster, rid, **kw: {
+    service_fakes.patch(monkeypatch, "release", lambda cluster, rid, **kw: {
         "reservation_id": rid, "quotas": [], "overuse": [report], "warnings": [warning]})
     ex, batch = _executor()
     batch.state, batch.final_at, batch.targets = m.FINAL, 0.0, [("t", "compute")]

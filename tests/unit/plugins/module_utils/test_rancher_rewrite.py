@@ -20,7 +20,7 @@ import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
 
@@ -82,12 +82,12 @@ class MemberApi(FakeApi):
 
 
 def reserve(api, rid, delta, clock):
-    return R.reserve(api, rid, {TARGET: delta}, "job", "drain", 600, clock=clock, sleep=lambda s: None,
+    return V.reserve(api, rid, {TARGET: delta}, "job", "drain", 600, clock=clock, sleep=lambda s: None,
                      rancher_sync_timeout=5, lock={"holder": HOLDER, "wait_timeout": 0})
 
 
 def release(api, rid, clock):
-    return R.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=5,
+    return V.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=5,
                      lock={"holder": HOLDER, "wait_timeout": 0})
 
 

@@ -25,6 +25,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     KvquotaError,
     NotFoundError,
@@ -132,13 +133,13 @@ class TenantApi(FakeApi):
 
 
 def reserve(api, clock, delta=None, refs=None):
-    return R.reserve(api, RID, {TARGET: delta or {"limits.memory": "2Gi"}}, "job", "drain", 600, clock=clock,
+    return V.reserve(api, RID, {TARGET: delta or {"limits.memory": "2Gi"}}, "job", "drain", 600, clock=clock,
                      sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
                      refs=REFS if refs is None else refs)
 
 
 def release(api, clock, rid=RID):
-    return R.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0,
+    return V.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0,
                      lock={"holder": "job-1", "wait_timeout": 0})
 
 
@@ -331,13 +332,13 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
     assert "Harvester's namespace webhook" in warning and "limits.memory=512Mi" in warning
     # the reaper while usage is still there: stays at usage, reported, not deferred, no failure
-    reaped = R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+    reaped = V.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
     assert reaped["deferred"] == [] and [h["held_as"] for h in reaped["held_at_usage"]] == [RID + ".held"]
     assert rancher_owner.rancher_limit(objects[NAMESPACE_PATH])["limits.memory"] == "8704Mi"
     # usage drops: the reaper restores the base, the Rancher annotation byte for byte, no ledger left
     api.pods = [p for p in api.pods if p["metadata"]["name"] != "sidecar-old"]
     api.set_used(**{"limits.memory": "8Gi"})
-    reaped = R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+    reaped = V.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
     assert [r["id"] for r in reaped["released"]] == [RID + ".held"]
     assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
     assert ledger_of(objects) is None
@@ -499,7 +500,7 @@ def fence_keys(objects):
 
 
 def reap(api, clock):
-    return R.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+    return V.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
 
 
 def test_harvester_remainder_keeps_the_namespace_fenced_until_the_reaper_restores_the_base():
@@ -547,7 +548,7 @@ def test_a_later_reservation_in_a_held_namespace_is_fenced_for_its_vms_and_its_r
     # a later maintenance reserves for vm-2 in the same namespace: fenced with its own VMI, the window's note
     refs = {"vms": [{"namespace": NS, "name": "vm-2", "uid": "vmi-2"}],
             "migrations": [{"namespace": NS, "name": "vm-2-kvq", "uid": "mig-2"}]}
-    R.reserve(api, "node-3-b0", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
+    V.reserve(api, "node-3-b0", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
               sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0}, refs=refs)
     later = fence_keys(objects)
     assert later.get("vmi.tenant-a.vmi-2") == "vm-2" and "reserved from" in later["ns.tenant-a"]
@@ -571,7 +572,7 @@ def test_a_vmi_another_active_reservation_names_stays_fenced_when_one_reservatio
     install_fence(objects)
     api = TenantApi(objects)
     reserve(api, clock)
-    R.reserve(api, "node-1-b1", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
+    V.reserve(api, "node-1-b1", {TARGET: {"limits.memory": "1Gi"}}, "job", "drain", 600, clock=clock,
               sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
               refs={"vms": REFS["vms"]})
     migrated(api, "1Gi")

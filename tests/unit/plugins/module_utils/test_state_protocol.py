@@ -23,6 +23,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
@@ -220,9 +221,9 @@ STEPS = [("reserve", "a", {"limits.cpu": "1"}), ("reserve", "b", {"limits.memory
 def run_step(api, step, clock):
     kind, rid, delta = step
     if kind == "reserve":
-        return R.reserve(api, rid, {TARGET: delta}, "job", "drain", 600, clock=clock, sleep=lambda s: None,
+        return V.reserve(api, rid, {TARGET: delta}, "job", "drain", 600, clock=clock, sleep=lambda s: None,
                          rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0})
-    return R.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0,
+    return V.release(api, rid, wait_for_pods=False, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0,
                      lock={"holder": "job-1", "wait_timeout": 0})
 
 
@@ -303,7 +304,7 @@ def test_a_run_killed_at_any_write_converges_when_re_run(rancher, step_index, cr
         else:
             run_step(FakeApi(objects), step, clock)
         assert observable(objects, clock.now) == expected[index], "after step %d (%s)" % (index, step)
-    reaped = R.release_expired(FakeApi(objects), clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+    reaped = V.release_expired(FakeApi(objects), clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
     assert not [k for k in objects if "/leases/" in k], reaped
 
 
@@ -350,7 +351,7 @@ def test_a_0_1_0_ledger_that_matches_is_adopted_and_removed():
     quota["spec"]["hard"]["limits.cpu"] = "6"
     found = R.find_ledgers(FakeApi(objects))
     assert sorted(found[TARGET].reservations) == ["old-run"]
-    R.release(FakeApi(objects), "old-run", wait_for_pods=False, sleep=lambda s: None, rancher_sync_timeout=0)
+    V.release(FakeApi(objects), "old-run", wait_for_pods=False, sleep=lambda s: None, rancher_sync_timeout=0)
     quota = objects["/api/v1/namespaces/tenant-a/resourcequotas/compute"]
     assert quota["spec"]["hard"] == BASE_HARD and L.LEDGER_ANNOTATION not in quota["metadata"]["annotations"]
     assert not [k for k in objects if "/configmaps/" in k]
@@ -428,7 +429,7 @@ QUOTA_PATH = "/api/v1/namespaces/tenant-a/resourcequotas/compute"
 def test_a_reserve_returns_once_quota_admission_enforces_it():
     objects = cluster_objects()
     api = LaggingQuotaController(objects, catch_up=4)
-    result = R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
+    result = V.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
                        sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0})
     assert objects[QUOTA_PATH]["status"]["hard"]["limits.cpu"] == "5" == objects[QUOTA_PATH]["spec"]["hard"]["limits.cpu"]
     assert result["status_hard_wait_seconds"] > 0
@@ -438,7 +439,7 @@ def test_a_reserve_never_enforced_fails_naming_spec_and_status_and_stays_held():
     objects = cluster_objects()
     api = LaggingQuotaController(objects, catch_up=None)
     with pytest.raises(WaitTimeoutError) as err:
-        R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(), sleep=lambda s: None,
+        V.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(), sleep=lambda s: None,
                   rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0}, enforce_timeout=30)
     assert "tenant-a/compute: spec.hard limits.cpu=5, status.hard limits.cpu=4" in err.value.message
     assert "release 'a'" in err.value.fix
@@ -449,7 +450,7 @@ def test_a_reserve_never_enforced_fails_naming_spec_and_status_and_stays_held():
 def test_enforce_timeout_0_does_not_wait():
     objects = cluster_objects()
     api = LaggingQuotaController(objects, catch_up=None)
-    result = R.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
+    result = V.reserve(api, "a", {TARGET: {"limits.cpu": "1"}}, "job", "drain", 600, clock=Clock(),
                        sleep=lambda s: None, rancher_sync_timeout=0, lock={"holder": "job-1", "wait_timeout": 0},
                        enforce_timeout=0)
     assert result["status_hard_wait_seconds"] == 0.0

@@ -12,6 +12,7 @@ __metaclass__ = type
 import copy
 import pytest
 
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
@@ -326,7 +327,6 @@ def test_a_refused_target_pod_grown_since_the_plan_is_not_topped_up(monkeypatch)
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import _Quotas, _Refused, _built, _executor, _reserve_writing  # noqa: E402  (its fakes)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations  # noqa: E402
 
 GROWN = "t/vm-2: its target pod now charges limits.cpu=2600m instead of the planned limits.cpu=2 (changed: " \
         "annotation hooks.kubevirt.io/hookSidecars=[...]; the VMI (resourceVersion 10, then 99))"
@@ -358,7 +358,7 @@ def _two_vm_batch(monkeypatch):
         return {("t", "compute"): {"limits.cpu": "2"}}, {"vms": [{"namespace": "t", "name": "vm-1"}],
                                                          "sourcePods": []}, sized
     monkeypatch.setattr(h, "batch_headroom", batch_headroom)
-    monkeypatch.setattr(reservations, "reserve", _reserve_writing(cluster))
+    service_fakes.patch(monkeypatch, "reserve", _reserve_writing(cluster))
     ex = _built(cluster, [["t/vm-1", "t/vm-2"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
     ex.record.per_gib_now, ex.record.progress_now = 150, 150
     ex.record.started = 0.0
