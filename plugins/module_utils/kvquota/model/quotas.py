@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import SELECTOR_OPERATORS, requirement_matches
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
     BINARY_SI,
     ceil_to,
@@ -77,7 +78,6 @@ REQUEST_ALIASES = {"cpu": "requests.cpu", "memory": "requests.memory",
 POD_SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort",
               "PriorityClass", "CrossNamespacePodAffinity")
 PVC_SCOPES = ("VolumeAttributesClass",)
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 _CPU_NAMES = frozenset(["cpu", "requests.cpu", "limits.cpu"])
 
@@ -271,17 +271,12 @@ def launcher_pod_facts(vmi, default_priority_class=None):
 
 
 def _label_selector_matches(operator, values, value):
-    """A one-key label selector requirement against a label that is value (None = absent)."""
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    raise InputError("unknown scope selector operator '%s'" % operator,
-                     "use one of %s" % ", ".join(SELECTOR_OPERATORS))
+    """A one-key scope selector requirement against a value (None = absent)."""
+    matches = requirement_matches(operator, values, value)
+    if matches is None:
+        raise InputError("unknown scope selector operator '%s'" % operator,
+                         "use one of %s" % ", ".join(SELECTOR_OPERATORS))
+    return matches
 
 
 def pod_matches_scope(scope, operator, values, facts):
@@ -393,6 +388,30 @@ def _max_quantities_into(acc, mapping, where):
             acc[name] = amount
 
 
+def pod_resources(containers, init_containers, add, larger):
+    """PodRequests / PodLimits (k8s.io/component-helpers/resource), the one implementation of it here: the app
+    containers and the sidecars (restartable init containers) summed, against the largest of each plain init
+    container plus the sidecars started before it. containers: ResourceLists; init_containers: (ResourceList,
+    restartable) pairs in pod order; add(total, rl) sums rl into total and larger(total, rl) keeps the larger value
+    per name, so the values may be Fractions (a pod manifest's usage) or quantities with their formats (sizing)."""
+    total = {}
+    for resources in containers:
+        add(total, resources)
+    sidecars, init_peak = {}, {}
+    for resources, restartable in init_containers:
+        if restartable:
+            add(sidecars, resources)
+            larger(init_peak, sidecars)
+        else:
+            step = {}
+            add(step, resources)   # its own first, then the sidecars: Quantity.Add keeps the first addend's format
+            add(step, sidecars)
+            larger(init_peak, step)
+    add(total, sidecars)
+    larger(total, init_peak)
+    return total
+
+
 def _pod_side(spec, part):
     """Pod requests or limits (part) as Kubernetes computes them for quota.
 
@@ -402,23 +421,15 @@ def _pod_side(spec, part):
     one for that name.
     """
     where = "pod %s" % part
-    containers = {}
-    for container in spec.get("containers") or ():
-        _sum_quantities_into(containers, (container.get("resources") or {}).get(part), where)
-    sidecars = {}
-    init_peak = {}
-    for init in spec.get("initContainers") or ():
-        res = (init.get("resources") or {}).get(part)
-        if init.get("restartPolicy") == "Always":
-            _sum_quantities_into(sidecars, res, where)
-            _max_quantities_into(init_peak, sidecars, where)
-        else:
-            step = dict(sidecars)
-            _sum_quantities_into(step, res, where)
-            _max_quantities_into(init_peak, step, where)
-    result = dict(containers)
-    _sum_quantities_into(result, sidecars, where)
-    _max_quantities_into(result, init_peak, where)
+
+    def add(acc, mapping):
+        _sum_quantities_into(acc, mapping, where)
+
+    def larger(acc, mapping):
+        _max_quantities_into(acc, mapping, where)
+    result = pod_resources([(c.get("resources") or {}).get(part) for c in spec.get("containers") or ()],
+                           [((i.get("resources") or {}).get(part), i.get("restartPolicy") == "Always")
+                            for i in spec.get("initContainers") or ()], add, larger)
     pod_level = (spec.get("resources") or {}).get(part) or {}
     for name, value in pod_level.items():
         if name in ("cpu", "memory"):

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import Optional
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import requirement_matches
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
     BINARY_SI,
     DECIMAL_EXPONENT,
@@ -33,7 +34,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.q
     format_quantity,
     parse_quantity_format,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import usage_from_requests_limits
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import pod_resources, usage_from_requests_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import default_format
 
 Mi = 1024 ** 2
@@ -474,16 +475,11 @@ def _selector_matches(selector, labels):
             return False
     for expr in selector.get("matchExpressions") or []:
         key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+        matches = requirement_matches(op, values, labels.get(key))
+        if matches is None:
             raise InputError("unknown label selector operator %r" % (op,), "use In, NotIn, Exists or DoesNotExist")
+        if not matches:
+            return False
     return True
 
 
@@ -1320,25 +1316,9 @@ def _as_q(container, which):
 
 
 def _pod_totals(containers, init_containers, which):
-    """PodRequests/PodLimits: sum of containers and sidecars vs. the largest init container (plus earlier sidecars)."""
-    total = {}
-    for c in containers:
-        _sum_into(total, _as_q(c, which))
-    sidecars = {}
-    init_max = {}
-    for c in init_containers:
-        own = _as_q(c, which)
-        if c.restartable:
-            _sum_into(total, own)
-            _sum_into(sidecars, own)
-            _max_into(init_max, dict(sidecars))
-        else:
-            step = {}
-            _sum_into(step, own)
-            _sum_into(step, sidecars)
-            _max_into(init_max, step)
-    _max_into(total, init_max)
-    return total
+    """PodRequests/PodLimits of ContainerResources (quotas.pod_resources), each value with its format."""
+    return pod_resources([_as_q(c, which) for c in containers],
+                         [(_as_q(c, which), c.restartable) for c in init_containers], _sum_into, _max_into)
 
 
 def pod_charge(containers, init_containers=(), pod_overhead=None):

@@ -21,6 +21,7 @@ import pytest
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
     ClusterConfig,
+    ContainerResources,
     config_from_cluster,
     go_format_g,
     launcher_pod,
@@ -28,6 +29,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.
     migration_charge,
     parse_overhead_ratio,
     parse_version,
+    pod_charge,
 )
 
 Mi = 1024 ** 2
@@ -613,3 +615,16 @@ def test_v1_7_sets_the_memory_request_on_the_pod_only():
 def test_newer_than_known_version_is_sized_and_noted():
     pod = launcher_pod(plain_vmi("1Gi"), ClusterConfig(kubevirt_version="1.99.0"))
     assert pod.notes and "newer" in pod.notes[0]
+
+
+def test_an_init_container_step_keeps_its_own_format_before_the_sidecars_as_quantity_add_does():
+    """PodRequests sums a plain init container's own requests first, then the sidecars started before it
+    (component-helpers resource.PodRequests), and Quantity.Add keeps the first addend's format: a 1G init container
+    after a 100Mi sidecar is charged in DecimalSI, the init container's format."""
+    sidecar = ContainerResources("log", {"memory": Fraction(100 * 2 ** 20)}, {}, restartable=True,
+                                 formats={"requests.memory": "BinarySI"})
+    init = ContainerResources("setup", {"memory": Fraction(10 ** 9)}, {}, formats={"requests.memory": "DecimalSI"})
+    app = ContainerResources("compute", {"memory": Fraction(2 ** 20)}, {}, formats={"requests.memory": "BinarySI"})
+    charge, formats = pod_charge([app], [sidecar, init])
+    assert charge["requests.memory"] == 10 ** 9 + 100 * 2 ** 20
+    assert formats["requests.memory"] == "DecimalSI"
