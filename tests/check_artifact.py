@@ -10,7 +10,7 @@ import tempfile
 FORBIDDEN_PARTS = ("tests/output/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/",
                    "tests/lab/.runs/", ".ansible/", ".egg-info/", "tests/lab/build/")
 REQUIRED = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/modules/kvquota_check.py",
-            "plugins/module_utils/kvquota/model/sizing.py", "rbac/clusterrole.yml",
+            "plugins/module_utils/kvquota/model/sizing/launcher.py", "rbac/clusterrole.yml",
             "rbac/operator-namespace.yml", "playbooks/install.yml", "LICENSE", "CHANGELOG.rst",
             "meta/execution-environment.yml", "meta/requirements.txt", "requirements.txt",
             "roles/node_maintenance/README.md")

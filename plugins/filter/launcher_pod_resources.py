@@ -15,11 +15,11 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import format_quantity, BINARY_SI
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import (
     ClusterConfig,
     config_from_cluster,
-    launcher_pod,
 )
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ClusterConfig))
 _TUPLE_FIELDS = ("support_container_resources", "feature_gates", "network_bindings", "pod_overhead",

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The VM entries the check plans with: for every Running VMI, its migration target pod's charge (sizing.py
+"""The VM entries the check plans with: for every Running VMI, its migration target pod's charge (model/sizing
 with the cluster's configuration), its live source pod and that pod's usage, its priority class and whether it
 can live-migrate. VMIs that are not Running are listed apart (they do not migrate).
 """
@@ -13,7 +13,12 @@ import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import (
+    AUTO_MEMORY_LIMITS_RATIO_LABEL,
+    HOOK_SIDECARS_ANNOTATION,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.vmi import VmInputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import condition, labels, meta
 
 
@@ -72,9 +77,9 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         key = _sizing_key(vmi, ns_labels, tracks)
         if key not in cache:
             try:
-                pod = sizing.launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
+                pod = launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
                 cache[key] = (dict(pod.total_charge()), dict(pod.charge), list(pod.notes), None)
-            except sizing.VmInputError as err:
+            except VmInputError as err:
                 # the VM's owner wrote something that cannot be sized: this VM (or this namespace's VMs, for a
                 # namespace label) is blocked, the others are planned
                 cache[key] = ({}, {}, [], err)
@@ -114,7 +119,7 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
 
 
 def input_block(namespace, name, error):
-    """The per-VM block of a VM whose tenant-written input cannot be sized (error: a sizing.VmInputError):
+    """The per-VM block of a VM whose tenant-written input cannot be sized (error: a VmInputError):
     {kind, field, scope, message, fix}, the message naming the namespace, the VM and the field."""
     where = ("its namespace's %s" % error.field) if error.scope == "namespace" else (error.field or "its spec")
     return {"kind": "vm_input_invalid", "field": error.field, "scope": error.scope,
@@ -155,8 +160,8 @@ def signed_difference(pod_charge, source):
 # the VMI's hook sidecar annotation, and the namespace label of the auto memory limit ratio (under Rancher a
 # project member may edit the namespace).
 TENANT_SIZING_INPUTS = (
-    ("annotation %s" % sizing.HOOK_SIDECARS_ANNOTATION, "vmi_annotation", sizing.HOOK_SIDECARS_ANNOTATION),
-    ("namespace label %s" % sizing.AUTO_MEMORY_LIMITS_RATIO_LABEL, "namespace_label", sizing.AUTO_MEMORY_LIMITS_RATIO_LABEL),
+    ("annotation %s" % HOOK_SIDECARS_ANNOTATION, "vmi_annotation", HOOK_SIDECARS_ANNOTATION),
+    ("namespace label %s" % AUTO_MEMORY_LIMITS_RATIO_LABEL, "namespace_label", AUTO_MEMORY_LIMITS_RATIO_LABEL),
 )
 
 
@@ -185,8 +190,8 @@ def growth_causes(vmi, config, ns_labels, tracks, fits):
         else:
             continue
         try:
-            pod = sizing.launcher_pod(trial_vmi, config, namespace_labels=trial_labels, quota_tracks=tracks)
-        except sizing.VmInputError:
+            pod = launcher_pod(trial_vmi, config, namespace_labels=trial_labels, quota_tracks=tracks)
+        except VmInputError:
             continue
         if fits(pod):
             text = value if len(value) <= 80 else value[:77] + "..."

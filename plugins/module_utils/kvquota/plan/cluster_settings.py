@@ -11,7 +11,7 @@ __metaclass__ = type
 
 import dataclasses
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import config_from_cluster
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.scheduling import (
     DEFAULT_PARALLEL_OUTBOUND_PER_NODE,
@@ -41,7 +41,7 @@ def migration_limits(kubevirt_cr, options):
 
 def cluster_config(snapshot, options):
     """The sizing ClusterConfig: KubeVirt CR + Harvester settings, with the caller's overrides."""
-    config = sizing.config_from_cluster(snapshot.get("kubevirt"), snapshot.get("harvester_settings"),
+    config = config_from_cluster(snapshot.get("kubevirt"), snapshot.get("harvester_settings"),
                                         kubevirt_version=options.get("kubevirt_version"))
     ratio = options.get("overhead_ratio")
     if ratio is None:

@@ -21,7 +21,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.e
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.ownership import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import format_resource_list
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import HARVESTER_RATIO_SETTING
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import HARVESTER_RATIO_SETTING
 
 NON_MIGRATABLE_POLICIES = ("fail", "shutdown", "skip")
 VERDICTS = ("ok", "needs_reservation", "blocked")

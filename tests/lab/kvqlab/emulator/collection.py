@@ -7,6 +7,7 @@ import importlib
 import os
 import runpy
 import sys
+import types
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
@@ -24,8 +25,10 @@ def ensure_importable():
 
 
 def core():
-    """(sizing, resources) modules of the collection's core."""
+    """(sizing, resources) of the collection's core: sizing offers launcher_pod and config_from_cluster (the
+    modules model/sizing/launcher.py and config.py), resources is base/resources.py."""
     ensure_importable()
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import resources
-    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import config, launcher
+    sizing = types.SimpleNamespace(launcher_pod=launcher.launcher_pod, config_from_cluster=config.config_from_cluster)
     return sizing, resources

@@ -464,7 +464,12 @@ def test_scope_normalisation():
 # evaluate(): whole reports from snapshots
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q  # noqa: E402
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import (  # noqa: E402
+    config_from_cluster,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import (  # noqa: E402
+    launcher_pod,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (  # noqa: E402
     add as add_lists,
     format_resource_list,
@@ -503,7 +508,7 @@ def make_vmi(name, namespace, node="worker-1", cpu=2, memory="4Gi", migratable=T
 
 def launcher_manifest(vmi, config, tracks, name=None):
     """The source pod as the API would show it, rendered with config (the config it was started with)."""
-    pod = sizing.launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
+    pod = launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
 
     def container(c):
         return {"name": c.name, "resources": {"requests": format_resource_list(c.requests),
@@ -535,7 +540,7 @@ def snapshot(namespaces, kv=None, source_config=None, **extra):
     """A snapshot like read_inventory's. namespaces: {name: (quotas, vmis)}; used is computed from the
     source pods (rendered with source_config, default: the cluster's config) unless a quota sets it."""
     kv = kv or kubevirt_cr()
-    config = source_config or sizing.config_from_cluster(kv)
+    config = source_config or config_from_cluster(kv)
     snap = {"scope": {"nodes": [], "namespaces": []}, "nodes": {}, "namespaces": {}, "quotas": {}, "pods": {},
             "vmis": {}, "vmims": {}, "kubevirt": kv, "harvester_settings": None, "aaq_quotas": None,
             "priority_classes": None, "rancher_projects": None, "notes": [], "requests": 0}
@@ -556,10 +561,10 @@ def snapshot(namespaces, kv=None, source_config=None, **extra):
 
 
 def test_pod_usage_agrees_with_sizing_charge():
-    config = sizing.config_from_cluster(kubevirt_cr())
+    config = config_from_cluster(kubevirt_cr())
     vmi = make_vmi("vm1", "t")
     for tracks in (set(), {"limits.memory", "limits.cpu"}):
-        pod = sizing.launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
+        pod = launcher_pod(vmi, config, quota_tracks=frozenset(tracks))
         assert q.pod_usage(launcher_manifest(vmi, config, tracks)) == pod.charge
 
 
@@ -605,7 +610,7 @@ def test_plenty_of_room_is_ok_and_non_matching_quotas_are_listed():
 def test_ratio_increase_makes_usage_exceed_hard_after_migration():
     # the VMs started at ratio 1; the cluster now says 2.0: every target pod is larger than its source
     kv = kubevirt_cr(ratio="2.0")
-    old = sizing.config_from_cluster(kubevirt_cr(ratio="1"))
+    old = config_from_cluster(kubevirt_cr(ratio="1"))
     vmis = [make_vmi("vm%d" % i, "t", node="worker-%d" % i) for i in range(3)]
     tracks = {"limits.memory"}
     source_total = q.total(q.pod_usage(launcher_manifest(v, old, tracks)) for v in vmis)["limits.memory"]
@@ -724,7 +729,7 @@ def test_priority_class_scoped_quotas():
 def test_batches_split_headroom_per_batch():
     vmis = [make_vmi("vm%d" % i, "t", cpu=1, memory="1Gi") for i in range(5)]
     tracks = {"limits.memory"}
-    config = sizing.config_from_cluster(kubevirt_cr())
+    config = config_from_cluster(kubevirt_cr())
     used = q.total(q.pod_usage(launcher_manifest(v, config, tracks)) for v in vmis)["limits.memory"]
     quota = make_quota("compute", "t", {"limits.memory": q.show(used, "limits.memory", "DecimalSI")})
     report = c.evaluate(snapshot({"t": ([quota], vmis)}), {"now": NOW})
@@ -806,7 +811,7 @@ def test_expired_reservation_blocks_the_namespace():
 def test_node_scope_report_and_check_entry_point():
     objs = _objects(3, 2, nodes=2)
     objs["kubevirts"] = [kubevirt_cr()]
-    config = sizing.config_from_cluster(kubevirt_cr())
+    config = config_from_cluster(kubevirt_cr())
     for vmi in objs["virtualmachineinstances"]:
         vmi["spec"] = make_vmi("x", "y")["spec"]
         vmi["status"]["conditions"] = [{"type": "LiveMigratable", "status": "True"}]
@@ -837,7 +842,7 @@ def test_a_whole_cluster_check_fetches_kubectls_pages_and_one_list_per_kind():
     objs["kubevirts"] = [kubevirt_cr()]
     objs["settings"] = [{"metadata": {"name": "additional-guest-memory-overhead-ratio"}, "value": "1.5"}]
     objs["configmaps"] = []
-    config = sizing.config_from_cluster(kubevirt_cr())
+    config = config_from_cluster(kubevirt_cr())
     spec = make_vmi("x", "y")["spec"]
     for vmi in objs["virtualmachineinstances"]:
         vmi["spec"] = spec

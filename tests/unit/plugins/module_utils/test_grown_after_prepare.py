@@ -23,7 +23,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops im
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import ClusterConfig
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.vmi import VmInputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
@@ -195,8 +197,8 @@ def test_a_hook_sidecar_annotation_nested_too_deeply_blocks_only_its_vm():
 def test_a_hook_sidecar_annotation_of_another_shape_is_the_vms_own_error(text):
     vmi = make_vmi("vm1", "t")
     vmi["metadata"]["annotations"] = {HOOKS: text}
-    with pytest.raises(sizing.VmInputError) as err:               # before: RecursionError, or sized as 0 sidecars
-        sizing.launcher_pod(vmi, sizing.ClusterConfig(kubevirt_version="1.6.0"))
+    with pytest.raises(VmInputError) as err:               # before: RecursionError, or sized as 0 sidecars
+        launcher_pod(vmi, ClusterConfig(kubevirt_version="1.6.0"))
     assert err.value.field == "metadata.annotations[%s]" % HOOKS
 
 

@@ -19,17 +19,23 @@ from fractions import Fraction
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import (
     ClusterConfig,
-    ContainerResources,
     config_from_cluster,
-    go_format_g,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import (
     launcher_pod,
-    memory_overhead,
     migration_charge,
+    pod_charge,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.overhead import memory_overhead
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.quantities import (
+    ContainerResources,
+    go_format_g,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import (
     parse_overhead_ratio,
     parse_version,
-    pod_charge,
 )
 
 Mi = 1024 ** 2

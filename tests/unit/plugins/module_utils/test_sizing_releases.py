@@ -17,12 +17,14 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing import (
-    RULES,
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import (
     ClusterConfig,
-    audited_version,
     config_from_cluster,
-    launcher_pod,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import (
+    RULES,
+    audited_version,
     rule,
 )
 

@@ -17,14 +17,23 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import sizing
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import (
+    ClusterConfig,
+    config_from_cluster,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import (
+    AUTO_MEMORY_LIMITS_RATIO_LABEL,
+    HOOK_SIDECARS_ANNOTATION,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.vmi import VmInputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_check import NOW, kubevirt_cr, make_quota, make_vmi, snapshot
 
 Mi = 1024 ** 2
-HOOKS = sizing.HOOK_SIDECARS_ANNOTATION
-RATIO = sizing.AUTO_MEMORY_LIMITS_RATIO_LABEL
+HOOKS = HOOK_SIDECARS_ANNOTATION
+RATIO = AUTO_MEMORY_LIMITS_RATIO_LABEL
 # auto memory limits need no feature gate from KubeVirt 1.5.0
 KV = kubevirt_cr(version="v1.6.0")
 THREE_SIDECARS = '[{"image": "a"}, {"image": "b"}, {"image": "c"}]'
@@ -46,7 +55,7 @@ def _guaranteed_vmi(name, namespace, node="worker-1"):
 
 
 def _config(version="1.6.0"):
-    return sizing.ClusterConfig(kubevirt_version=version)
+    return ClusterConfig(kubevirt_version=version)
 
 
 # ---------------------------------------------------------------- sizing: the error names the VM's own field
@@ -54,8 +63,8 @@ def _config(version="1.6.0"):
 def test_a_malformed_hook_sidecar_annotation_is_the_vms_own_error_naming_the_field():
     vmi = make_vmi("vm1", "t")
     vmi["metadata"]["annotations"] = {HOOKS: "{"}
-    with pytest.raises(sizing.VmInputError) as err:
-        sizing.launcher_pod(vmi, _config())
+    with pytest.raises(VmInputError) as err:
+        launcher_pod(vmi, _config())
     assert isinstance(err.value, InputError)
     assert err.value.field == "metadata.annotations[%s]" % HOOKS
     assert err.value.scope == "vm"
@@ -64,8 +73,8 @@ def test_a_malformed_hook_sidecar_annotation_is_the_vms_own_error_naming_the_fie
 def test_a_malformed_quantity_in_the_vms_spec_is_the_vms_own_error_naming_the_field():
     vmi = make_vmi("vm1", "t")
     vmi["spec"]["domain"]["resources"]["requests"]["memory"] = "lots"
-    with pytest.raises(sizing.VmInputError) as err:
-        sizing.launcher_pod(vmi, _config())
+    with pytest.raises(VmInputError) as err:
+        launcher_pod(vmi, _config())
     assert err.value.field == "spec.domain.resources.requests.memory"
 
 
@@ -73,15 +82,15 @@ def test_a_malformed_quantity_in_the_vms_spec_is_the_vms_own_error_naming_the_fi
 def test_a_ratio_label_kubevirt_renders_no_valid_limit_from_is_the_namespaces_error(label):
     # strconv.ParseFloat reads all four without an error and none is below 1.0: KubeVirt would render
     # int64(request x ratio), which is no valid limit (NaN, infinite, beyond int64)
-    with pytest.raises(sizing.VmInputError) as err:
-        sizing.launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
+    with pytest.raises(VmInputError) as err:
+        launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
                             quota_tracks=frozenset(["limits.memory"]))
     assert err.value.scope == "namespace"
     assert RATIO in err.value.field and label in err.value.message
 
 
 def _auto_limit(label):
-    pod = sizing.launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
+    pod = launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
                               quota_tracks=frozenset(["limits.memory"]))
     compute = pod.containers[0]
     assert compute.name == "compute"
@@ -460,12 +469,12 @@ def test_a_label_the_namespace_had_when_its_vms_started_is_not_blamed_for_a_conf
     the administrator then raised the KubeVirt CR's ratio: every target pod grows a little, past the quota. That is
     no tenant's change: the quota's usage_above_hard blocker, no VM blocked alone for the label."""
     from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import format_resource_list
-    old = sizing.config_from_cluster(kubevirt_cr(version="v1.6.0", ratio="1"))
+    old = config_from_cluster(kubevirt_cr(version="v1.6.0", ratio="1"))
     vmis = [_unlimited_vmi("vm1", "t"), _unlimited_vmi("vm2", "t")]
     labels = {RATIO: "3"}
     pods = []
     for vmi in vmis:
-        pod = sizing.launcher_pod(vmi, old, namespace_labels=labels, quota_tracks=frozenset(["limits.memory"]))
+        pod = launcher_pod(vmi, old, namespace_labels=labels, quota_tracks=frozenset(["limits.memory"]))
         pods.append(_manifest(vmi, pod, format_resource_list))
     used = q.total(q.pod_usage(p) for p in pods)["limits.memory"]
     snap = snapshot({"t": ([make_quota("compute", "t", {"limits.memory": q.show(used, "limits.memory")},
