@@ -249,7 +249,7 @@ class BatchRunner(object):
         batch.phases = dict((k, v) for k, v in batch.phases.items() if k not in set(
             "%s/%s" % (m["namespace"], m["name"]) for m in stopped))
         if not batch.migrations and batch.state == RUNNING:
-            batch.state, batch.final_at, batch.moved = FINAL, self.config.clock(), False
+            batch.finished(self.config.clock(), moved=False)
 
     def start(self, batch):
         """Reserve for the batch and create its migrations at once."""
@@ -292,7 +292,7 @@ class BatchRunner(object):
 
     def _done_with_nothing_held(self, batch):
         """The batch ends here holding nothing: no VM left to move, or check mode."""
-        batch.state, batch.final_at, batch.released_at = RELEASED, self.config.clock(), self.config.clock()
+        batch.ended_holding_nothing(self.config.clock())
 
     def prepare(self, batch):
         """Reserve for the batch (sized from the plan when there is one) and wait until status.hard enforces it;
@@ -339,7 +339,7 @@ class BatchRunner(object):
         refs = dict(refs, migrations=[self._followed_ref(m) for m in batch.migrations if m["reused"]])
         if not self.config.check_mode:
             # from here on a stop releases what this batch may hold (a reserve that failed half way included)
-            batch.state, batch.targets = RUNNING, sorted(needs)
+            batch.reserved(needs)
         # in check mode resume() released nothing: a leftover with this batch's id would be gone by now
         leftover = self.config.check_mode and batch.reservation in self.record.resumed["reservations"]
         service = self.reservations.dry_run() if self.config.check_mode else self.reservations
@@ -527,7 +527,7 @@ class BatchRunner(object):
             raise KvquotaError("%s: migration(s) failed: %s" % (batch.label(), "; ".join(reasons)),
                                "see the migration's events (kubectl describe vmim)")
         if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
-            batch.state, batch.final_at, batch.moved = FINAL, now, True
+            batch.finished(now, moved=True)
             return
         self._watch(batch, seen, now)
 
@@ -621,8 +621,7 @@ class BatchRunner(object):
                 self.record.say("%s: migration %s %s (its creator starts another; a later group follows that)"
                                 % (batch.label(), name, "failed" if name in failed else "was deleted"))
         if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
-            batch.state, batch.final_at = FINAL, now
-            batch.moved = any(migration_phase(v) == "Succeeded" for v in seen.values())
+            batch.finished(now, moved=any(migration_phase(v) == "Succeeded" for v in seen.values()))
             return
         self._watch(batch, seen, now)
 
@@ -827,7 +826,7 @@ class BatchRunner(object):
             return False
         self.record.warn(outcome.get("warnings"))
         self.record.note_overuse(outcome)   # restored below a tenant's usage: reported, the run goes on
-        batch.state, batch.released_at = RELEASED, self.config.clock()
+        batch.released(self.config.clock())
         self.record.note_peak()
         return True
 

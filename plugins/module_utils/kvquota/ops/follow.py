@@ -228,10 +228,9 @@ class Follower(object):
                     vms = [(v["namespace"], v["name"]) for v in (entry.refs or {}).get("vms") or ()
                            if v.get("namespace") and v.get("name")]
                     group = groups[rid] = Batch(int(found.group(1)), None, vms, rid, followed=True)
-                    group.state = RUNNING
-                    group.started = group.launched = self.config.clock()
-                    group.timeout = batch_timeout([], self.record.per_gib_now, self.record.progress_now,
-                                                  self.config.scheduling_timeout)
+                    group.resumed(self.config.clock(), batch_timeout([], self.record.per_gib_now,
+                                                                     self.record.progress_now,
+                                                                     self.config.scheduling_timeout))
                 # each namespace's entry names what was recorded there (an adoption is written where it happened)
                 uids.setdefault(rid, {}).update(ref_uids(entry.refs, "migrations"))
                 adopted.setdefault(rid, set()).update(_uid_map(entry.refs, "adopted"))

@@ -172,6 +172,44 @@ class Batch(object):
         self.enforce_seconds = 0.0  # time spent waiting for status.hard to show what was written
         self.displaced = []      # follow mode: migrations given back to the queue (KubeVirt ran others in their room)
 
+    # The batch's life, every change of state in one place: reserved for (RUNNING, its migrations created or
+    # followed), FINAL once every migration is, RELEASED once its reservation is given back; a batch with nothing
+    # to hold ends RELEASED from PENDING. Reserving again (a top-up, the UIDs recorded) keeps it RUNNING.
+    TRANSITIONS = {PENDING: (RUNNING, RELEASED), RUNNING: (RUNNING, FINAL, RELEASED), FINAL: (RELEASED,),
+                   RELEASED: ()}
+
+    def _enter(self, state):
+        if state not in self.TRANSITIONS[self.state]:
+            raise KvquotaError("internal error: %s cannot go from %s to %s" % (self.label(), self.state, state),
+                               "report this as a bug of kvquota.maintenance with the run's output")
+        self.state = state
+
+    def reserved(self, targets):
+        """Its reservation is being written on targets [(ns, quota)]: from here on a stop releases it."""
+        self._enter(RUNNING)
+        self.targets = sorted(targets)
+
+    def resumed(self, now, timeout):
+        """A group of followed migrations found reserved by an earlier run: running since now."""
+        self._enter(RUNNING)
+        self.started = self.launched = now
+        self.timeout = timeout
+
+    def finished(self, now, moved):
+        """Every migration is final (moved: whether they moved the VMs)."""
+        self._enter(FINAL)
+        self.final_at, self.moved = now, moved
+
+    def released(self, now):
+        """Its reservation is given back."""
+        self._enter(RELEASED)
+        self.released_at = now
+
+    def ended_holding_nothing(self, now):
+        """No VM left to move (or check mode): it ends here, nothing reserved."""
+        self._enter(RELEASED)
+        self.final_at = self.released_at = now
+
     def label(self):
         if self.followed:
             return "group %d" % (self.index + 1)
