@@ -65,6 +65,21 @@ API_ARG_SPEC = dict(
     api_outage_budget=dict(type='int', default=60),
 )
 
+# How a migration target pod is sized, in every module that sizes one (doc fragment sizing_options).
+SIZING_ARG_SPEC = dict(
+    kubevirt_version=dict(type='str'),
+    overhead_ratio=dict(type='str'),
+)
+
+# How a reservation is made, with one default per option, wherever one is made (doc fragment reservation_options).
+RESERVATION_ARG_SPEC = dict(
+    owner=dict(type='str'),
+    ttl=dict(type='str', default='2h'),
+    safety_margin=dict(type='raw'),
+    top_up_cap=dict(type='raw', default='25%'),
+    lock_timeout=dict(type='int', default=120),
+)
+
 
 def auth_params(params):
     """The connection options of a module's parameters."""

@@ -35,6 +35,7 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
+  - kvquota.maintenance.sizing_options
 options:
   nodes:
     description:
@@ -49,15 +50,6 @@ options:
     type: list
     elements: str
     default: []
-  kubevirt_version:
-    description:
-      - KubeVirt version whose pod sizing applies, e.g. C(1.6.3). By default read from the KubeVirt CR status.
-    type: str
-  overhead_ratio:
-    description:
-      - Override of C(additionalGuestMemoryOverheadRatio) (for example to ask "what if the ratio were 4.5").
-        By default read from the KubeVirt CR, or Harvester's C(additional-guest-memory-overhead-ratio) setting.
-    type: str
   parallel_migrations_per_cluster:
     description:
       - Override of the KubeVirt CR's C(parallelMigrationsPerCluster) for batch planning.
@@ -326,6 +318,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as render
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    SIZING_ARG_SPEC,
     auth_params,
     connect,
     new_module,
@@ -384,8 +377,6 @@ def main():
         dict(
             nodes=dict(type='list', elements='str', default=[]),
             namespaces=dict(type='list', elements='str', default=[]),
-            kubevirt_version=dict(type='str'),
-            overhead_ratio=dict(type='str'),
             parallel_migrations_per_cluster=dict(type='int'),
             parallel_outbound_migrations_per_node=dict(type='int'),
             per_namespace_cap=dict(type='dict'),
@@ -394,6 +385,7 @@ def main():
             report=dict(type='str', choices=['compact', 'full'], default='compact'),
             report_file=dict(type='path'),
             plan=dict(type='bool', default=False),
+            **SIZING_ARG_SPEC
         ),
         supports_check_mode=True,
     )

@@ -77,6 +77,8 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
+  - kvquota.maintenance.reservation_options
+  - kvquota.maintenance.sizing_options
 options:
   mode:
     description:
@@ -145,28 +147,9 @@ options:
       - Defaults to O(node) (drive), or (follow) C(follow-<nodes, else namespaces, else cluster>) with the names
         joined by C(+), or a digest of them when that is long.
     type: str
-  owner:
-    description: Who holds the reservations, recorded in the ledger and in the Events. Defaults to the AWX job or user@host.
-    type: str
   reason:
     description: Why, recorded in the ledger and in the Events the tenants see (the batch number is appended).
     type: str
-  ttl:
-    description: Lifetime of each reservation, whole seconds or a duration such as V(2h).
-    type: str
-    default: 2h
-  safety_margin:
-    description: Added to each computed reservation, a percentage such as V(5%) or a resource list.
-    type: raw
-  top_up_cap:
-    description:
-      - The most one top-up may add to a quota, per resource. A percentage of the refused target pods' computed
-        charge of that quota (V(25%), the default), or a mapping of resource names to quantities or percentages
-        (a resource it does not name may not be topped up). A larger shortfall fails with the numbers.
-      - Also the size of a top-up when the pods are larger than computed (the exact excess is stated only by
-        the apiserver's refusal, which reaches this module only through tenant-writable Events).
-    type: raw
-    default: 25%
   top_up_max_rounds:
     description: How many times a batch's reservation may be topped up.
     type: int
@@ -222,19 +205,6 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
-  lock_timeout:
-    description:
-      - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
-      - The Lease is held only while a reservation is written and lasts 90 seconds, so the Lease of a job killed
-        while writing frees within this default; a run that waited warns, naming the holder.
-    type: int
-    default: 120
-  kubevirt_version:
-    description: The KubeVirt version whose pod sizing applies. By default read from the KubeVirt CR.
-    type: str
-  overhead_ratio:
-    description: Override of the overhead ratio used for sizing. By default the cluster's current one.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -438,6 +408,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.durations import parse_duration
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.executor_config import ExecutorConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    RESERVATION_ARG_SPEC,
+    SIZING_ARG_SPEC,
     auth_params,
     connect,
     new_module,
@@ -523,11 +495,7 @@ def main():
             batches=dict(type='list', elements='raw'),
             plan=dict(type='dict'),
             reservation_prefix=dict(type='str'),
-            owner=dict(type='str'),
             reason=dict(type='str'),
-            ttl=dict(type='str', default='2h'),
-            safety_margin=dict(type='raw'),
-            top_up_cap=dict(type='raw', default='25%'),
             top_up_max_rounds=dict(type='int', default=2),
             top_up_settle_seconds=dict(type='int', default=10),
             completion_timeout_per_gib=dict(type='int'),
@@ -538,9 +506,7 @@ def main():
             poll_interval=dict(type='float', default=1),
             overlap=dict(type='bool', default=True),
             cordon=dict(type='bool', default=False),
-            lock_timeout=dict(type='int', default=120),
-            kubevirt_version=dict(type='str'),
-            overhead_ratio=dict(type='str'),
+            **dict(RESERVATION_ARG_SPEC, **SIZING_ARG_SPEC)
         ),
         supports_check_mode=True,
         required_if=[('mode', 'drive', ('node',)), ('mode', 'drive', ('batches', 'plan'), True)],

@@ -37,6 +37,8 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
+  - kvquota.maintenance.reservation_options
+  - kvquota.maintenance.sizing_options
 options:
   reservation_id:
     description:
@@ -111,50 +113,11 @@ options:
         description: Name of the migration.
         type: str
         required: true
-  top_up_cap:
-    description:
-      - With O(migrations), the most a top-up may add to a quota per resource, a percentage of the refused pods'
-        computed charge of that quota (V(25%), the default) or a mapping of resource names to quantities or
-        percentages. A larger shortfall fails with the numbers and changes nothing.
-    type: raw
-    default: 25%
-  safety_margin:
-    description:
-      - Added to the computed headroom. A percentage such as V(10%), or a resource list (for example
-        C(limits.memory) to C(256Mi)) added to the names the headroom has. KubeVirt calls its overhead "the best estimation"; a small margin saves a
-        top-up round.
-    type: raw
-  ttl:
-    description:
-      - How long the reservation lives before M(kvquota.maintenance.kvquota_release) with O(kvquota.maintenance.kvquota_release#module:expired=true)
-        may reap it. Whole seconds or a duration such as V(90m), V(2h), V(1d). Zero is an error.
-    type: str
-    default: 4h
-  owner:
-    description:
-      - Who holds the reservation, recorded in the ledger and in the Events. Defaults to the AWX job or
-        user@host.
-    type: str
   reason:
     description:
       - Why, recorded in the ledger and in the Events the tenant sees.
     type: str
     default: live migration during node maintenance
-  lock_timeout:
-    description:
-      - Seconds to wait for another job's Lease on the same namespaces; then the module fails naming the holder.
-      - The Lease is held only while a reservation is written and lasts 90 seconds, so the Lease of a job killed
-        while writing frees within this default; a run that waited warns, naming the holder.
-    type: int
-    default: 120
-  kubevirt_version:
-    description:
-      - With O(vms), the KubeVirt version whose sizing applies. By default read from the KubeVirt CR.
-    type: str
-  overhead_ratio:
-    description:
-      - With O(vms), override of the overhead ratio. By default the cluster's current one.
-    type: str
 attributes:
   check_mode:
     support: full
@@ -245,6 +208,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.d
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import format_resource_list, parse_resource_list
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
+    RESERVATION_ARG_SPEC,
+    SIZING_ARG_SPEC,
     auth_params,
     connect,
     new_module,
@@ -311,14 +276,8 @@ def main():
                 resources=dict(type='dict', required=True),
             )),
             migrations=dict(type='list', elements='dict', options=vm_spec),
-            top_up_cap=dict(type='raw', default='25%'),
-            safety_margin=dict(type='raw'),
-            ttl=dict(type='str', default='4h'),
-            owner=dict(type='str'),
             reason=dict(type='str', default='live migration during node maintenance'),
-            lock_timeout=dict(type='int', default=120),
-            kubevirt_version=dict(type='str'),
-            overhead_ratio=dict(type='str'),
+            **dict(RESERVATION_ARG_SPEC, **SIZING_ARG_SPEC)
         ),
         supports_check_mode=True,
     )
