@@ -139,7 +139,7 @@ class _Run(object):
         self.facts = facts if facts is not None else cluster.facts()
         self.clock = clock
         self.sleep = sleep
-        self.check_mode = check_mode
+        self.writer = _DryRun(self) if check_mode else _Writer(self)
         self.rancher_sync_timeout = rancher_sync_timeout
         self.lock = dict(lock or {})
         self.fence_state = None   # None: not looked up yet; False: not installed (or not visible); True
@@ -147,15 +147,14 @@ class _Run(object):
         self.namespaces = None
         self.warnings = []
 
+    @property
+    def check_mode(self):
+        return self.writer.dry
+
     def locked(self, namespaces):
         """with run.locked([ns, ...]): hold the Lease of every tenant namespace (in the operator namespace), taken
-        in sorted order; check mode writes nothing and takes none."""
-        if self.check_mode:
-            return _nothing_held()
-        scopes = [(self.store.namespace, lease_mod.namespace_lock_name(ns)) for ns in set(namespaces)]
-        return lease_mod.held_many(self.cluster, scopes, self.holder(), self.lock_seconds(),
-                                   self.lock.get("wait_timeout", DEFAULT_LOCK_TIMEOUT), clock=self.clock,
-                                   sleep=self.sleep, on_wait=_lease_wait_noter(self))
+        in sorted order; a dry run takes none."""
+        return self.writer.hold(namespaces)
 
     def holder(self):
         return self.lock.get("holder") or lease_mod.default_holder()
@@ -167,10 +166,7 @@ class _Run(object):
         """Push the held Lease of a tenant namespace forward before a write that comes after a long wait (the
         lease lasts one write plus one Rancher wait); LeaseHeldError if another job took it over meanwhile, so
         nothing is written without the lock."""
-        if self.check_mode:
-            return
-        lease = {"metadata": {"namespace": self.store.namespace, "name": lease_mod.namespace_lock_name(namespace)}}
-        lease_mod.renew(self.cluster, lease, self.holder(), self.lock_seconds(), clock=self.clock)
+        self.writer.renew(namespace)
 
     def warn(self, text):
         if text not in self.warnings:
@@ -258,6 +254,116 @@ def _nothing_held():
     yield []
 
 
+class _Writer(object):
+    """Every write a run makes, and every wait for one to take effect: the Leases, a quota's change (the ledger,
+    the owner's objects, the ledger confirmed), Events, the clean-ups. A dry run (_DryRun) makes none of them and
+    answers as if it had, so the decisions around them are the same in check mode."""
+
+    dry = False
+
+    def __init__(self, run):
+        self.run = run
+
+    def hold(self, namespaces):
+        run = self.run
+        scopes = [(run.store.namespace, lease_mod.namespace_lock_name(ns)) for ns in set(namespaces)]
+        return lease_mod.held_many(run.cluster, scopes, run.holder(), run.lock_seconds(),
+                                   run.lock.get("wait_timeout", DEFAULT_LOCK_TIMEOUT), clock=run.clock,
+                                   sleep=run.sleep, on_wait=_lease_wait_noter(run))
+
+    def renew(self, namespace):
+        run = self.run
+        lease = {"metadata": {"namespace": run.store.namespace, "name": lease_mod.namespace_lock_name(namespace)}}
+        lease_mod.renew(run.cluster, lease, run.holder(), run.lock_seconds(), clock=run.clock)
+
+    def change(self, state, final, quota_write):
+        """Save final and write the values it implies, in the order that survives an interruption: the ledger with
+        the intended value, the quota (through its owner), then the ledger confirmed - or deleted once idle. Every
+        write is conditional; a 409 raises ConflictError and _transact starts again from a fresh read."""
+        run, backend = self.run, state.backend
+        configmap = state.configmap
+        if quota_write:
+            if not (is_idle(final) and configmap is None):
+                configmap = run.store.save(state.quota, final, configmap)
+            writes = backend.render(state.quota, state.namespace, final)
+            try:
+                if not is_idle(final):
+                    # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
+                    # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
+                    self.guard(state, final)
+                for kind in backend.WRITE_ORDER:
+                    if kind in writes:
+                        what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
+                                if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
+                        run.cluster.replace(writes[kind], what)
+            except ConflictError:
+                raise   # _transact re-reads: the ledger's intent is resolved against the quota as it is then
+            except KvquotaError:
+                _take_back(run, state, configmap)   # refused (RBAC, a webhook): leave no intent behind
+                raise
+        if is_idle(final):
+            if configmap is not None:
+                _settle(run.store.delete, configmap)
+        elif quota_write:
+            _settle(run.store.save, state.quota, confirmed(final), configmap)
+        else:
+            run.store.save(state.quota, confirmed(final), configmap)
+
+    def guard(self, state, final):
+        """What the quota's owner must have in place before its value for final is written (Harvester's opt-out)."""
+        state.backend.guard(self.run, state.target, final)
+
+    def applied(self, state, final):
+        """Wait until the quota's owner applied what was written (Rancher's agent: owners' wait_applied)."""
+        state.backend.wait_applied(self.run, state, final)
+
+    def unguard(self, state, idle_ledger):
+        """Put back what the owner's guard changed, before the final release is written."""
+        state.backend.unguard(self.run, state.target, idle_ledger)
+
+    def event(self, involved, reason, message, event_type, action, namespace):
+        self.run.cluster.create_event(involved, reason, message, event_type, action, namespace=namespace)
+
+    def delete_expired_locks(self, now):
+        return _delete_expired_locks(self.run, now)
+
+    def delete_ledger(self, configmap):
+        _settle(self.run.store.delete, configmap)
+
+
+class _DryRun(_Writer):
+    """Check mode: nothing is written, taken or waited for."""
+
+    dry = True
+
+    def hold(self, namespaces):
+        return _nothing_held()
+
+    def renew(self, namespace):
+        return None
+
+    def change(self, state, final, quota_write):
+        return None
+
+    def guard(self, state, final):
+        return None
+
+    def applied(self, state, final):
+        return None
+
+    def unguard(self, state, idle_ledger):
+        return None
+
+    def event(self, involved, reason, message, event_type, action, namespace):
+        return None
+
+    def delete_expired_locks(self, now):
+        return []
+
+    def delete_ledger(self, configmap):
+        return None
+
+
 class _State(object):
     """One quota as read: objects, backend, observed ledger, the stored ledger and its ConfigMap, durable values,
     external changes, and whether a 0.1.0 ledger annotation is still on the quota's object."""
@@ -339,10 +445,8 @@ def _ledger_changed(state, final):
 
 
 def _commit(run, state, ledger):
-    """Save ledger and write the values it implies, in the order that survives an interruption: the ledger with
-    the intended value, the quota (through the backend), then the ledger confirmed - or deleted once idle. Every
-    write is conditional; a 409 raises ConflictError and _transact starts again from a fresh read. Returns the
-    final ledger and whether anything was (or, in check mode, would be) written."""
+    """Decide the change ledger implies and have the run's writer make it (a dry run: none). Returns the final
+    ledger and whether anything was (or, in check mode, would be) written."""
     backend = state.backend
     if not is_idle(ledger):
         ledger = backend.prepare(state.quota, state.namespace, ledger)
@@ -350,35 +454,7 @@ def _commit(run, state, ledger):
     quota_write = needs_write(final, state.current) or state.legacy
     if not quota_write and not _ledger_changed(state, final):
         return confirmed(final), False
-    if run.check_mode:
-        return confirmed(final), True
-    configmap = state.configmap
-    if quota_write:
-        if not (is_idle(final) and configmap is None):
-            configmap = run.store.save(state.quota, final, configmap)
-        writes = backend.render(state.quota, state.namespace, final)
-        try:
-            if not is_idle(final):
-                # before the owner's value: Harvester must not add its own deltas on top of ours, and a refusal
-                # (Rancher 2.14+'s lock-down of Rancher quotas) then leaves nothing changed
-                state.backend.guard(run, state.target, final)
-            for kind in backend.WRITE_ORDER:
-                if kind in writes:
-                    what = ("update resourcequota %s in namespace %s" % (state.target[1], state.target[0])
-                            if kind == "quota" else "update namespace %s (annotations)" % state.target[0])
-                    run.cluster.replace(writes[kind], what)
-        except ConflictError:
-            raise   # _transact re-reads: the ledger's intent is resolved against the quota as it is then
-        except KvquotaError:
-            _take_back(run, state, configmap)   # refused (RBAC, a webhook): leave no intent behind
-            raise
-    if is_idle(final):
-        if configmap is not None:
-            _settle(run.store.delete, configmap)
-    elif quota_write:
-        _settle(run.store.save, state.quota, confirmed(final), configmap)
-    else:
-        run.store.save(state.quota, confirmed(final), configmap)
+    run.writer.change(state, final, quota_write)
     return confirmed(final), True
 
 
@@ -423,8 +499,6 @@ def _transact(run, target, mutate, attempts=DEFAULT_ATTEMPTS, first=None):
 
 def _emit(run, state, reason, message, event_type="Normal", action="Update"):
     """Events on the quota and on its namespace; failures become warnings."""
-    if run.check_mode:
-        return
     quota = dict(state.quota)
     quota.setdefault("apiVersion", "v1")
     quota.setdefault("kind", "ResourceQuota")
@@ -433,7 +507,7 @@ def _emit(run, state, reason, message, event_type="Normal", action="Update"):
     namespace.setdefault("kind", "Namespace")
     for involved in (quota, namespace):
         try:
-            run.cluster.create_event(involved, reason, message, event_type, action, namespace=state.target[0])
+            run.writer.event(involved, reason, message, event_type, action, state.target[0])
         except KvquotaError as err:
             run.warn("could not record an Event on %s %s/%s: %s"
                      % (involved.get("kind"), state.target[0], state.target[1], err))
@@ -690,8 +764,8 @@ def _reserve(run, request, plan):
     for target in sorted(states):
         try:
             state, final, info, changed = _transact(run, target, mutations[target], first=states[target])
-            if final is not None and not is_idle(final) and not run.check_mode:
-                state.backend.wait_applied(run, state, final)
+            if final is not None and not is_idle(final):
+                run.writer.applied(state, final)
         except KvquotaError as err:
             if done:
                 raise type(err)("%s (reservation '%s' is already applied to %s; re-run to finish, or release it)"
@@ -1494,14 +1568,13 @@ def _release_one(run, target, reservation_id, state=None):
     if state.backend.writable and state.backend.guards_the_quota:
         after, outcome = _release_ledger(state, reservation_id, run.clock())
         if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
-            if not run.check_mode:
-                state.backend.unguard(run, target, after)
+            run.writer.unguard(state, after)
             state = None  # the quota changed: read again
     state, final, info, changed = _transact(run, target, _release_mutation(reservation_id), first=state)
     _report_changes(run, state)
     item = _quota_result(state, final, info, changed)
-    if changed and final is not None and not run.check_mode:
-        state.backend.wait_applied(run, state, final)
+    if changed and final is not None:
+        run.writer.applied(state, final)
         if info and info.get("outcome") in _GIVEN_BACK:
             rest = sorted(final.reservations)
             tail = ("base restored, no reservation left" if not rest else
@@ -1706,7 +1779,7 @@ def _release_expired(service, now, wait_for_pods, timeout, force, poll_interval)
     for target in sorted(set(legacy) | set(t for t, entry in found.items() if _unfinished(entry))):
         if target not in touched:
             results.append(_settle_ledger(run, target))
-    stale_locks = [] if run.check_mode else _delete_expired_locks(run, clock())
+    stale_locks = run.writer.delete_expired_locks(clock())
     gone = set((item["id"], item["namespace"], item["quota"]) for item in released + held)
     # a remainder held at usage (ledger.hold_at_usage) keeps its namespace fenced (nothing new admitted while the
     # quota is above its base): one not released by this run, or held again (same id) or anew (X.held) by it
@@ -1718,8 +1791,7 @@ def _release_expired(service, now, wait_for_pods, timeout, force, poll_interval)
     for entry, configmap in orphans:
         removed.append({"namespace": entry.namespace, "quota": entry.quota, "uid": entry.uid,
                         "reservations": sorted(entry.reservations), "base": dict(entry.base)})
-        if not run.check_mode:
-            _settle(run.store.delete, configmap)
+        run.writer.delete_ledger(configmap)
     return {"changed": any(item["changed"] for item in results + unfenced) or bool(removed) or bool(stale_locks),
             "released": released, "held_at_usage": held, "overuse": overuse,
             "deferred": deferred, "quotas": results, "orphaned_ledgers_removed": removed,
@@ -1815,9 +1887,9 @@ def _reconcile(service, quotas):
                 continue
             _report_changes(run, state)
             results.append(_quota_result(state, final, info, changed))
-            if final is not None and not run.check_mode and state.stored is not None and not is_idle(final):
-                state.backend.guard(run, state.target, final)
-                state.backend.wait_applied(run, state, final)
+            if final is not None and state.stored is not None and not is_idle(final):
+                run.writer.guard(state, final)
+                run.writer.applied(state, final)
     return {"changed": any(item["changed"] for item in results), "quotas": results,
             "warnings": list(run.warnings), "diff": _diff(results), "check_mode": run.check_mode}
 

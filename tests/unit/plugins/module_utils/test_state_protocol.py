@@ -455,3 +455,36 @@ def test_enforce_timeout_0_does_not_wait():
                        enforce_timeout=0)
     assert result["status_hard_wait_seconds"] == 0.0
     assert objects[QUOTA_PATH]["status"]["hard"]["limits.cpu"] == "4"
+
+
+class EventCountingApi(FakeApi):
+    """FakeApi that counts an Event as a write too."""
+
+    def create_event(self, involved, reason, message, event_type="Normal", action="Update", namespace=None):
+        self.writes += 1
+        return {}
+
+
+@pytest.mark.parametrize("rancher", [False, True], ids=["plain", "rancher"])
+def test_check_mode_writes_nothing_and_reports_what_the_real_run_then_does(rancher):
+    """The dry run (reservations._DryRun) answers every write as if it had been made: at each step of the
+    sequence, the check-mode call makes no write at all (not a Lease, an Event or a ledger) and reports the same
+    change and the same spec.hard after as the real call made right after it."""
+    objects = cluster_objects(rancher)
+    clock = Clock()
+    for kind, rid, delta in STEPS:
+        dry_api = EventCountingApi(objects)
+        options = dict(clock=clock, sleep=lambda s: None, rancher_sync_timeout=0, check_mode=True,
+                       lock={"holder": "job-1", "wait_timeout": 0})
+        if kind == "reserve":
+            dry = V.reserve(dry_api, rid, {TARGET: delta}, "job", "drain", 600, **options)
+        else:
+            dry = V.release(dry_api, rid, wait_for_pods=False, **options)
+        assert dry_api.writes == 0 and dry["check_mode"] is True
+        real = run_step(FakeApi(objects), (kind, rid, delta), clock)
+        assert dry["changed"] == real["changed"] is True
+        assert [q["after"] for q in dry["quotas"]] == [q["after"] for q in real["quotas"]]
+    dry_api = EventCountingApi(objects)
+    V.release_expired(dry_api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0, check_mode=True)
+    V.reconcile(dry_api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0, check_mode=True)
+    assert dry_api.writes == 0
