@@ -42,7 +42,7 @@ def migration_limits(kubevirt_cr, options):
 def cluster_config(snapshot, options):
     """The sizing ClusterConfig: KubeVirt CR + Harvester settings, with the caller's overrides."""
     config = config_from_cluster(snapshot.get("kubevirt"), snapshot.get("harvester_settings"),
-                                        kubevirt_version=options.get("kubevirt_version"))
+                                 kubevirt_version=options.get("kubevirt_version"))
     ratio = options.get("overhead_ratio")
     if ratio is None:
         return config

@@ -84,14 +84,14 @@ def test_a_ratio_label_kubevirt_renders_no_valid_limit_from_is_the_namespaces_er
     # int64(request x ratio), which is no valid limit (NaN, infinite, beyond int64)
     with pytest.raises(VmInputError) as err:
         launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
-                            quota_tracks=frozenset(["limits.memory"]))
+                     quota_tracks=frozenset(["limits.memory"]))
     assert err.value.scope == "namespace"
     assert RATIO in err.value.field and label in err.value.message
 
 
 def _auto_limit(label):
     pod = launcher_pod(_unlimited_vmi("vm1", "t"), _config(), namespace_labels={RATIO: label},
-                              quota_tracks=frozenset(["limits.memory"]))
+                       quota_tracks=frozenset(["limits.memory"]))
     compute = pod.containers[0]
     assert compute.name == "compute"
     return compute.limits["memory"], compute.requests["memory"]
