@@ -207,7 +207,7 @@ class RancherOwner(PlainOwner):
         result = with_annotations(namespace, {RANCHER_QUOTA_ANNOTATION: value, LEDGER_ANNOTATION: None})
         return {"namespace": result}
 
-    def wait_applied(self, io, state, final, adoptions=DEFAULT_RANCHER_ADOPTIONS):
+    def wait_applied(self, io, state, ledger, adoptions=DEFAULT_RANCHER_ADOPTIONS):
         """Rancher owns spec.hard: wait until it applied the namespace annotation. Each poll compares spec.hard with
         the ledger as it is NOW in the store (another job may have changed it since this one wrote), never with a
         remembered one. kvquota never writes spec.hard of a Rancher-owned quota (that bypasses the project limit
@@ -220,12 +220,12 @@ class RancherOwner(PlainOwner):
         annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
         left (the ledger is gone) the member's value is simply what Rancher must apply."""
         deadline = io.clock() + io.sync_timeout
-        expected = final
+        expected = ledger
         rewrites = []
         while True:
             quota = io.cluster.get_quota(*state.target)
             stored = io.stored_ledger(quota)
-            expected = stored if stored is not None else (final if is_idle(final) else expected)
+            expected = stored if stored is not None else (ledger if is_idle(ledger) else expected)
             ok, wrong = self.followed(quota, expected)
             if ok:
                 return None
@@ -234,8 +234,8 @@ class RancherOwner(PlainOwner):
             if refused:
                 raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
                                    "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
-            if stored is None and is_idle(final):
-                expected = _kept_after_release(io, state, final, namespace)
+            if stored is None and is_idle(ledger):
+                expected = _kept_after_release(io, state, ledger, namespace)
                 ok, wrong = self.followed(quota, expected)
                 if ok:
                     return None
