@@ -35,6 +35,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import window_record
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import api_path
@@ -441,7 +442,7 @@ class Follower(object):
             pod = self.cluster.get_pod(_meta(vmim).get("namespace"), name)
         except NotFoundError:
             return False
-        return reservations.pod_counts(pod, self.config.clock())
+        return release_readiness.pod_counts(pod, self.config.clock())
 
     def _adopt(self, vmims, vmis):
         """A migration KubeVirt admitted in scope that no group follows, in a namespace where a group holds a

@@ -26,7 +26,7 @@ shows what it wrote before it creates the batch's migrations, and a refusal whos
 
 A stop (failed migration, timeout, refusal past the top-up limits, API error) cancels the migrations of this
 run that were never admitted, releases every reservation whose migrations are final (a VM that never left is
-no reason to wait, see reservations._is_active_launcher), leaves the others held (TTL, reaper or a re-run),
+no reason to wait, see release_readiness.own_blockers), leaves the others held (TTL, reaper or a re-run),
 and raises a core error carrying the partial result. resume() is what a re-run does first: it cancels this
 node's kvquota migrations that were never admitted and releases the reservations "<prefix>-b<n>" an
 interrupted run left, once their migrations are final.

@@ -23,19 +23,16 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import enforcement
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness as readiness
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as ledger_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import lease as lease_mod
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import registry
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.protocol import hard_of, used_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.rancher import is_rancher_managed, project_fit, project_ref
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
     DEFAULT_OUTAGE_BUDGET,
-    api_path,
-    list_items,
     retry_on_conflict,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
@@ -60,7 +57,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import ceil_to
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import (
     add,
-    format_resource_list,
     less_or_equal,
     mask,
     parse_resource_list,
@@ -713,7 +709,7 @@ def _with_vmi_uids(run, refs):
         return refs
     result = dict(refs)
     result["vms"] = []
-    for item in _ref_items(refs, "vms", None):
+    for item in readiness.ref_items(refs, "vms", None):
         entry = dict(item)
         if not entry.get("uid") and entry.get("namespace"):
             try:
@@ -791,7 +787,7 @@ def _reserve(run, request, plan):
 
 def _reserved_vmis(refs, namespace):
     """[{name, uid}] of the VMs in refs["vms"] (uids filled in by _with_vmi_uids) that live in namespace."""
-    return [{"name": item["name"], "uid": item["uid"]} for item in _ref_items(refs, "vms", namespace, True)
+    return [{"name": item["name"], "uid": item["uid"]} for item in readiness.ref_items(refs, "vms", namespace, True)
             if item.get("uid")]
 
 
@@ -803,7 +799,7 @@ def _reserved_migrations(run, refs, namespace, vmis):
     UID is not the recorded one, is left out: it is not the one the run recorded)."""
     by_name = dict((v["name"], v["uid"]) for v in vmis)
     found = []
-    for item in _ref_items(refs, "migrations", namespace, True):
+    for item in readiness.ref_items(refs, "migrations", namespace, True):
         vm = item.get("vm")
         if not vm:
             try:
@@ -931,7 +927,7 @@ def _fence_holds(run, namespaces, leaving=None):
             if item.remainder:
                 held.append(rid)
             else:
-                named.update(v["uid"] for v in _ref_items(item.refs, "vms", namespace, True) if v.get("uid"))
+                named.update(v["uid"] for v in readiness.ref_items(item.refs, "vms", namespace, True) if v.get("uid"))
     return holds
 
 
@@ -1008,530 +1004,31 @@ def _scan(cluster, warnings, operator_namespace):
     return found, orphans, sorted(legacy_targets)
 
 
-def pod_counts(pod, now):
-    """Whether a pod still counts in quota usage (as the quota controller sees it)."""
-    status = pod.get("status") or {}
-    if status.get("phase") in quotas_mod.FINISHED_POD_PHASES:
-        return False
-    meta = pod.get("metadata") or {}
-    deleted = meta.get("deletionTimestamp")
-    grace = meta.get("deletionGracePeriodSeconds")
-    if deleted and grace is not None:
-        return now <= timeutil.parse_time(deleted) + int(grace)
-    return True
-
-
-def _pod_label(pod):
-    meta = pod.get("metadata") or {}
-    text = "%s (%s" % (meta.get("name"), (pod.get("status") or {}).get("phase") or "Pending")
-    if meta.get("deletionTimestamp"):
-        text += ", terminating"
-    return text + ")"
-
-
-def _ref_items(refs, key, namespace, only_namespace=False):
-    """The refs[key] entries as {namespace, name, ...} (a missing namespace is the quota's); with only_namespace,
-    only those in that namespace (a quota waits only for its own pods and migrations)."""
-    items = []
-    for item in (refs or {}).get(key) or []:
-        if isinstance(item, str):
-            ns, _sep, name = item.rpartition("/")
-            items.append({"namespace": ns or namespace, "name": name})
-        elif isinstance(item, dict) and item.get("name"):
-            entry = dict(item)
-            entry.setdefault("namespace", namespace)
-            items.append(entry)
-    if only_namespace:
-        items = [item for item in items if item["namespace"] == namespace]
-    return items
-
-
-def _launcher_owner(pod):
-    """(name, uid) of the VMI a virt-launcher pod belongs to, by its controller ownerReference
-    (ownership.launcher_vmi_uid), or None. Labels are the tenant's to write: never identity."""
-    uid = ownership.launcher_vmi_uid(pod)
-    if not uid:
-        return None
-    return next(ref.get("name") for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
-                if isinstance(ref, dict) and ref.get("uid") == uid), uid
-
-
-def _runs_on_launcher(vmi, pod):
-    """Whether vmi (None: gone) still runs on pod's node, i.e. pod is its active launcher: the pod must be
-    owned by exactly this VMI (uid), not by a namesake."""
-    if not ownership.is_launcher_of(pod, vmi):
-        return False
-    node = (vmi.get("status") or {}).get("nodeName")
-    return bool(node) and node == (pod.get("spec") or {}).get("nodeName")
-
-
-def _is_active_launcher(run, pod):
-    """True while pod is still its VMI's active launcher pod: the VM never left it (its migration was never
-    created, failed or was cancelled), so it is no lingering source and must not hold the release. Whatever
-    a target pod still charges is caught by the usage check."""
-    owner = _launcher_owner(pod)
-    if not owner:
-        return False
-    try:
-        vmi = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstances", owner[0],
-                                     namespace=(pod.get("metadata") or {}).get("namespace"))
-    except NotFoundError:
-        return False
-    return _runs_on_launcher(vmi, pod)
-
-
-def _own_blockers(run, state, entry, now):
-    """What of the reservation itself is not over yet: its migrations not final, its recorded source pods (and
-    those its migrations name) still counted. Sets state.running (the migrations still under way)."""
-    reasons = []
-    namespace = state.target[0]
-    lingering = []
-    # a migration the follower gave back to the queue (KubeVirt ran another in its room) is no longer this
-    # reservation's to wait for; the usage check below still keeps a release from over-using the quota
-    given_back = (entry.refs or {}).get("displaced") or {}
-    for migration in _ref_items(entry.refs, "migrations", namespace, True):
-        if migration.get("uid") and isinstance(given_back, dict) and migration["uid"] in given_back:
-            continue
-        try:
-            vmim = run.cluster.get_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
-                                          migration["name"], namespace=migration["namespace"])
-        except NotFoundError:
-            continue
-        if migration.get("uid") and (vmim.get("metadata") or {}).get("uid") != migration["uid"]:
-            continue   # another object under that name (e.g. a tenant's): not what this reservation waits for
-        phase = (vmim.get("status") or {}).get("phase")
-        if phase not in ownership.FINAL_MIGRATION_PHASES:
-            reasons.append("migration %s/%s is %s" % (migration["namespace"], migration["name"], phase or "Pending"))
-            state.running.append((migration["namespace"], migration["name"]))
-        source = ((vmim.get("status") or {}).get("migrationState") or {}).get("sourcePod")
-        if source:
-            # by name only: the pod must be older than the migration (a source pod is), never a pod a tenant
-            # created under that name once KubeVirt's was gone
-            lingering.append({"namespace": migration["namespace"], "name": source,
-                              "not_after": _created_at(vmim)})
-    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True) + lingering:
-        try:
-            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
-        except NotFoundError:
-            continue
-        uid = pod_ref.get("uid")
-        if uid and (pod.get("metadata") or {}).get("uid") != uid:
-            continue
-        if "not_after" in pod_ref and not _created_no_later(pod, pod_ref["not_after"]):
-            continue
-        if pod_counts(pod, now) and not _is_active_launcher(run, pod):
-            reasons.append("source pod %s/%s still counts (it ends by itself once its migration completed)"
-                           % (pod_ref["namespace"], _pod_label(pod)))
-    return reasons
-
-
 def _release_blockers(run, state, reservation_id, now):
-    """Why reservation_id cannot be released from this quota yet ([] = it can).
-
-    Only the reservation's own migrations and source pods, and usage that is about to drop by itself (status.used
-    not caught up with pods that ended; a pod KubeVirt named for the reservation - a recorded source pod by UID, a
-    source or target pod its migrations name in their status - that is being removed), are waited for. Usage
-    above the value to restore that lasts - what running pods and PVCs really charge: a VM that came back bigger,
-    a pod or PVC created during the reservation, a pod that claims a reserved VM as its owner but that KubeVirt
-    does not name, a migration this run did not create - never keeps the reservation: the quota goes back to its
-    base all the same (Kubernetes keeps a quota below its usage; new pods are refused until usage is within it),
-    and state.overuse names it. Sets
-    state.captured (objects that hold the headroom without being the reservation's migrations, as text),
-    state.overuse and state.running."""
+    """Why reservation_id cannot be released from this quota yet ([] = it can), from what release_readiness reads
+    and decides (see there what is waited for and what never keeps a reservation). Sets state.captured (objects that
+    hold the headroom without being the reservation's migrations, as text), state.overuse and state.running."""
     entry = state.ledger.reservations.get(reservation_id)
     state.captured, state.overuse, state.running = [], None, []
     if entry is None:
         return []
-    reasons = _own_blockers(run, state, entry, now)
+    namespace = state.target[0]
+    reasons, state.running = readiness.own_blockers(readiness.read_own(run.cluster, entry, namespace, now), now)
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
     used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
     fits, names = less_or_equal(used, target)
     if fits:
         return reasons
-    usage = _usage_now(run, state, entry, names, now)
-    state.captured = [_object_text(item) for item in usage["objects"] if item["why"] not in (GREW, LEFT_OVER)]
-    if reasons:
-        if state.captured:
-            reasons.append("none of them the reservation's migrations, these hold its headroom: %s"
-                           % _listed(state.captured))
-        return reasons
-    lasting, waiting = _usage_verdict(used, target, names, usage["charged"], usage["known"], usage["settling"])
-    if lasting:
-        state.overuse = _overuse(state, after, used, names, usage)
-        return []
-    strings = desired_strings(after)
-    for name in waiting:
-        charged = usage["charged"].get(name, 0)
-        if usage["settling"].get(name):
-            reasons.append("%s used %s > %s: %s still count%s (KubeVirt is removing what the reservation's "
-                           "migrations left)"
-                           % (name, used_of(state.quota)[name], strings[name], ", ".join(usage["settling_pods"]),
-                              "s" if len(usage["settling_pods"]) == 1 else ""))
-        else:
-            reasons.append("%s used %s > %s, but the pods and PVCs there charge %s: the quota controller has not "
-                           "caught up yet" % (name, used_of(state.quota)[name], strings[name],
-                                              _show(charged, name)))
+    facts, unreadable = readiness.read_usage(run.cluster, entry, namespace, names)
+    if unreadable:
+        run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what they "
+                 "charge; bind kvquota-read of this collection's rbac/clusterrole.yml"
+                 % (namespace, state.target[1], unreadable))
+    usage = readiness.usage_now(state.quota, state.ledger, entry, namespace, names, facts, now)
+    reasons, state.captured, state.overuse = readiness.decide(state.target, state.quota, after, used, names, reasons,
+                                                              usage)
     return reasons
-
-
-CREATED_DURING, GREW, FOREIGN_MIGRATION = "created-during-reservation", "grew", "migration-not-of-this-run"
-# a pod whose controller ownerReference names a reserved VM, that is not its active launcher and that KubeVirt does
-# not name for the reservation (a tenant may write any ownerReference): over-use, whenever it was created
-CLAIMS_LAUNCHER = "claims-to-be-a-launcher"
-# a source or target pod KubeVirt named for the reservation's final migration that still counts without being
-# removed: over-use too (only what KubeVirt is removing is waited for)
-LEFT_OVER = "left-by-its-migration"
-
-
-def _show(value, name):
-    return format_resource_list({name: value}).get(name, "0")
-
-
-def _usage_verdict(used, target, names, charged, known, settling):
-    """(lasting, waiting) of names, the resources whose status.used is above the value to restore (target):
-    lasting when what the objects there charge (charged, for the names in known; status.used for the others),
-    less what is going away by itself (settling), is still above it - the release restores the base all the
-    same and reports it; waiting when it fits (the quota controller has not caught up, or a pod KubeVirt is
-    removing still counts)."""
-    lasting, waiting = [], []
-    for name in names:
-        now = charged.get(name, 0) if name in known else used[name]
-        (lasting if now - settling.get(name, 0) > target[name] else waiting).append(name)
-    return lasting, waiting
-
-
-def _pvc_usage(pvc):
-    """What quota charges for an existing PVC (the PVC evaluator): the counts and requests.storage (the larger of
-    the request and status.allocatedResources), also per storage class."""
-    spec = pvc.get("spec") or {}
-    status = pvc.get("status") or {}
-    sizes = [((spec.get("resources") or {}).get("requests") or {}).get("storage"),
-             (status.get("allocatedResources") or {}).get("storage")]
-    storage = max([parse_resource_list({"requests.storage": s}, "PVC storage")["requests.storage"]
-                   for s in sizes if s] or [0])
-    one = Fraction(1)
-    charge = {"persistentvolumeclaims": one, quotas_mod.PVC_COUNT: one, "requests.storage": storage}
-    klass = spec.get("storageClassName") or ((pvc.get("metadata") or {}).get("annotations") or {}).get(
-        "volume.beta.kubernetes.io/storage-class")
-    if klass:
-        prefix = klass + quotas_mod.STORAGE_CLASS_SUFFIX
-        charge[prefix + "requests.storage"] = storage
-        charge[prefix + "persistentvolumeclaims"] = one
-    return charge
-
-
-def _object_facts(obj, kind, why, charge, names):
-    """What names an object that holds usage: kind, namespace/name, its controller owner, when and by which
-    client it was created (managedFields' managers, oldest first, where the object carries them), what it
-    charges of names."""
-    meta = obj.get("metadata") or {}
-    owner = next((ref for ref in meta.get("ownerReferences") or () if isinstance(ref, dict) and ref.get("controller")),
-                 None)
-    managers = []
-    for field in sorted((f for f in meta.get("managedFields") or () if isinstance(f, dict)),
-                        key=lambda f: str(f.get("time") or "")):
-        if field.get("manager") and field["manager"] not in managers:
-            managers.append(str(field["manager"]))
-    return {"kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
-            "owner": "%s/%s" % (owner.get("kind"), owner.get("name")) if owner else None,
-            "created": meta.get("creationTimestamp"), "managers": managers, "why": why,
-            "charges": dict((n, _show(v, n)) for n, v in sorted(mask(charge, names).items()) if v)}
-
-
-def _listed(texts, sep="; ", most=8):
-    """texts joined, the first `most` only (a tenant may create many objects: messages stay readable)."""
-    shown = sep.join(texts[:most])
-    return shown + (" and %d more" % (len(texts) - most) if len(texts) > most else "")
-
-
-def _object_text(item):
-    """One object of an over-use or a capture, as the messages name it."""
-    who = "created %s%s" % (item.get("created") or "(time unknown)",
-                            " by %s" % ", ".join(item["managers"]) if item.get("managers") else "")
-    ref = "%s %s/%s" % (item["kind"], item["namespace"], item["name"])
-    charges = ", ".join("%s %s" % kv for kv in sorted((item.get("charges") or {}).items()))
-    if item["why"] == GREW:
-        grew = ", ".join("%s %s" % kv for kv in sorted((item.get("grew") or {}).items()))
-        return ("VM %s came back larger than before its migration: its launcher pod %s (%s) charges %s"
-                % (item["vm"], item["name"], who, grew or charges + " (its source pod is gone: not compared)"))
-    if item["why"] == FOREIGN_MIGRATION:
-        return ("%s (%s; not created by this run) of VM %s: its target pod %s charges %s"
-                % (ref, who, item["vm"], item["pod"], charges))
-    if item["why"] == CLAIMS_LAUNCHER:
-        return ("%s (owner %s, %s) claims to be a launcher pod of VM %s, but KubeVirt does not name it (neither "
-                "the VM's active pod nor a source or target pod of the reservation's migrations) and it charges %s"
-                % (ref, item.get("owner") or "none", who, item["vm"], charges))
-    if item["why"] == LEFT_OVER:
-        return ("%s (%s), %s of VM %s, still charges %s although that migration is final, and nothing is removing "
-                "it" % (ref, who, item["named"], item["vm"], charges))
-    return "%s (owner %s, %s, after the reservation of %s) charges %s" % (
-        ref, item.get("owner") or "none", who, item.get("reservation_created"), charges)
-
-
-def _created_at(obj):
-    """metadata.creationTimestamp of obj in epoch seconds (set by the API server: nobody can choose it), or None."""
-    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
-    try:
-        return timeutil.parse_time(stamp) if stamp else None
-    except InputError:
-        return None
-
-
-def _created_no_later(obj, limit):
-    """Whether obj was created at or before limit (epoch seconds; None: unknown, so never)."""
-    created = _created_at(obj)
-    return created is not None and limit is not None and created <= limit
-
-
-def _final_at(vmim):
-    """When a migration went final (the later of its migrationState.endTimestamp and the time of its Succeeded or
-    Failed phase transition) in epoch seconds, or None when it says neither."""
-    status = vmim.get("status") or {}
-    stamps = [(status.get("migrationState") or {}).get("endTimestamp")]
-    stamps.extend(item.get("phaseTransitionTimestamp") for item in status.get("phaseTransitionTimestamps") or ()
-                  if isinstance(item, dict) and item.get("phase") in ownership.FINAL_MIGRATION_PHASES)
-    times = []
-    for stamp in stamps:
-        try:
-            when = timeutil.parse_time(stamp) if stamp else None
-        except InputError:
-            when = None
-        if when is not None:
-            times.append(when)
-    return max(times) if times else None    # the later of the two: clocks of virt-handler and virt-controller
-
-
-def _named_by_kubevirt(entry, namespace, vmims):
-    """The pods KubeVirt itself named for this reservation: ({pod UID: text} of its recorded source pods,
-    {pod name: (text, not_before, not_after)} of the source and target pods that its migrations (matched by UID:
-    refs["migrations"]) name in status.migrationState). A pod named only by name must have been created within
-    those bounds (epoch seconds; None: no bound known, so no pod matches): a source pod before its migration, a
-    target pod between the migration's creation and its end; so a pod a tenant creates under such a name once
-    KubeVirt's is gone is not taken for it. Labels and ownerReferences are the tenant's to write: never used."""
-    by_uid = dict((item["uid"], "its recorded source pod")
-                  for item in _ref_items(entry.refs, "sourcePods", namespace, True) if item.get("uid"))
-    own = set(item["uid"] for item in _ref_items(entry.refs, "migrations", namespace, True) if item.get("uid"))
-    by_name = {}
-    for vmim in vmims:
-        if not ownership.uid_of(vmim) or ownership.uid_of(vmim) not in own:
-            continue
-        migration_state = (vmim.get("status") or {}).get("migrationState") or {}
-        name = (vmim.get("metadata") or {}).get("name")
-        started = _created_at(vmim)
-        source, target = migration_state.get("sourcePod"), migration_state.get("targetPod")
-        if source:
-            by_name[source] = ("the source pod of its migration %s" % name, None, started)
-        if target:
-            by_name[target] = ("the target pod of its migration %s" % name, started, _final_at(vmim))
-    return by_uid, by_name
-
-
-def _kubevirt_named(pod, named):
-    """How KubeVirt named pod for the reservation (text), or None (named: _named_by_kubevirt)."""
-    by_uid, by_name = named
-    uid = ownership.uid_of(pod)
-    if uid and uid in by_uid:
-        return by_uid[uid]
-    found = by_name.get((pod.get("metadata") or {}).get("name"))
-    if found is None:
-        return None
-    text, not_before, not_after = found
-    created = _created_at(pod)
-    if created is None or not_after is None or created > not_after:
-        return None
-    if not_before is not None and created < not_before:
-        return None
-    return text
-
-
-def _usage_now(run, state, entry, names, now):
-    """What really uses names in the quota's namespace now: {charged: ResourceList (pods, and PVCs when a PVC name
-    is over), known: the names charged counts for, settling: ResourceList of the pods KubeVirt is removing that it
-    named for this reservation (its recorded source pods by UID, the source and target pods its migrations name
-    in status.migrationState; _named_by_kubevirt), settling_pods, objects: [_object_facts] of what took the
-    headroom or grew on it}. Identity by controller ownerReference, UID and KubeVirt's status, never by labels; a
-    pod whose ownerReference claims a reserved VM but that is neither its active launcher nor named by KubeVirt
-    for the reservation (ownerReferences are the tenant's to write) is over-use, named as such."""
-    namespace = state.target[0]
-    quota = state.quota
-    created = timeutil.parse_time(entry.created) if entry.created else None
-    recorded = set()
-    for item in state.ledger.reservations.values():
-        recorded.update(ownership.ref_uids(item.refs, "migrations").values())
-    vmis = dict(((vmi.get("metadata") or {}).get("name"), vmi)
-                for vmi in _kubevirt_list(run, "virtualmachineinstances", namespace))
-    vmims = _kubevirt_list(run, "virtualmachineinstancemigrations", namespace)
-    named = _named_by_kubevirt(entry, namespace, vmims)
-    foreign = {}   # VMI name -> a migration under way that no reservation of this quota recorded
-    for vmim in vmims:
-        if (vmim.get("status") or {}).get("phase") in ownership.FINAL_MIGRATION_PHASES:
-            continue
-        if ownership.uid_of(vmim) and ownership.uid_of(vmim) not in recorded:
-            foreign.setdefault((vmim.get("spec") or {}).get("vmiName"), vmim)
-    reserved = dict((item["uid"], item) for item in _ref_items(entry.refs, "vms", namespace, True) if item.get("uid"))
-    sources = _source_charges(run, entry, namespace)
-    result = {"charged": {}, "known": set(), "settling": {}, "settling_pods": [], "objects": []}
-    since = entry.created
-
-    def after_reservation(obj):
-        # creation times have a second's resolution: one in the reservation's own second is not named (a pod
-        # that was there before must never be called what took the headroom)
-        stamp = (obj.get("metadata") or {}).get("creationTimestamp")
-        return created is not None and bool(stamp) and timeutil.parse_time(stamp) > created
-
-    result["known"].update(name for name in names if quotas_mod.pod_tracks(name))
-    for pod in run.cluster.list_pods(namespace):
-        if not quotas_mod.quota_matches_pod(quota, quotas_mod.facts_of_pod(pod)):
-            continue
-        counts = pod_counts(pod, now)
-        charge = quotas_mod.pod_usage(pod) if counts else {quotas_mod.POD_COUNT: Fraction(1)}
-        result["charged"] = add(result["charged"], charge)
-        if not counts or not any(mask(charge, names).values()):
-            continue
-        owner = _launcher_owner(pod)
-        vmi = vmis.get(owner[0]) if owner else None
-        if owner and vmi is not None and ownership.uid_of(vmi) != owner[1]:
-            vmi = None
-        active = owner is not None and _runs_on_launcher(vmi, pod)
-        mine = owner is not None and owner[1] in reserved
-        name = (pod.get("metadata") or {}).get("name")
-        kubevirts = _kubevirt_named(pod, named) if mine and not active else None
-        if kubevirts and (pod.get("metadata") or {}).get("deletionTimestamp"):
-            # KubeVirt named it for this reservation and is removing it: what it charges is going away
-            result["settling"] = add(result["settling"], mask(charge, names))
-            result["settling_pods"].append("pod %s/%s of VM %s, %s"
-                                           % (namespace, _pod_label(pod), owner[0], kubevirts))
-        elif owner and not active and owner[0] in foreign:
-            vmim = foreign[owner[0]]
-            item = _object_facts(vmim, "VirtualMachineInstanceMigration", FOREIGN_MIGRATION, charge, names)
-            item.update(vm="%s/%s" % (namespace, owner[0]), pod=name)
-            result["objects"].append(item)
-        elif kubevirts:
-            item = _object_facts(pod, "Pod", LEFT_OVER, charge, names)
-            item.update(vm="%s/%s" % (namespace, owner[0]), named=kubevirts)
-            result["objects"].append(item)
-        elif mine and not active:
-            item = _object_facts(pod, "Pod", CLAIMS_LAUNCHER, charge, names)
-            item["vm"] = "%s/%s" % (namespace, owner[0])
-            result["objects"].append(item)
-        elif mine:
-            if not after_reservation(pod):
-                continue   # the VM never moved: what it charges is what it charged before the reservation
-            before = sources.get(owner[1])
-            grew = {}
-            if before is not None:
-                grew = dict((n, "%s -> %s" % (_show(before.get(n, 0), n), _show(v, n)))
-                            for n, v in mask(charge, names).items() if v > before.get(n, 0))
-            if before is None or grew:
-                item = _object_facts(pod, "Pod", GREW, charge, names)
-                item.update(vm="%s/%s" % (namespace, owner[0]), grew=grew)
-                result["objects"].append(item)
-        elif after_reservation(pod):
-            item = _object_facts(pod, "Pod", CREATED_DURING, charge, names)
-            item["reservation_created"] = since
-            result["objects"].append(item)
-    if any(quotas_mod.pvc_tracks(name) for name in names):
-        try:
-            pvcs = list_items(run.cluster, api_path("v1", "persistentvolumeclaims", namespace), None,
-                              "list persistentvolumeclaims in namespace %s" % namespace)
-        except ForbiddenError as err:
-            run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what "
-                     "they charge; bind kvquota-read of this collection's rbac/clusterrole.yml"
-                     % (namespace, state.target[1], err.message))
-            pvcs = None
-        if pvcs is not None:
-            result["known"].update(name for name in names if quotas_mod.pvc_tracks(name))
-            for pvc in pvcs:
-                charge = _pvc_usage(pvc)
-                result["charged"] = add(result["charged"], charge)
-                if after_reservation(pvc) and any(mask(charge, names).values()):
-                    item = _object_facts(pvc, "PersistentVolumeClaim", CREATED_DURING, charge, names)
-                    item["reservation_created"] = since
-                    result["objects"].append(item)
-    return result
-
-
-def _kubevirt_list(run, plural, namespace):
-    """KubeVirt's objects of that plural in namespace; none where KubeVirt's API is not served."""
-    try:
-        return run.cluster.list_custom(*KUBEVIRT, plural, namespace=namespace)
-    except NotFoundError:
-        return []
-
-
-def _source_charges(run, entry, namespace):
-    """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (read from
-    its spec; the pod may have completed since), by the VMI uid of its controller ownerReference; pods gone or
-    replaced are left out."""
-    result = {}
-    for pod_ref in _ref_items(entry.refs, "sourcePods", namespace, True):
-        try:
-            pod = run.cluster.get_pod(pod_ref["namespace"], pod_ref["name"])
-        except NotFoundError:
-            continue
-        if pod_ref.get("uid") and ownership.uid_of(pod) != pod_ref["uid"]:
-            continue
-        owner = _launcher_owner(pod)
-        if owner is not None:
-            running = dict(pod, status=dict(pod.get("status") or {}, phase="Running"))
-            result[owner[1]] = quotas_mod.pod_usage(running)
-    return result
-
-
-def _overuse(state, after, used, names, usage):
-    """The over-use of one quota as the release reports it: per resource whose status.used is above the value
-    restored, the usage, what the objects there charge (where known), the base and the value restored; and the
-    objects that make it (_object_facts)."""
-    strings = desired_strings(after)
-    resources = {}
-    for name in names:
-        entry = {"used": used_of(state.quota)[name], "base": after.base.get(name), "restored": strings[name]}
-        if name in usage["known"]:
-            entry["charged"] = _show(usage["charged"].get(name, 0), name)
-        resources[name] = entry
-    return {"namespace": state.target[0], "quota": state.target[1], "resources": resources,
-            "objects": [item for item in usage["objects"] if set(item.get("charges") or ()) & set(names)]}
-
-
-def _overuse_text(reservation_id, report, fence_installed):
-    """The warning of a release that restored a quota below its usage: the numbers, what makes it, what ends it.
-    Never "raise the base" (that would hand the tenant what it took) nor "delete the VM's pod"."""
-    where = "%s/%s" % (report["namespace"], report["quota"])
-    numbers = ", ".join("%s used %s > %s%s" % (name, r["used"], r["restored"],
-                                               "" if r["restored"] == r["base"] else " (base %s + other reservations)"
-                                               % r["base"])
-                        for name, r in sorted(report["resources"].items()))
-    objects = report["objects"]
-    made = _listed([_object_text(item) for item in objects]) or \
-        "no object created during the reservation (pods that were there before use more now)"
-    fixes = []
-    removable = ["%s %s/%s" % (o["kind"], o["namespace"], o["name"]) for o in objects
-                 if o["why"] not in (GREW, LEFT_OVER)]
-    if removable:
-        fixes.append("remove %s (it took the room reserved for the migrations), and %s the headroom fence "
-                     "(kubectl apply -f rbac/fence.yml) so that only the run's own migrations use a reservation"
-                     % (_listed(removable, ", "), "extend" if fence_installed else "install"))
-    grown = [o["vm"] for o in objects if o["why"] == GREW]
-    if grown:
-        fixes.append("VM %s uses more than before its migration: it keeps running, and its namespace is over its "
-                     "base until it is back within it" % ", ".join(grown))
-    left = ["%s/%s" % (o["namespace"], o["name"]) for o in objects if o["why"] == LEFT_OVER]
-    if left:
-        fixes.append("pod %s, which a final migration left, is KubeVirt's to remove: look at virt-controller's "
-                     "log and the migration's status" % ", ".join(left))
-    held = report.get("held")
-    tail = ""
-    if held:
-        tail = (" The quota's owner refuses a value below usage (Harvester's namespace webhook): %s written at usage, "
-                "%s kept in the ledger as reservation '%s' until usage drops; the reaper (kvquota_release "
-                "expired: true) restores the base then"
-                % (", ".join(sorted(held)), ", ".join("%s=%s" % kv for kv in sorted(held.items())),
-                   report.get("held_as")))
-    return ("reservation '%s' released: %s is back at its base although its namespace uses more than that (%s); "
-            "made by: %s. Kubernetes keeps a quota below its usage: new pods in %s are refused until usage is within "
-            "it again.%s%s" % (reservation_id, where, numbers, made, report["namespace"], tail,
-                               " To end it: %s." % "; ".join(fixes) if fixes else ""))
 
 
 def _release_ledger(state, reservation_id, now):
@@ -1596,7 +1093,7 @@ def _release_locked(run, target, reservation_id):
 
 def _vms_of(state, reservation_id):
     entry = state.ledger.reservations.get(reservation_id) if state.ledger is not None else None
-    return [dict(item) for item in _ref_items(entry.refs if entry else None, "vms", state.target[0], True)
+    return [dict(item) for item in readiness.ref_items(entry.refs if entry else None, "vms", state.target[0], True)
             if item.get("uid")]
 
 
@@ -1680,7 +1177,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                     report.update(held=dict(item.get("held") or {}), held_as=item.get("held_as"))
                 item["overuse"] = report
                 overuse.append(report)
-                text = _overuse_text(reservation_id, report, _fence_installed(run))
+                text = readiness.overuse_text(reservation_id, report, _fence_installed(run))
                 run.warn(text)
                 if item.get("changed"):   # once per change: a reaper run that finds a remainder as it was is silent
                     _emit(run, state, "QuotaOverUse", "kvquota: " + text, "Warning")
@@ -1911,4 +1408,4 @@ def list_reservations(cluster, now=None, clock=time.time, operator_namespace=sto
 
 
 __all__ = ["Reservations", "ReserveRequest", "ReleaseRequest", "list_reservations", "find_ledgers", "parse_targets",
-           "apply_margin", "pod_counts", "admit_migrations", "end_migrations"]
+           "apply_margin", "admit_migrations", "end_migrations"]

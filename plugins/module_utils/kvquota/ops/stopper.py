@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The executor's stopper: after an error, leave a consistent state - cancel this run's migrations that were never
 admitted, release every reservation whose migrations are final (a VM that never left is no reason to wait, see
-reservations._is_active_launcher), leave the others held (TTL, reaper or a re-run) - and raise the error's type
+release_readiness.own_blockers), leave the others held (TTL, reaper or a re-run) - and raise the error's type
 with the state line (how many batches migrated, what was cancelled, released, held) and how to resume. Also the
 run's result dict.
 """

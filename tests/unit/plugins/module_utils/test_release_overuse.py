@@ -24,6 +24,7 @@ import pytest
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import harvester
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness as RR
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import reservation_calls as V
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
@@ -170,23 +171,23 @@ def test_usage_verdict_waits_for_lag_and_for_what_kubevirt_removes_but_not_for_l
     known = {"limits.memory", "requests.storage"}
     names = sorted(used)
     # status.used above what the objects charge: the quota controller lags, nothing lasts
-    assert R._usage_verdict(used, target, names, {"limits.memory": 7 * Gi, "requests.storage": Gi}, known, {}) \
+    assert RR.usage_verdict(used, target, names, {"limits.memory": 7 * Gi, "requests.storage": Gi}, known, {}) \
         == (["services"], ["limits.memory", "requests.storage"])
     # what the running objects charge is above it: lasting; a launcher KubeVirt removes is subtracted first
-    assert R._usage_verdict(used, target, ["limits.memory"], {"limits.memory": 9 * Gi}, known, {}) \
+    assert RR.usage_verdict(used, target, ["limits.memory"], {"limits.memory": 9 * Gi}, known, {}) \
         == (["limits.memory"], [])
-    assert R._usage_verdict(used, target, ["limits.memory"], {"limits.memory": 9 * Gi}, known,
+    assert RR.usage_verdict(used, target, ["limits.memory"], {"limits.memory": 9 * Gi}, known,
                             {"limits.memory": 1 * Gi}) == ([], ["limits.memory"])
 
 
 def test_object_names_kind_namespace_owner_creation_and_client():
     grab = pod("grab", "1Gi", DURING, managers=("kubectl-run", "kubectl-label"))
     grab["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web-7d9", "controller": True}]
-    item = R._object_facts(grab, "Pod", R.CREATED_DURING, {"limits.memory": Gi, "limits.cpu": 0}, ["limits.memory"])
+    item = RR.object_facts(grab, "Pod", RR.CREATED_DURING, {"limits.memory": Gi, "limits.cpu": 0}, ["limits.memory"])
     item["reservation_created"] = "2025-01-01T00:00:01Z"
     assert item["owner"] == "ReplicaSet/web-7d9" and item["managers"] == ["kubectl-run", "kubectl-label"]
     assert item["charges"] == {"limits.memory": "1Gi"}
-    assert R._object_text(item) == ("Pod tenant-a/grab (owner ReplicaSet/web-7d9, created %s by kubectl-run, "
+    assert RR.object_text(item) == ("Pod tenant-a/grab (owner ReplicaSet/web-7d9, created %s by kubectl-run, "
                                     "kubectl-label, after the reservation of 2025-01-01T00:00:01Z) charges "
                                     "limits.memory 1Gi" % DURING)
 
@@ -215,7 +216,7 @@ def test_a_vm_that_came_back_bigger_gets_its_quota_back_at_base_with_the_growth_
     assert report["resources"]["limits.memory"] == {"used": "8448Mi", "base": "8Gi", "restored": "8Gi",
                                                     "charged": "8448Mi"}
     [grown] = report["objects"]
-    assert grown["why"] == R.GREW and grown["vm"] == "tenant-a/vm-1" and grown["name"] == "virt-launcher-vm-1-tgt"
+    assert grown["why"] == RR.GREW and grown["vm"] == "tenant-a/vm-1" and grown["name"] == "virt-launcher-vm-1-tgt"
     assert grown["grew"] == {"limits.memory": "1Gi -> 2Gi"}
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
     assert "VM tenant-a/vm-1 came back larger than before its migration" in warning
@@ -246,7 +247,7 @@ def test_quota_controller_lag_is_waited_for_then_a_tenant_pod_is_named_and_the_b
     [report] = result["overuse"]
     [grab] = report["objects"]
     assert (grab["kind"], grab["name"], grab["managers"], grab["why"]) == ("Pod", "grab", ["kubectl-run"],
-                                                                           R.CREATED_DURING)
+                                                                           RR.CREATED_DURING)
     assert result["captured"][0]["pods"][0].startswith("Pod tenant-a/grab (owner none, created %s by kubectl-run"
                                                        % DURING)
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
@@ -292,7 +293,7 @@ def test_a_migration_the_run_did_not_create_is_named_and_not_waited_for():
     [item] = result["overuse"][0]["objects"]
     assert (item["kind"], item["name"], item["pod"]) == ("VirtualMachineInstanceMigration", "mine-again",
                                                          "virt-launcher-vm-1-again")
-    assert "not created by this run" in R._object_text(item)
+    assert "not created by this run" in RR.object_text(item)
 
 
 def test_a_source_pod_still_running_keeps_the_reservation_and_the_fix_says_it_ends_by_itself():
@@ -383,7 +384,7 @@ def test_a_pod_that_claims_a_reserved_vm_as_its_owner_is_over_use_not_a_launcher
     [report] = result["overuse"]
     decoy = [o for o in report["objects"] if o["name"] == "decoy"]
     assert [(o["kind"], o["why"], o["vm"], o["owner"]) for o in decoy] == [
-        ("Pod", R.CLAIMS_LAUNCHER, "tenant-a/vm-1", "VirtualMachineInstance/vm-1")]
+        ("Pod", RR.CLAIMS_LAUNCHER, "tenant-a/vm-1", "VirtualMachineInstance/vm-1")]
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
     assert ("Pod tenant-a/decoy (owner VirtualMachineInstance/vm-1, created %s by kubectl-create) claims to be a "
             "launcher pod of VM tenant-a/vm-1, but KubeVirt does not name it" % BEFORE) in warning
@@ -431,7 +432,7 @@ def test_the_target_pod_kubevirt_is_removing_is_waited_for_but_not_a_tenant_pod_
     result = release(api, clock)
     assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi" and ledger_of(objects) is None
     [item] = result["overuse"][0]["objects"]
-    assert (item["name"], item["why"]) == ("virt-launcher-vm-1-tgt", R.CLAIMS_LAUNCHER)
+    assert (item["name"], item["why"]) == ("virt-launcher-vm-1-tgt", RR.CLAIMS_LAUNCHER)
     # what the wait named: KubeVirt's pod, and why it was waited for
     assert "the target pod of its migration vm-1-kvq still counts" in err.value.message
 
@@ -446,7 +447,7 @@ def test_a_target_pod_a_final_migration_left_that_nothing_removes_is_over_use():
     result = release(api, clock)
     assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi" and ledger_of(objects) is None
     [item] = result["overuse"][0]["objects"]
-    assert (item["name"], item["why"], item["named"]) == ("virt-launcher-vm-1-tgt", R.LEFT_OVER,
+    assert (item["name"], item["why"], item["named"]) == ("virt-launcher-vm-1-tgt", RR.LEFT_OVER,
                                                           "the target pod of its migration vm-1-kvq")
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
     assert "although that migration is final, and nothing is removing it" in warning

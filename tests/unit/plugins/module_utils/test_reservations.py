@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, strategies as st
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness as RR
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 
@@ -65,21 +66,21 @@ def test_margin_never_reserves_less(amount, percent):
 
 def test_pod_counts_like_the_quota_controller():
     running = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
-    assert R.pod_counts(running, T0)
-    assert not R.pod_counts({"metadata": {}, "status": {"phase": "Succeeded"}}, T0)
-    assert not R.pod_counts({"metadata": {}, "status": {"phase": "Failed"}}, T0)
+    assert RR.pod_counts(running, T0)
+    assert not RR.pod_counts({"metadata": {}, "status": {"phase": "Succeeded"}}, T0)
+    assert not RR.pod_counts({"metadata": {}, "status": {"phase": "Failed"}}, T0)
     terminating = {"metadata": {"deletionTimestamp": "2025-01-01T00:00:30Z", "deletionGracePeriodSeconds": 30},
                    "status": {"phase": "Running"}}
-    assert R.pod_counts(terminating, T0 + 60)        # still within its grace period
-    assert not R.pod_counts(terminating, T0 + 61)    # past deletionTimestamp + grace: no longer charged
+    assert RR.pod_counts(terminating, T0 + 60)        # still within its grace period
+    assert not RR.pod_counts(terminating, T0 + 61)    # past deletionTimestamp + grace: no longer charged
 
 
 def test_ref_items_accept_strings_and_dicts():
     refs = {"migrations": ["ns1/m1", "m2", {"name": "m3"}], "sourcePods": [{"name": "p", "uid": "u"}]}
-    assert R._ref_items(refs, "migrations", "t") == [{"namespace": "ns1", "name": "m1"},
+    assert RR.ref_items(refs, "migrations", "t") == [{"namespace": "ns1", "name": "m1"},
                                                      {"namespace": "t", "name": "m2"},
                                                      {"namespace": "t", "name": "m3"}]
-    assert R._ref_items(refs, "sourcePods", "t") == [{"namespace": "t", "name": "p", "uid": "u"}]
+    assert RR.ref_items(refs, "sourcePods", "t") == [{"namespace": "t", "name": "p", "uid": "u"}]
 
 
 def test_changes_text():
@@ -89,7 +90,7 @@ def test_changes_text():
 
 def test_ref_items_of_one_namespace_only():
     refs = {"sourcePods": [{"namespace": "a", "name": "p1"}, {"namespace": "b", "name": "p2"}, {"name": "p3"}]}
-    assert [item["name"] for item in R._ref_items(refs, "sourcePods", "a", True)] == ["p1", "p3"]
+    assert [item["name"] for item in RR.ref_items(refs, "sourcePods", "a", True)] == ["p1", "p3"]
 
 
 def test_a_killed_writers_lease_frees_within_the_default_lock_timeout():
