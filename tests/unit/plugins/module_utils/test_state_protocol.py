@@ -482,7 +482,7 @@ def test_check_mode_writes_nothing_and_reports_what_the_real_run_then_does(ranch
             dry = V.release(dry_api, rid, wait_for_pods=False, **options)
         assert dry_api.writes == 0 and dry["check_mode"] is True
         real = run_step(FakeApi(objects), (kind, rid, delta), clock)
-        assert dry["changed"] == real["changed"] is True
+        assert dry["changed"] is True and real["changed"] is True
         assert [q["after"] for q in dry["quotas"]] == [q["after"] for q in real["quotas"]]
     dry_api = EventCountingApi(objects)
     V.release_expired(dry_api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0, check_mode=True)
