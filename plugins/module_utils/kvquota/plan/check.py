@@ -17,6 +17,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import datetime
+import functools
 from dataclasses import dataclass
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher, registry
@@ -75,17 +76,22 @@ def _planned_quotas(raw_quotas, ns_obj, options, ledgers, facts):
 @dataclass(frozen=True)
 class QuotaPlan:
     """One quota a migrating VM of the namespace is charged against: quotas.plan_quota's exact plan, who owns
-    its spec.hard (owner, backend) and the fixes it asks for."""
+    its spec.hard (owner, backend) and the fixes it asks for (computed when first read: a batch's headroom, which
+    plans its namespaces again, never reads them)."""
 
+    namespace: str
     quota: dict                 # the ResourceQuota as planned against (its reservations taken out)
     plan: q.HeadroomPlan
     owner: str                  # registry.spec_owner: plain, rancher, aaq
     backend: object             # registry.owner_of: the QuotaOwner that writes it
-    fixes: list
 
     @property
     def name(self):
         return meta(self.quota).get("name")
+
+    @functools.cached_property
+    def fixes(self):
+        return q.fixes_for_plan(self.namespace, self.quota, self.plan, self.owner, self.backend.operator_key)
 
 
 @dataclass(frozen=True)
@@ -133,9 +139,8 @@ def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
     for quota, quota_plan in matching:
         if backend_facts is None:
             backend_facts = dict(facts, project=findings.project_of(snapshot, ns_obj))
-        owner, backend = registry.spec_owner(quota), registry.owner_of(quota, ns_obj, backend_facts)
-        quota_plans.append(QuotaPlan(quota, quota_plan, owner, backend,
-                                     q.fixes_for_plan(namespace, quota, quota_plan, owner, backend.operator_key)))
+        quota_plans.append(QuotaPlan(namespace, quota, quota_plan, registry.spec_owner(quota),
+                                     registry.owner_of(quota, ns_obj, backend_facts)))
     return NamespacePlan(namespace, ns_obj, vms, idle, raw_quotas, ns_quotas, quota_plans, not_matching)
 
 

@@ -1305,3 +1305,17 @@ def test_rancher_project_fit_counts_each_namespace_in_the_batch_it_migrates_in()
     one_by_one = c.evaluate(snap, {"now": NOW, "parallel_migrations_per_cluster": 1})
     assert len(one_by_one["batches"]) == 2
     assert one_by_one["blockers"] == [], one_by_one["blockers"]
+
+
+def test_a_batchs_headroom_computes_no_fix_texts(monkeypatch):
+    """headroom plans a batch's namespaces with check's plan_of_namespace; the fixes a quota asks for are a report's
+    (computed when a report reads them), never a batch's: sizing a batch calls fixes_for_plan not once."""
+    snap = _planned_snapshot()
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: snap)
+
+    def no_fixes(*args, **kwargs):
+        raise AssertionError("a batch's headroom computed fix texts")
+    monkeypatch.setattr(q, "fixes_for_plan", no_fixes)
+    needs, _refs, _sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
+                                                       {})
+    assert needs
