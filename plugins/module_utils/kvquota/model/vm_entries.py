@@ -202,14 +202,14 @@ def growth_causes(vmi, config, ns_labels, tracks, fits):
 def describe_namespaces(snapshot, config, default_pc):
     """({namespace: VM entries}, {namespace: VMIs not running}) of every namespace of the snapshot, with one
     sizing cache for identical VMIs across namespaces."""
-    namespaces = snapshot.get("namespaces") or {}
+    namespaces = snapshot.namespaces or {}
     vms_by_ns = {}
     idle_by_ns = {}
     sizing_cache = {}
     for namespace in sorted(namespaces):
-        ns_quotas = (snapshot.get("quotas") or {}).get(namespace) or []
-        vmis = (snapshot.get("vmis") or {}).get(namespace) or []
-        pods = (snapshot.get("pods") or {}).get(namespace) or []
+        ns_quotas = (snapshot.quotas or {}).get(namespace) or []
+        vmis = (snapshot.vmis or {}).get(namespace) or []
+        pods = (snapshot.pods or {}).get(namespace) or []
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
             namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache)
     return vms_by_ns, idle_by_ns

@@ -35,7 +35,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.c
     capacity_report,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import read_inventory
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import Snapshot, read_inventory
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.timeutil import parse_datetime
 
@@ -54,8 +54,8 @@ def _schedule(snapshot, options, vms_by_ns, limits):
     movers = [vm for ns in sorted(vms_by_ns) for vm in vms_by_ns[ns] if vm["migratable"]]
     movers.sort(key=lambda vm: (vm["node"] or "", vm["namespace"], vm["name"]))
     capacity = None
-    if snapshot.get("node_requests") is not None and options.get("node_capacity", True):
-        capacity = NodeCapacity(snapshot.get("nodes") or {}, snapshot["node_requests"])
+    if snapshot.node_requests is not None and options.get("node_capacity", True):
+        capacity = NodeCapacity(snapshot.nodes or {}, snapshot.node_requests)
         for vm in movers:
             vm["target"] = capacity_part(vm["charge"])
             vm["source_requests"] = capacity_part(vm["source"] or {})
@@ -129,9 +129,9 @@ def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
     """The NamespacePlan of one namespace; schedule: (batches as lists of keys, batch_of or None). snapshot needs
     its namespaces, quotas and ledgers (and the Rancher projects, for the backend)."""
     keys, batch_of = schedule
-    ns_obj = (snapshot.get("namespaces") or {}).get(namespace) or {}
-    raw_quotas = sorted((snapshot.get("quotas") or {}).get(namespace) or [], key=lambda o: meta(o).get("name"))
-    ns_quotas = _planned_quotas(raw_quotas, ns_obj, options, snapshot.get("ledgers") or {}, facts)
+    ns_obj = (snapshot.namespaces or {}).get(namespace) or {}
+    raw_quotas = sorted((snapshot.quotas or {}).get(namespace) or [], key=lambda o: meta(o).get("name"))
+    ns_quotas = _planned_quotas(raw_quotas, ns_obj, options, snapshot.ledgers or {}, facts)
     matching, not_matching = q.plan_namespace(namespace, ns_quotas, [vm for vm in vms if vm["migratable"]], keys,
                                               batch_of, bool(options.get("source_pods_deleted")))
     quota_plans = []
@@ -145,11 +145,12 @@ def plan_of_namespace(snapshot, options, namespace, vms, idle, schedule, facts):
 
 
 def plan(snapshot, options=None):
-    """The ScopePlan of an Inventory snapshot (plain dicts). Pure: sizes every VM, schedules the migrations and
+    """The ScopePlan of a Snapshot (or a mapping of its fields). Pure: sizes every VM, schedules the migrations and
     plans every quota a target pod is charged against; nothing is rendered."""
+    snapshot = Snapshot.of(snapshot)
     options = dict(options or {})
     config = cluster_settings.cluster_config(snapshot, options)
-    per_cluster, per_node = cluster_settings.migration_limits(snapshot.get("kubevirt"), options)
+    per_cluster, per_node = cluster_settings.migration_limits(snapshot.kubevirt, options)
     limits = (per_cluster, per_node, options.get("per_namespace_cap"))
     facts = cluster_settings.cluster_facts(snapshot)
 
@@ -166,7 +167,7 @@ def plan(snapshot, options=None):
 
         # 3. Per namespace: the quotas a target pod is charged against, each with its exact plan.
         namespaces = {}
-        for namespace in sorted(snapshot.get("namespaces") or {}):
+        for namespace in sorted(snapshot.namespaces or {}):
             namespaces[namespace] = plan_of_namespace(snapshot, options, namespace, vms_by_ns[namespace],
                                                       idle_by_ns[namespace], (keys, batch_of), facts)
         # 4. A VM whose target pod would charge more than its running pod, so that a quota ends above its hard
@@ -191,10 +192,10 @@ def block_unreadable_rancher_namespaces(snapshot, vms_by_ns):
     rebuilds its quotas from and a reservation writes) is not valid JSON, where a quota of the namespace is
     Rancher's: that namespace's VMs alone, named with the field; the other namespaces are planned."""
     for namespace, vms in sorted(vms_by_ns.items()):
-        quotas = (snapshot.get("quotas") or {}).get(namespace) or []
+        quotas = (snapshot.quotas or {}).get(namespace) or []
         if not any(rancher.is_rancher_managed(quota) for quota in quotas):
             continue
-        error = unreadable_rancher_annotation((snapshot.get("namespaces") or {}).get(namespace))
+        error = unreadable_rancher_annotation((snapshot.namespaces or {}).get(namespace))
         if error is None:
             continue
         field = "namespace annotation %s" % rancher.RANCHER_QUOTA_ANNOTATION
@@ -277,15 +278,15 @@ def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
         blockers.extend(quota_blockers)
         warnings.extend(quota_warnings)
 
-    vmims = (snapshot.get("vmims") or {}).get(namespace) or ()
-    events = (snapshot.get("migration_events") or {}).get(namespace) or {}
+    vmims = (snapshot.vmims or {}).get(namespace) or ()
+    events = (snapshot.migration_events or {}).get(namespace) or {}
     for more_blockers, more_warnings in (
             findings.vm_findings(namespace, ns_plan.vms, policy),
             findings.migration_findings(namespace, vmims, events, ns_plan.vms, ns_plan.raw_quotas),
             ledger_audit.ledger_findings(namespace, ns_plan.ns_obj, ns_plan.raw_quotas, now, vmims,
-                                         (snapshot.get("pods") or {}).get(namespace) or (), schedule_plan.facts,
-                                         options.get("orphan_grace_seconds", 3600), snapshot.get("ledgers") or {}),
-            ((), findings.aaq_namespace_warnings(namespace, snapshot.get("aaq_quotas")))):
+                                         (snapshot.pods or {}).get(namespace) or (), schedule_plan.facts,
+                                         options.get("orphan_grace_seconds", 3600), snapshot.ledgers or {}),
+            ((), findings.aaq_namespace_warnings(namespace, snapshot.aaq_quotas))):
         blockers.extend(more_blockers)
         warnings.extend(more_warnings)
 
@@ -297,8 +298,9 @@ def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
 
 
 def evaluate(snapshot, options=None, scope_plan=None):
-    """The kvquota_check report for an Inventory snapshot (plain dicts): plan(snapshot, options) (or the
+    """The kvquota_check report for a Snapshot (or a mapping of its fields): plan(snapshot, options) (or the
     scope_plan given), its findings and verdicts, rendered. Pure."""
+    snapshot = Snapshot.of(snapshot)
     options = dict(options or {})
     now = _now(options)
     policy = findings.non_migratable_policy(options)
@@ -337,8 +339,8 @@ def check(cluster, scope=None, options=None):
     if options.get("plan"):
         report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
     # the named nodes as they were before anything moved (node_maintenance's state line after a failure)
-    nodes = snapshot.get("nodes") or {}
+    nodes = snapshot.nodes or {}
     report["scope_nodes"] = dict((name, {"unschedulable": bool(((nodes.get(name) or {}).get("spec") or {}).get("unschedulable"))})
-                                 for name in (snapshot.get("scope") or {}).get("nodes") or [])
-    report["requests"] = snapshot.get("requests")
+                                 for name in (snapshot.scope or {}).get("nodes") or [])
+    report["requests"] = snapshot.requests
     return report

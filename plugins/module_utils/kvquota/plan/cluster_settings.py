@@ -41,7 +41,7 @@ def migration_limits(kubevirt_cr, options):
 
 def cluster_config(snapshot, options):
     """The sizing ClusterConfig: KubeVirt CR + Harvester settings, with the caller's overrides."""
-    config = config_from_cluster(snapshot.get("kubevirt"), snapshot.get("harvester_settings"),
+    config = config_from_cluster(snapshot.kubevirt, snapshot.harvester_settings,
                                  kubevirt_version=options.get("kubevirt_version"))
     ratio = options.get("overhead_ratio")
     if ratio is None:
@@ -51,7 +51,7 @@ def cluster_config(snapshot, options):
 
 def cluster_facts(snapshot):
     """What owners.registry.owner_of wants to know about the cluster."""
-    settings = snapshot.get("harvester_settings")
+    settings = snapshot.harvester_settings
     version = None
     if settings:
         server = settings.get("server-version") or {}
@@ -60,14 +60,14 @@ def cluster_facts(snapshot):
         # the settings API alone is no Harvester (a CRD left behind): every Harvester has server-version
         "harvester": bool(settings) and "server-version" in settings,
         "harvester_version": version,
-        "rancher_projects": snapshot.get("rancher_projects") is not None,
-        "aaq": snapshot.get("aaq_quotas") is not None,
+        "rancher_projects": snapshot.rancher_projects is not None,
+        "aaq": snapshot.aaq_quotas is not None,
     }
 
 
 def default_priority_class(snapshot):
     """The name of the globalDefault PriorityClass, if any."""
-    for pc in snapshot.get("priority_classes") or ():
+    for pc in snapshot.priority_classes or ():
         if pc.get("globalDefault"):
             return meta(pc).get("name")
     return None

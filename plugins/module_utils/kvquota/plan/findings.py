@@ -90,7 +90,7 @@ def cluster_warnings(snapshot, oversized):
     """Harvester's and AAQ's presence, and the VMs larger than per_namespace_cap (scheduling.oversized_vms)."""
     warnings = []
     warnings = []
-    harvester = snapshot.get("harvester_settings")
+    harvester = snapshot.harvester_settings
     if harvester is not None:
         setting = harvester.get(HARVESTER_RATIO_SETTING) or {}
         warnings.append(finding(
@@ -100,7 +100,7 @@ def cluster_warnings(snapshot, oversized):
             % (HARVESTER_RATIO_SETTING, setting.get("value") or setting.get("default")),
             "kvquota_reserve opts each quota it expands out of Harvester's scaling for the maintenance window "
             "(annotation %s) and puts it back afterwards" % HARVESTER_SKIP_ANNOTATION))
-    aaq = snapshot.get("aaq_quotas")
+    aaq = snapshot.aaq_quotas
     if aaq is not None:
         warnings.append(finding(
             "aaq_present", None,
@@ -268,7 +268,7 @@ def project_of(snapshot, ns_obj):
     ref = rancher.project_ref(ns_obj or {})
     if ref is None:
         return None
-    for project in snapshot.get("rancher_projects") or ():
+    for project in snapshot.rancher_projects or ():
         project_meta = meta(project)
         if project_meta.get("namespace") == ref[0] and project_meta.get("name") == ref[1]:
             return project
@@ -315,16 +315,16 @@ def rancher_project_findings(snapshot, plans_by_ns, batch_count):
     is checked against the project limit (rancher.project_fit). Needs the Project API
     (visible on Rancher's local cluster only); otherwise nothing is reported here.
     """
-    if snapshot.get("rancher_projects") is None:
+    if snapshot.rancher_projects is None:
         return []
-    namespaces = list(snapshot.get("namespaces_all") or (snapshot.get("namespaces") or {}).values())
+    namespaces = list(snapshot.namespaces_all or (snapshot.namespaces or {}).values())
     # a namespace whose annotation is not valid JSON (its VMs are blocked alone, see check.plan) is left out of
     # the projects' sums rather than failing the check for every namespace; Rancher checks the limit itself
     namespaces = [n for n in namespaces if _readable_rancher_annotation(n)]
     by_name = dict((meta(n).get("name"), n) for n in namespaces)
     projects = {}
     for namespace, plans in sorted(plans_by_ns.items()):
-        ns_obj = by_name.get(namespace) or (snapshot.get("namespaces") or {}).get(namespace)
+        ns_obj = by_name.get(namespace) or (snapshot.namespaces or {}).get(namespace)
         project = project_of(snapshot, ns_obj)
         if project is None:
             continue

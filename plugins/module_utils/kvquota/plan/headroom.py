@@ -10,6 +10,7 @@ KubeVirt configuration of that moment, not of the plan made at the start of the 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import dataclasses
 import hashlib
 from fractions import Fraction
 
@@ -28,6 +29,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.o
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import (
     event_stamp,
     failed_create_events,
+    Snapshot,
     has_priority_scope,
     read_inventory,
     verified_events,
@@ -86,7 +88,7 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
         if from_plan is not None:
             return from_plan
     snapshot = read_inventory(cluster, {"nodes": [], "namespaces": sorted(set(ns for ns, _n in keys))}, options)
-    vmis = snapshot.get("vmis") or {}
+    vmis = snapshot.vmis or {}
     present = set((ns, meta(v).get("name")) for ns, items in vmis.items() for v in items)
     _raise_missing([k for k in keys if k not in present])
     pins = dict(pins or {})
@@ -97,7 +99,7 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     left_out, kept = [], list(keys)
     while True:
         wanted = set(kept)
-        batch_snapshot = dict(snapshot, vmis=dict(
+        batch_snapshot = dataclasses.replace(snapshot, vmis=dict(
             (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
         # One batch: every VM given migrates at once.
         opts = dict(options or {}, parallel_migrations_per_cluster=max(len(kept), 1),
@@ -108,9 +110,9 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
             break
         left_out.extend(dropped)
         kept = [k for k in kept if k not in set((d["namespace"], d["name"]) for d in dropped)]
-    pod_uids = dict(((ns, meta(p).get("name")), uid_of(p)) for ns, items in (snapshot.get("pods") or {}).items()
+    pod_uids = dict(((ns, meta(p).get("name")), uid_of(p)) for ns, items in (snapshot.pods or {}).items()
                     for p in items)
-    vmi_uids = dict(((ns, meta(v).get("name")), uid_of(v)) for ns, items in (snapshot.get("vmis") or {}).items()
+    vmi_uids = dict(((ns, meta(v).get("name")), uid_of(v)) for ns, items in (snapshot.vmis or {}).items()
                     for v in items)
     entries, blocked = [], []
     for namespace, ns_plan in sorted(scope_plan.namespaces.items()):
@@ -149,8 +151,8 @@ def grown_since_pin(cluster, vms, options=None, pins=None, planned=None):
     if not wanted:
         return []
     snapshot = read_inventory(cluster, {"nodes": [], "namespaces": sorted(set(ns for ns, _n in wanted))}, options)
-    vmis = snapshot.get("vmis") or {}
-    batch_snapshot = dict(snapshot, vmis=dict(
+    vmis = snapshot.vmis or {}
+    batch_snapshot = dataclasses.replace(snapshot, vmis=dict(
         (ns, [v for v in items if (ns, meta(v).get("name")) in wanted]) for ns, items in vmis.items()))
     opts = dict(options or {}, parallel_migrations_per_cluster=len(wanted),
                 parallel_outbound_migrations_per_node=len(wanted), per_namespace_cap=None)
@@ -174,7 +176,7 @@ def pinned_room(quota_charges, deltas):
 # pinned sizes
 
 def _vmi_of(snapshot, key):
-    return next((v for v in (snapshot.get("vmis") or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
+    return next((v for v in (snapshot.vmis or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
 
 
 def pin_of(charge, snapshot, key, pod_charge=None, source=None):
@@ -183,10 +185,10 @@ def pin_of(charge, snapshot, key, pod_charge=None, source=None):
     the identity of what it was computed from (the VMI, its namespace's labels and the names its quotas track, the
     KubeVirt CR)."""
     namespace = key[0]
-    inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
-                                        (snapshot.get("quotas") or {}).get(namespace) or [])
+    inputs = versioned.namespace_inputs((snapshot.namespaces or {}).get(namespace),
+                                        (snapshot.quotas or {}).get(namespace) or [])
     vmi = _vmi_of(snapshot, key) or {}
-    kubevirt = snapshot.get("kubevirt")
+    kubevirt = snapshot.kubevirt
     return {"charge": versioned.amounts(charge), "pod_charge": versioned.amounts(charge if pod_charge is None else pod_charge),
             "source": None if source is None else versioned.amounts(source), "what": "the first computed",
             "uid": meta(vmi).get("uid"), "resourceVersion": meta(vmi).get("resourceVersion"),
@@ -244,15 +246,15 @@ def changed_inputs(pin, snapshot, key, causes=()):
     if (meta(vmi).get("uid"), meta(vmi).get("resourceVersion")) != (pin.get("uid"), pin.get("resourceVersion")):
         found.append("the VMI (resourceVersion %s, then %s)" % (pin.get("resourceVersion"), meta(vmi).get("resourceVersion"))
                      if meta(vmi).get("uid") == pin.get("uid") else "the VMI (re-created: another UID)")
-    inputs = versioned.namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
-                                        (snapshot.get("quotas") or {}).get(namespace) or [])
+    inputs = versioned.namespace_inputs((snapshot.namespaces or {}).get(namespace),
+                                        (snapshot.quotas or {}).get(namespace) or [])
     before, now = pin.get("labels") or {}, inputs["labels"]
     for name in sorted(set(before) | set(now)):
         if before.get(name) != now.get(name):
             found.append("namespace label %s (%s, now %s)" % (name, before.get(name, "unset"), now.get(name, "unset")))
     if sorted(pin.get("tracks") or []) != inputs["tracks"]:
         found.append("the names namespace %s's quotas track" % namespace)
-    kubevirt = snapshot.get("kubevirt")
+    kubevirt = snapshot.kubevirt
     if pin.get("kubevirt") is not None and (meta(kubevirt).get("resourceVersion") if kubevirt else None) != pin["kubevirt"]:
         found.append("the KubeVirt CR")
     # the same change seen twice (an annotation and its VMI) is said once, the explanation first
@@ -273,8 +275,8 @@ def _left_out(scope_plan, snapshot, pins):
                     dropped.append({"namespace": namespace, "name": vm["name"], "reason": vm["blocked"]["message"]})
                 continue
             vmi = _vmi_of(snapshot, key) or {}
-            ns_obj = (snapshot.get("namespaces") or {}).get(namespace)
-            tracks = set(versioned.namespace_inputs(ns_obj, (snapshot.get("quotas") or {}).get(namespace) or [])["tracks"])
+            ns_obj = (snapshot.namespaces or {}).get(namespace)
+            tracks = set(versioned.namespace_inputs(ns_obj, (snapshot.quotas or {}).get(namespace) or [])["tracks"])
             causes = vm_entries.growth_causes(vmi, scope_plan.config, dict((ns_obj and meta(ns_obj).get("labels")) or {}),
                                               tracks, lambda pod: not grown_over_pin(pod.total_charge(), pin))
             changed = changed_inputs(pin, snapshot, key, causes)
@@ -356,7 +358,7 @@ def _from_plan(cluster, keys, options, planned):
             ledgers = dict((uid, entry) for uid, (entry, _cm) in store.Store(cluster, operator_namespace).list().items())
         vms = [dict(planned.entry(ns, name), source_pod_uid=(planned.vms["%s/%s" % (ns, name)].get("source_pod") or {}).get("uid"))
                for ns, name in keys if ns == namespace]
-        snapshot = {"namespaces": {namespace: ns_obj}, "quotas": {namespace: raw_quotas}, "ledgers": ledgers}
+        snapshot = Snapshot(namespaces={namespace: ns_obj}, quotas={namespace: raw_quotas}, ledgers=ledgers)
         ns_plans[namespace] = plan_of_namespace(snapshot, dict(options), namespace, vms, [],
                                                 ([["%s/%s" % k for k in keys]], None), planned.cluster_facts)
         entries.extend(vms)

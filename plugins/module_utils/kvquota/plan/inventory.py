@@ -18,7 +18,9 @@ planning code in check.py consumes; tests build the same dicts by hand.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields, replace
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store
@@ -170,18 +172,59 @@ def _not_found(kind, missing, known, command):
                                           ("; known: " + shown) if known else ""))
 
 
-def read_inventory(cluster, scope=None, options=None):
-    """The Inventory snapshot for a scope: a dict of plain API JSON.
+@dataclass(frozen=True)
+class Snapshot(Mapping):
+    """What one read of a scope found (read_inventory), as plain API JSON: the plan's one input. Frozen; also a
+    read-only mapping of its fields, so a report can show it as it is. A partial snapshot (a batch's objects,
+    headroom) leaves the rest at its default."""
 
-    Keys: scope, ledgers {quota uid: Ledger} (from the operator namespace, option operator_namespace),
-    nodes {name: node} (every node with the option node_capacity), node_requests ({node:
-    requests of its non-terminal pods} with node_capacity, else None), namespaces {name: ns}, quotas {ns: [quota]},
-    pods {ns: [virt-launcher pod]}, vmis {ns: [vmi]}, vmims {ns: [vmim]}, kubevirt
-    (the KubeVirt CR or None), harvester_settings ({name: setting} or None when
-    Harvester is not installed), aaq_quotas ({ns: [...]} or None), rancher_projects
-    ([...] or None when not visible), priority_classes ([...] or None), notes, requests
-    (API requests this read made).
-    """
+    scope: dict = field(default_factory=dict)           # {"nodes": [...], "namespaces": [...]} as normalized
+    ledgers: dict = field(default_factory=dict)         # {quota uid: Ledger} from the operator namespace
+    nodes: dict = field(default_factory=dict)           # {name: Node}: the scope's, every node with node_capacity
+    node_requests: dict = None                          # {node: requests of its non-terminal pods}; None: not read
+    namespaces: dict = field(default_factory=dict)      # {name: Namespace} the report covers
+    quotas: dict = field(default_factory=dict)          # {namespace: [ResourceQuota]}
+    pods: dict = field(default_factory=dict)            # {namespace: [virt-launcher pod]} (controller ownerReference)
+    vmis: dict = field(default_factory=dict)            # {namespace: [VirtualMachineInstance]}
+    vmims: dict = field(default_factory=dict)           # {namespace: [VirtualMachineInstanceMigration]}
+    migration_events: dict = field(default_factory=dict)  # {(namespace, migration): verified FailedCreate Events}
+    kubevirt: dict = None                               # the KubeVirt CR, or None
+    harvester_settings: dict = None                     # {name: setting}; None: Harvester not installed
+    aaq_quotas: dict = None                             # {namespace: [ApplicationAwareResourceQuota]}; None: no AAQ
+    priority_classes: list = None                       # [PriorityClass]; None: not readable
+    rancher_projects: list = None                       # [Project]; None: not visible from this cluster
+    namespaces_all: list = None                         # every Namespace, when Rancher projects are (their sums)
+    notes: list = field(default_factory=list)           # what could not be read, and what that means
+    requests: int = None                                # API requests the read made
+
+    def __getitem__(self, key):
+        if key not in _SNAPSHOT_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(_SNAPSHOT_FIELDS)
+
+    def __len__(self):
+        return len(_SNAPSHOT_FIELDS)
+
+    @classmethod
+    def of(cls, data):
+        """A Snapshot from a mapping of its fields (a Snapshot itself is returned as it is)."""
+        if isinstance(data, cls):
+            return data
+        unknown = sorted(set(data) - set(_SNAPSHOT_FIELDS))
+        if unknown:
+            raise ValueError("not fields of a Snapshot: %s" % ", ".join(unknown))
+        return cls(**dict(data))
+
+
+_SNAPSHOT_FIELDS = tuple(f.name for f in fields(Snapshot))
+
+
+def read_inventory(cluster, scope=None, options=None):
+    """The Snapshot of a scope (see Snapshot for what each field holds). Options: operator_namespace (where the
+    ledgers are), node_capacity (read every node and the requests on it), page_size."""
     options = options or {}
     scope = normalize_scope(scope)
     start = getattr(cluster, "request_count", 0)
@@ -189,8 +232,7 @@ def read_inventory(cluster, scope=None, options=None):
     # second thread while the rest is read, so the API server serves one list while this process decodes another.
     with ThreadPoolExecutor(max_workers=1) as pool:
         snapshot = _read(cluster, scope, options, pool)
-    snapshot["requests"] = getattr(cluster, "request_count", 0) - start
-    return snapshot
+    return replace(snapshot, requests=getattr(cluster, "request_count", 0) - start)
 
 
 def vmis_missing_label(cluster, pods, known_uids, nodes):
@@ -375,25 +417,25 @@ def _read(cluster, scope, options, pool):
     ledger_store = store.Store(cluster, options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE)
     ledgers = dict((uid, entry) for uid, (entry, _configmap) in ledger_store.list(notes).items())
 
-    return {
-        "scope": scope,
-        "nodes": nodes,
-        "ledgers": ledgers,
-        "node_requests": node_requests,
-        "namespaces": dict((n, namespaces[n]) for n in sorted(covered) if n in namespaces),
-        "quotas": quotas,
-        "pods": pods,
-        "vmis": vmis,
-        "vmims": vmims,
-        "migration_events": refusals,
-        "kubevirt": kubevirts[0] if kubevirts else None,
-        "harvester_settings": harvester_settings,
-        "aaq_quotas": aaq_quotas,
-        "priority_classes": priority_classes,
-        "rancher_projects": rancher_projects,
-        "namespaces_all": all_namespaces if rancher_projects is not None else None,
-        "notes": notes,
-    }
+    return Snapshot(
+        scope=scope,
+        nodes=nodes,
+        ledgers=ledgers,
+        node_requests=node_requests,
+        namespaces=dict((n, namespaces[n]) for n in sorted(covered) if n in namespaces),
+        quotas=quotas,
+        pods=pods,
+        vmis=vmis,
+        vmims=vmims,
+        migration_events=refusals,
+        kubevirt=kubevirts[0] if kubevirts else None,
+        harvester_settings=harvester_settings,
+        aaq_quotas=aaq_quotas,
+        priority_classes=priority_classes,
+        rancher_projects=rancher_projects,
+        namespaces_all=all_namespaces if rancher_projects is not None else None,
+        notes=notes,
+    )
 
 
 def _rejected(vmim):

@@ -138,7 +138,7 @@ def assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warn
     vm_count = sum(len(r["vms"]) for r in ns_reports.values())
     return {
         "verdict": verdict,
-        "scope": snapshot.get("scope") or {"nodes": [], "namespaces": []},
+        "scope": snapshot.scope or {"nodes": [], "namespaces": []},
         "kubevirt": dict(config_view(config), parallel_migrations_per_cluster=per_cluster,
                          parallel_outbound_migrations_per_node=per_node, per_namespace_cap=per_ns_cap),
         "batches": [{"index": i, "vms": batch,
@@ -147,7 +147,7 @@ def assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warn
         "blockers": blockers,
         "warnings": warnings,
         "fixes": fixes,
-        "notes": list(snapshot.get("notes") or ()),
+        "notes": list(snapshot.notes or ()),
         "summary": {
             "namespaces": len(ns_reports),
             "vms": vm_count,
@@ -158,7 +158,7 @@ def assemble(snapshot, config, limits, keys, batches, ns_reports, blockers, warn
             "blocked": counts["blocked"],
             "blockers": len(blockers),
         },
-        "requests": snapshot.get("requests"),
+        "requests": snapshot.requests,
     }
 
 

@@ -82,24 +82,24 @@ def namespace_inputs(ns_obj, ns_quotas):
 def build(snapshot, options, movers, batches, cluster_facts, now):
     """The versioned plan (JSON-safe) of an evaluated snapshot: movers are the migrating VM entries, batches
     kvquota_check's batches of VM keys."""
-    vmis = dict(("%s/%s" % (ns, meta(v).get("name")), v) for ns, items in (snapshot.get("vmis") or {}).items()
+    vmis = dict(("%s/%s" % (ns, meta(v).get("name")), v) for ns, items in (snapshot.vmis or {}).items()
                 for v in items)
     pod_uids = dict(("%s/%s" % (ns, meta(p).get("name")), meta(p).get("uid"))
-                    for ns, items in (snapshot.get("pods") or {}).items() for p in items)
+                    for ns, items in (snapshot.pods or {}).items() for p in items)
     entries = {}
     for vm in movers:
         key = "%s/%s" % (vm["namespace"], vm["name"])
         entries[key] = vm_entry(vm, vmis.get(key) or {}, pod_uids.get("%s/%s" % (vm["namespace"], vm.get("source_pod"))))
     namespaces = {}
     for namespace in sorted(set(vm["namespace"] for vm in movers)):
-        namespaces[namespace] = namespace_inputs((snapshot.get("namespaces") or {}).get(namespace),
-                                                 (snapshot.get("quotas") or {}).get(namespace) or [])
-    kubevirt = snapshot.get("kubevirt")
+        namespaces[namespace] = namespace_inputs((snapshot.namespaces or {}).get(namespace),
+                                                 (snapshot.quotas or {}).get(namespace) or [])
+    kubevirt = snapshot.kubevirt
     return {
         "kind": PLAN_KIND,
         "version": PLAN_VERSION,
         "created": now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "scope": dict(snapshot.get("scope") or {}),
+        "scope": dict(snapshot.scope or {}),
         "sizing": dict((name, options.get(name)) for name in SIZING_OPTIONS),
         "kubevirt": None if not kubevirt else dict((key, meta(kubevirt).get(key))
                                                    for key in ("namespace", "name", "uid", "resourceVersion")),

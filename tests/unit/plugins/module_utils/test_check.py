@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kubernetes.client.rest import ApiException
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import Snapshot
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import capacity as node_capacity
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as C
@@ -1175,7 +1176,7 @@ def _planned_snapshot(rv="7"):
 
 def _versioned(snap):
     scope_plan = c.plan(snap, {"now": NOW})
-    data = versioned.build(snap, {}, scope_plan.movers, scope_plan.keys, scope_plan.facts,
+    data = versioned.build(Snapshot.of(snap), {}, scope_plan.movers, scope_plan.keys, scope_plan.facts,
                            c.parse_datetime(NOW))
     return json.loads(json.dumps(data))  # as it travels through Ansible
 
@@ -1253,7 +1254,7 @@ def test_a_batch_sized_from_the_plan_reads_only_its_objects_and_needs_what_a_ful
     snap = _planned_snapshot()
     planned = versioned.load(_versioned(snap), node="worker-1")
     full_reads = []
-    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or snap)
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or Snapshot.of(snap))
     vms = [{"namespace": "a-tenant", "name": "a-vm-1"}]
     cluster = PlanReads(snap)
     needs, refs, sized = headroom_mod.batch_headroom(cluster, vms, {}, planned)
@@ -1279,7 +1280,7 @@ def test_a_vm_whose_vmi_changed_since_the_plan_is_sized_again_from_a_full_read(m
     now = _planned_snapshot()
     change(now["vmis"]["a-tenant"][0])
     full_reads = []
-    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or now)
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or Snapshot.of(now))
     _needs, refs, sized = headroom_mod.batch_headroom(PlanReads(now), [{"namespace": "a-tenant", "name": "a-vm-1"}],
                                                       {}, planned)
     assert not sized["from_plan"] and full_reads == [{"nodes": [], "namespaces": ["a-tenant"]}]
@@ -1289,7 +1290,7 @@ def test_a_vm_whose_vmi_changed_since_the_plan_is_sized_again_from_a_full_read(m
 def test_other_sizing_overrides_than_the_plans_size_the_batch_again(monkeypatch):
     snap = _planned_snapshot()
     planned = versioned.load(_versioned(snap), node="worker-1")
-    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: snap)
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(snap))
     _needs, _refs, sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
                                                        {"overhead_ratio": "2"}, planned)
     assert not sized["from_plan"]
@@ -1311,7 +1312,7 @@ def test_a_batchs_headroom_computes_no_fix_texts(monkeypatch):
     """headroom plans a batch's namespaces with check's plan_of_namespace; the fixes a quota asks for are a report's
     (computed when a report reads them), never a batch's: sizing a batch calls fixes_for_plan not once."""
     snap = _planned_snapshot()
-    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: snap)
+    monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(snap))
 
     def no_fixes(*args, **kwargs):
         raise AssertionError("a batch's headroom computed fix texts")
@@ -1319,3 +1320,14 @@ def test_a_batchs_headroom_computes_no_fix_texts(monkeypatch):
     needs, _refs, _sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
                                                        {})
     assert needs
+
+
+def test_a_snapshot_is_a_frozen_record_of_known_fields():
+    snap = Snapshot.of(_planned_snapshot())
+    assert isinstance(snap, Snapshot) and Snapshot.of(snap) is snap
+    assert snap["quotas"] is snap.quotas and dict(snap)["vmis"] is snap.vmis and len(snap) == len(list(snap))
+    with pytest.raises(Exception):
+        snap.quotas = {}
+    with pytest.raises(ValueError) as err:
+        Snapshot.of({"vmis": {}, "qoutas": {}})
+    assert "qoutas" in str(err.value)

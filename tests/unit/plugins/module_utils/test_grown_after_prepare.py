@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import Snapshot
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher as rancher_owner
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
@@ -63,7 +64,7 @@ def _vm1_grown_after_the_reservation(monkeypatch, sidecars):
     snap = snapshot({"t": ([make_quota("compute", "t", {"limits.cpu": "100", "limits.memory": "100Gi"})], vmis)})
     _at_its_usage(snap)
     scope = c.plan(snap, {"now": NOW})
-    planned = versioned.load(versioned.build(snap, {}, scope.movers, scope.keys, scope.facts, c._now({"now": NOW})))
+    planned = versioned.load(versioned.build(Snapshot.of(snap), {}, scope.movers, scope.keys, scope.facts, c._now({"now": NOW})))
     p1 = versioned.resource_list(planned.vms["t/vm1"]["charge"], "x")
     p2 = versioned.resource_list(planned.vms["t/vm2"]["charge"], "x")
     after = copy.deepcopy(snap)
@@ -82,7 +83,7 @@ def _vm1_grown_after_the_reservation(monkeypatch, sidecars):
         return dict((n, q.show(v, n)) for n, v in values.items())
     quota["spec"]["hard"] = quota["status"]["hard"] = shown(hard)
     quota["status"]["used"] = shown(used)
-    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: copy.deepcopy(after))
+    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(copy.deepcopy(after)))
     vmim2 = {"metadata": {"name": "vm2-kvq-tok", "namespace": "t", "uid": "uid-m2"}, "spec": {"vmiName": "vm2"},
              "status": {"phase": "Pending", "conditions": [{
                  "type": "migrationRejectedByResourceQuota", "status": "True",

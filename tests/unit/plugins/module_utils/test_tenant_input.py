@@ -12,6 +12,7 @@ __metaclass__ = type
 import copy
 import pytest
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import Snapshot
 from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils import service_fakes
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as c
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as h
@@ -140,7 +141,7 @@ def test_a_malformed_annotation_on_one_vm_blocks_that_vm_alone_in_the_check():
 def test_the_versioned_plan_leaves_the_blocked_vm_out():
     snap = _two_namespaces({HOOKS: "{"})
     planned = c.plan(snap, {"now": NOW})
-    data = versioned.build(snap, {}, planned.movers, planned.keys, planned.facts, c._now({"now": NOW}))
+    data = versioned.build(Snapshot.of(snap), {}, planned.movers, planned.keys, planned.facts, c._now({"now": NOW}))
     assert sorted(data["vms"]) == ["t/vm-good", "u/vm-other"]
 
 
@@ -235,11 +236,11 @@ def _pinned_batch(monkeypatch, grow):
     snap = snapshot({"t": ([make_quota("compute", "t", {"limits.cpu": "100", "limits.memory": "100Gi"})], vmis)})
     _at_its_usage(snap)
     planned_scope = c.plan(snap, {"now": NOW})
-    planned = versioned.load(versioned.build(snap, {}, planned_scope.movers, planned_scope.keys, planned_scope.facts,
+    planned = versioned.load(versioned.build(Snapshot.of(snap), {}, planned_scope.movers, planned_scope.keys, planned_scope.facts,
                                              c._now({"now": NOW})))
     after = copy.deepcopy(snap)
     grow(after)
-    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: copy.deepcopy(after))
+    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(copy.deepcopy(after)))
     return planned, after
 
 
@@ -275,11 +276,11 @@ def test_a_namespace_label_changed_after_the_plan_is_named(monkeypatch):
         vmi["metadata"]["resourceVersion"] = str(10 + index)
     snap = snapshot({"t": ([make_quota("compute", "t", {"limits.memory": "100Gi"})], vmis)}, kv=KV)
     planned_scope = c.plan(snap, {"now": NOW})
-    planned = versioned.load(versioned.build(snap, {}, planned_scope.movers, planned_scope.keys, planned_scope.facts,
+    planned = versioned.load(versioned.build(Snapshot.of(snap), {}, planned_scope.movers, planned_scope.keys, planned_scope.facts,
                                              c._now({"now": NOW})))
     after = copy.deepcopy(snap)
     after["namespaces"]["t"]["metadata"]["labels"] = {RATIO: "8"}
-    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: copy.deepcopy(after))
+    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(copy.deepcopy(after)))
     needs, refs, sized = h.batch_headroom(_Cluster(after), [{"namespace": "t", "name": "vm1"},
                                                             {"namespace": "t", "name": "vm2"}], {}, planned)
     assert sorted(item["name"] for item in sized["left_out"]) == ["vm1", "vm2"]
@@ -290,7 +291,7 @@ def test_a_namespace_label_changed_after_the_plan_is_named(monkeypatch):
 def test_without_a_plan_the_first_sizing_is_the_pin(monkeypatch):
     vmis = [_guaranteed_vmi("vm1", "t")]
     snap = snapshot({"t": ([make_quota("compute", "t", {"limits.cpu": "100"})], vmis)})
-    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: copy.deepcopy(snap))
+    monkeypatch.setattr(h, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(copy.deepcopy(snap)))
     _needs, _refs, first = h.batch_headroom(_Cluster(snap), [{"namespace": "t", "name": "vm1"}], {})
     pins = first["pins"]
     assert sorted(pins) == [("t", "vm1")] and first["left_out"] == []

@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.inventory import Snapshot
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import check as core
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
@@ -40,7 +41,7 @@ def _plan(node="worker-1"):
     snap["vmis"]["t"][0]["metadata"]["resourceVersion"] = "5"
     snap["scope"] = {"nodes": [node], "namespaces": []}
     planned = core.plan(snap, {"now": NOW})
-    return versioned.build(snap, {}, planned.movers, planned.keys, planned.facts, timeutil.parse_datetime(NOW))
+    return versioned.build(Snapshot.of(snap), {}, planned.movers, planned.keys, planned.facts, timeutil.parse_datetime(NOW))
 
 
 @pytest.fixture
