@@ -126,18 +126,19 @@ def _check_id(reservation_id):
 # reading one quota
 
 class _Run(object):
-    """Per-call context: the cluster, its facts, the ledger store, lock settings, caches, clock, and warnings."""
+    """One call of the reservations service: its settings (the cluster, its facts, the ledger store, lock settings,
+    clock), its writer (a dry run in check mode), and what the call caches and warns about."""
 
-    def __init__(self, cluster, facts, clock, sleep, check_mode, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT,
-                 operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None):
+    def __init__(self, service):
+        cluster = service.cluster
         self.cluster = cluster
-        self.store = store_mod.Store(cluster, operator_namespace)
-        self.facts = facts if facts is not None else cluster.facts()
-        self.clock = clock
-        self.sleep = sleep
-        self.writer = _DryRun(self) if check_mode else _Writer(self)
-        self.rancher_sync_timeout = rancher_sync_timeout
-        self.lock = dict(lock or {})
+        self.store = store_mod.Store(cluster, service.operator_namespace)
+        self.facts = service.facts if service.facts is not None else cluster.facts()
+        self.clock = service.clock
+        self.sleep = service.sleep
+        self.writer = _DryRun(self) if service.check_mode else _Writer(self)
+        self.rancher_sync_timeout = service.rancher_sync_timeout
+        self.lock = dict((None if service.check_mode else service.lock) or {})
         self.fence_state = None   # None: not looked up yet; False: not installed (or not visible); True
         self.projects = {}
         self.namespaces = None
@@ -360,25 +361,24 @@ class _DryRun(_Writer):
         return None
 
 
-class _State(object):
-    """One quota as read: objects, backend, observed ledger, the stored ledger and its ConfigMap, durable values,
-    external changes, and whether a 0.1.0 ledger annotation is still on the quota's object."""
+@dataclasses.dataclass
+class _State:
+    """One quota as read (_read): its objects, its owner, the observed ledger, the stored ledger and its ConfigMap,
+    the durable values, external changes, and whether a 0.1.0 ledger annotation is still on the quota's object."""
 
-    def __init__(self, target, namespace, quota, backend, ledger, stored, current, changes, configmap=None,
-                 legacy=False):
-        self.target = target
-        self.configmap = configmap
-        self.legacy = legacy
-        self.namespace = namespace
-        self.quota = quota
-        self.backend = backend
-        self.ledger = ledger
-        self.stored = stored
-        self.current = current
-        self.changes = changes
-        self.overuse = None   # set by _release_blockers: usage above the value to restore that lasts (reported)
-        self.captured = []    # set by _release_blockers: objects created during the reservation that hold its headroom
-        self.running = []     # set by _release_blockers: (namespace, name) of its migrations still under way
+    target: tuple
+    namespace: dict
+    quota: dict
+    backend: object             # the quota's owner (owners.registry.owner_of)
+    ledger: object              # the ledger as observed now (None: the owner is not writable)
+    stored: object              # the ledger as stored, or None
+    current: dict               # the durable values of spec.hard (owner.durable_hard)
+    changes: list               # external changes ledger.observe found
+    configmap: dict = None
+    legacy: bool = False
+    overuse: dict = None        # set by _release_blockers: usage above the value to restore that lasts (reported)
+    captured: list = dataclasses.field(default_factory=list)   # objects holding its headroom (as text)
+    running: list = dataclasses.field(default_factory=list)    # (namespace, name) of its migrations still under way
 
 
 def _read(run, target, now):
@@ -601,8 +601,7 @@ class Reservations(object):
                             self.facts, self.rancher_sync_timeout)
 
     def _run(self):
-        return _Run(self.cluster, self.facts, self.clock, self.sleep, self.check_mode, self.rancher_sync_timeout,
-                    self.operator_namespace, None if self.check_mode else self.lock)
+        return _Run(self)
 
     def reserve(self, request, enforce_timeout=None):
         return _reserve_request(self, request, enforce_timeout)
@@ -861,7 +860,7 @@ def end_migrations(cluster, migrations, check_mode=False, operator_namespace=sto
 def _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed, change):
     """change(cluster, operator namespace, namespace, its migrations, check_mode) for each namespace of migrations;
     [] where the fence is not installed (installed: True when the caller knows it is)."""
-    run = _Run(cluster, {}, time.time, time.sleep, check_mode, operator_namespace=operator_namespace)
+    run = Reservations(cluster, operator_namespace, check_mode=check_mode, facts={})._run()
     run.fence_state = installed
     if not migrations or not run.fence_installed():
         return []
@@ -991,7 +990,7 @@ def _scan(cluster, warnings, operator_namespace):
     if any(is_rancher_managed(q) for q in candidates):
         namespaces = dict(((n.get("metadata") or {}).get("name"), n) for n in cluster.list_namespaces())
     if candidates:
-        run = _Run(cluster, None, time.time, time.sleep, True, operator_namespace=operator_namespace)
+        run = Reservations(cluster, operator_namespace, check_mode=True)._run()
         for quota in candidates:
             meta = quota.get("metadata") or {}
             namespace = namespaces.get(meta.get("namespace")) or {}
@@ -1118,8 +1117,7 @@ def _release_request(service, request):
         targets = sorted(target for target, entry in find_ledgers(service.cluster, run.warnings,
                                                                   service.operator_namespace).items()
                          if ledger_mod.holding(entry, reservation_id) or _unfinished(entry))
-    return _release(run, reservation_id, targets, request.wait_for_pods, request.timeout, request.force,
-                    request.poll_interval, True)
+    return _release(run, request, targets, True)
 
 
 def _unfinished(entry):
@@ -1127,7 +1125,10 @@ def _unfinished(entry):
     return is_idle(entry) or entry.previous is not None
 
 
-def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_interval, raise_on_wait):
+def _release(run, request, targets, raise_on_wait):
+    """Release request.reservation_id from targets [(ns, quota)], waiting as the request says; raise_on_wait: raise
+    WaitTimeoutError naming what still waits (release), or report it as pending (the reaper)."""
+    reservation_id = request.reservation_id
     results, waiting = [], {}
     if not targets:
         return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [], "overuse": [],
@@ -1137,7 +1138,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
     pending = list(targets)
     released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
     held_now = {}       # namespace -> ids of the remainders this release kept there (ledger.hold_at_usage)
-    deadline = run.clock() + max(0, timeout or 0)
+    deadline = run.clock() + max(0, request.timeout or 0)
     captured = {}  # target -> objects created during the reservation that hold its headroom (no fence kept them)
     running = {}   # target -> its migrations still under way (for the fix)
     overuse = []   # the quotas restored below their usage (reported, never kept as headroom)
@@ -1151,7 +1152,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
             if state.ledger is None or not ledger_mod.holding(state.ledger, reservation_id):
                 results.append(_release_locked(run, target, reservation_id))
                 continue
-            reasons = [] if force else _release_blockers(run, state, reservation_id, now)
+            reasons = [] if request.force else _release_blockers(run, state, reservation_id, now)
             if state.captured:
                 captured[target] = state.captured
             else:
@@ -1183,9 +1184,9 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
                     _emit(run, state, "QuotaOverUse", "kvquota: " + text, "Warning")
             results.append(item)
         pending = sorted(waiting)
-        if not pending or not wait_for_pods or run.clock() >= deadline:
+        if not pending or not request.wait_for_pods or run.clock() >= deadline:
             break
-        run.sleep(max(0.05, min(poll_interval, deadline - run.clock())))
+        run.sleep(max(0.05, min(request.poll_interval, deadline - run.clock())))
     # unfence only namespaces none of whose quotas still waits for this reservation
     unfenced = _unfence(run, dict((ns, vms) for ns, vms in released_vms.items()
                                   if not any(t[0] == ns for t in waiting)), reservation_id, held_now)
@@ -1211,7 +1212,7 @@ def _release(run, reservation_id, targets, wait_for_pods, timeout, force, poll_i
         result["captured"] = [{"namespace": t[0], "quota": t[1], "pods": pods} for t, pods in sorted(captured.items())]
     if waiting and raise_on_wait:
         details = "; ".join("%s/%s: %s" % (t[0], t[1], "; ".join(waiting[t])) for t in sorted(waiting))
-        err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, timeout, details),
+        err = WaitTimeoutError("reservation '%s' not released after %ss: %s" % (reservation_id, request.timeout, details),
                                _wait_fix([m for t in sorted(waiting) for m in running.get(t) or ()],
                                          any(t in captured for t in waiting),
                                          _fence_installed(run) if captured else False))
@@ -1261,7 +1262,8 @@ def _release_expired(service, now, wait_for_pods, timeout, force, poll_interval)
             by_id.setdefault(rid, []).append(target)
     results, deferred, released, held, overuse = [], [], [], [], []
     for rid in sorted(by_id):
-        outcome = _release(run, rid, sorted(by_id[rid]), wait_for_pods, timeout, force, poll_interval, False)
+        outcome = _release(run, ReleaseRequest(rid, wait_for_pods=wait_for_pods, timeout=timeout, force=force,
+                                               poll_interval=poll_interval), sorted(by_id[rid]), False)
         results.extend(outcome["quotas"])
         overuse.extend(dict(item, id=rid) for item in outcome.get("overuse") or ())
         for item in outcome["quotas"]:
