@@ -24,6 +24,7 @@ from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import DECIMAL_SI
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import add
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import (
     pod_resources,
     usage_from_requests_limits,
@@ -32,7 +33,6 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.config import ClusterConfig
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.overhead import overhead_of
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.quantities import (
-    add_qty_lists,
     format_qty_list,
     Mi,
     Qty,
@@ -84,7 +84,7 @@ class LauncherPod:
 
     def total_charge(self):
         """Everything a migration adds to the namespace: this pod plus extra pods and PVCs."""
-        return add_qty_lists(self.charge, self.extra_charge)
+        return add(self.charge, self.extra_charge)
 
 
 # ---------------------------------------------------------------- quota accounting
@@ -228,12 +228,12 @@ def launcher_pod(vmi, config, namespace_labels=None, quota_tracks=frozenset(), n
         hp_charge, hp_formats = pod_charge([hp_container])
         extra_pods.append(LauncherPod(containers=(hp_container,), init_containers=(), charge=hp_charge,
                                       formats=hp_formats, name="hp-volume"))
-        extra_charge = add_qty_lists(extra_charge, hp_charge)
+        extra_charge = add(extra_charge, hp_charge)
         extra_formats.update(hp_formats)
     pvc_charge = {}
     if rule("backend_storage_pvc", version) and v.needs_backend_storage(version) and not config.backend_storage_rwx:
         pvc_charge = _pvc_charge(config)
-        extra_charge = add_qty_lists(extra_charge, pvc_charge)
+        extra_charge = add(extra_charge, pvc_charge)
         notes.append("a 10Mi backend-storage PVC is created for the target (persistent TPM/EFI or CBT, not RWX)")
     return LauncherPod(
         containers=tuple(containers),

@@ -86,14 +86,6 @@ def ceil_qty(value):
     return int(math.ceil(value)) if value >= 0 else -int(math.ceil(-value))
 
 
-def add_qty_lists(a, b):
-    """Sum of two plain ResourceLists."""
-    result = dict(a)
-    for name, value in b.items():
-        result[name] = result.get(name, 0) + value
-    return result
-
-
 def format_qty_list(rl, formats):
     """Canonical strings for a ResourceList, in name order."""
     return dict((name, format_quantity(rl[name], formats.get(name) or default_format(name))) for name in sorted(rl))
