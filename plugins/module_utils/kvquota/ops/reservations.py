@@ -137,8 +137,8 @@ class _Run(object):
         self.clock = service.clock
         self.sleep = service.sleep
         self.writer = _DryRun(self) if service.check_mode else _Writer(self)
-        self.rancher_sync_timeout = service.rancher_sync_timeout
-        self.lock = dict((None if service.check_mode else service.lock) or {})
+        self.sync_timeout = service.rancher_sync_timeout   # how long an owner's wait_applied waits (Rancher's agent)
+        self.lock = dict(service.lock or {})
         self.fence_state = None   # None: not looked up yet; False: not installed (or not visible); True
         self.projects = {}
         self.namespaces = None
@@ -157,7 +157,7 @@ class _Run(object):
         return self.lock.get("holder") or lease_mod.default_holder()
 
     def lock_seconds(self):
-        return self.lock.get("duration") or lock_duration(self.rancher_sync_timeout)
+        return self.lock.get("duration") or lock_duration(self.sync_timeout)
 
     def renew_lock(self, namespace):
         """Push the held Lease of a tenant namespace forward before a write that comes after a long wait (the
@@ -169,11 +169,7 @@ class _Run(object):
         if text not in self.warnings:
             self.warnings.append(text)
 
-    # --- what a quota owner's I/O steps use (owners/protocol.py) ---
-
-    @property
-    def sync_timeout(self):
-        return self.rancher_sync_timeout
+    # --- what a quota owner's I/O steps use (owners/protocol.py), with sync_timeout and the clock above ---
 
     attempts = DEFAULT_ATTEMPTS
 
@@ -300,7 +296,7 @@ class _Writer(object):
                 raise
         if is_idle(final):
             if configmap is not None:
-                _settle(run.store.delete, configmap)
+                self.delete_ledger(configmap)
         elif quota_write:
             _settle(run.store.save, state.quota, confirmed(final), configmap)
         else:
@@ -577,28 +573,26 @@ class ReleaseRequest:
     poll_interval: float = 5.0
 
 
-class Reservations(object):
+@dataclasses.dataclass(frozen=True)
+class Reservations:
     """The reservations service of one run: the cluster, where the ledgers live (operator_namespace), the run's
     lock settings (lock: {"holder", "duration", "wait_timeout"}) and clock. A check-mode service reads as a
     real one and writes nothing, takes no lock and waits for nothing. facts: the cluster facts the quota owners
     are chosen by (None: read from the cluster); rancher_sync_timeout: how long an owner that applies a written
     value later (Rancher's agent) is waited for."""
 
-    def __init__(self, cluster, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE, lock=None, clock=time.time,
-                 sleep=time.sleep, check_mode=False, facts=None, rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):
-        self.cluster = cluster
-        self.operator_namespace = operator_namespace
-        self.lock = lock
-        self.clock = clock
-        self.sleep = sleep
-        self.check_mode = check_mode
-        self.facts = facts
-        self.rancher_sync_timeout = rancher_sync_timeout
+    cluster: object
+    operator_namespace: str = store_mod.DEFAULT_OPERATOR_NAMESPACE
+    lock: dict = None
+    clock: object = time.time
+    sleep: object = time.sleep
+    check_mode: bool = False
+    facts: dict = None
+    rancher_sync_timeout: int = DEFAULT_RANCHER_SYNC_TIMEOUT
 
     def dry_run(self):
         """The same service in check mode."""
-        return Reservations(self.cluster, self.operator_namespace, self.lock, self.clock, self.sleep, True,
-                            self.facts, self.rancher_sync_timeout)
+        return dataclasses.replace(self, check_mode=True)
 
     def _run(self):
         return _Run(self)
