@@ -274,8 +274,13 @@ def object_text(item):
 class OwnFacts:
     """A reservation's own migrations and source pods as read_own found them."""
     migrations: tuple   # (migration ref, the VirtualMachineInstanceMigration or None when gone), refs' order
-    pods: tuple         # (pod ref, the pod or None): its recorded source pods, then those its migrations name
+    sources: tuple      # (pod ref, the pod or None) of its recorded source pods
+    lingering: tuple    # (pod ref, the pod or None) of the source pods its migrations name in their status
     vmis: dict          # {(namespace, VMI name): VMI or None} of the counted pods that claim a VMI as owner
+
+    @property
+    def pods(self):
+        return self.sources + self.lingering
 
 
 def _own_migration_refs(entry, namespace):
@@ -318,30 +323,41 @@ def _own_pod(ref, pod):
     return pod
 
 
-def _get_or_none(read):
+def _kubevirt_object(cluster, plural, namespace, name):
+    """KubeVirt's object of that plural, or None when it is gone."""
     try:
-        return read()
+        return cluster.get_custom(*KUBEVIRT, plural, name, namespace=namespace)
     except NotFoundError:
         return None
+
+
+def _pods(cluster, refs):
+    """((ref, the pod it names or None when gone), ...)."""
+    found = []
+    for ref in refs:
+        try:
+            found.append((ref, cluster.get_pod(ref["namespace"], ref["name"])))
+        except NotFoundError:
+            found.append((ref, None))
+    return tuple(found)
 
 
 def read_own(cluster, entry, namespace, now):
     """OwnFacts of a reservation's ledger entry in namespace: each of its migrations, the source pods recorded and
     named by them, and the VMI each still counted pod claims as its owner."""
-    migrations = tuple((ref, _get_or_none(lambda ref=ref: cluster.get_custom(
-        *KUBEVIRT, "virtualmachineinstancemigrations", ref["name"], namespace=ref["namespace"])))
-        for ref in _own_migration_refs(entry, namespace))
-    pods = tuple((ref, _get_or_none(lambda ref=ref: cluster.get_pod(ref["namespace"], ref["name"])))
-                 for ref in ref_items(entry.refs, "sourcePods", namespace, True) + _lingering(migrations))
+    migrations = tuple((ref, _kubevirt_object(cluster, "virtualmachineinstancemigrations", ref["namespace"],
+                                              ref["name"]))
+                       for ref in _own_migration_refs(entry, namespace))
+    sources = _pods(cluster, ref_items(entry.refs, "sourcePods", namespace, True))
+    lingering = _pods(cluster, _lingering(migrations))
     vmis = {}
-    for ref, pod in pods:
+    for ref, pod in sources + lingering:
         pod = _own_pod(ref, pod)
         owner = launcher_owner(pod) if pod is not None and pod_counts(pod, now) else None
         key = (ref["namespace"], owner[0]) if owner else None
         if key is not None and key not in vmis:
-            vmis[key] = _get_or_none(lambda key=key: cluster.get_custom(
-                *KUBEVIRT, "virtualmachineinstances", key[1], namespace=key[0]))
-    return OwnFacts(migrations, pods, vmis)
+            vmis[key] = _kubevirt_object(cluster, "virtualmachineinstances", key[0], key[1])
+    return OwnFacts(migrations, sources, lingering, vmis)
 
 
 def _active_launcher(ref, pod, vmis):
@@ -382,7 +398,7 @@ class UsageFacts:
     """What uses a quota's namespace now, as read_usage found it."""
     vmis: tuple         # the namespace's VMIs
     vmims: tuple        # its VirtualMachineInstanceMigrations
-    sources: tuple      # (pod ref, the pod or None) of the reservation's recorded source pods
+    sources: tuple      # (pod ref, the pod or None) of the reservation's recorded source pods (OwnFacts.sources)
     pods: tuple         # its pods
     pvcs: tuple = None  # its PVCs, when a PVC resource is over (None: not read, or not readable)
 
@@ -395,13 +411,12 @@ def _kubevirt_list(cluster, plural, namespace):
         return ()
 
 
-def read_usage(cluster, entry, namespace, names):
+def read_usage(cluster, own, namespace, names):
     """(UsageFacts, why the PVCs could not be read or None) of namespace, for the resources names over their
-    value to restore."""
+    value to restore; the recorded source pods are those read_own read (own)."""
     vmis = _kubevirt_list(cluster, "virtualmachineinstances", namespace)
     vmims = _kubevirt_list(cluster, "virtualmachineinstancemigrations", namespace)
-    sources = tuple((ref, _get_or_none(lambda ref=ref: cluster.get_pod(ref["namespace"], ref["name"])))
-                    for ref in ref_items(entry.refs, "sourcePods", namespace, True))
+    sources = own.sources
     pods = tuple(cluster.list_pods(namespace))
     pvcs, problem = None, None
     if any(quotas_mod.pvc_tracks(name) for name in names):

@@ -1006,14 +1006,15 @@ def _release_blockers(run, state, reservation_id, now):
     if entry is None:
         return []
     namespace = state.target[0]
-    reasons, state.running = readiness.own_blockers(readiness.read_own(run.cluster, entry, namespace, now), now)
+    own = readiness.read_own(run.cluster, entry, namespace, now)
+    reasons, state.running = readiness.own_blockers(own, now)
     after, _outcome = ledger_mod.release(state.ledger, reservation_id, now)
     target = desired(after)
     used = parse_resource_list(mask(used_of(state.quota), list(target)), "status.used")
     fits, names = less_or_equal(used, target)
     if fits:
         return reasons
-    facts, unreadable = readiness.read_usage(run.cluster, entry, namespace, names)
+    facts, unreadable = readiness.read_usage(run.cluster, own, namespace, names)
     if unreadable:
         run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what they "
                  "charge; bind kvquota-read of this collection's rbac/clusterrole.yml"

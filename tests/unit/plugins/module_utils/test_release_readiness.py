@@ -38,23 +38,23 @@ def entry(migrations=(), source_pods=()):
 
 
 def test_a_migration_under_way_blocks_and_is_named_running():
-    facts = RR.OwnFacts(((({"namespace": "t", "name": "m1", "uid": "u1"}), vmim("m1", "u1", "Running")),), (), {})
+    facts = RR.OwnFacts(((({"namespace": "t", "name": "m1", "uid": "u1"}), vmim("m1", "u1", "Running")),), (), (), {})
     reasons, running = RR.own_blockers(facts, NOW)
     assert reasons == ["migration t/m1 is Running"] and running == [("t", "m1")]
 
 
 def test_a_namesake_migration_of_a_tenant_is_not_waited_for():
-    facts = RR.OwnFacts((({"namespace": "t", "name": "m1", "uid": "u1"}, vmim("m1", "tenants", "Running")),), (), {})
+    facts = RR.OwnFacts((({"namespace": "t", "name": "m1", "uid": "u1"}, vmim("m1", "tenants", "Running")),), (), (), {})
     assert RR.own_blockers(facts, NOW) == ([], [])
 
 
 def test_a_source_pod_still_counted_blocks_unless_its_vm_still_runs_on_it():
     pod = launcher("virt-launcher-vm-1-abc", "p1", "vm-1", "vmi-1")
     ref = {"namespace": "t", "name": pod["metadata"]["name"], "uid": "p1"}
-    moved = RR.OwnFacts((), ((ref, pod),), {("t", "vm-1"): vmi("vm-1", "vmi-1", "node-2")})
+    moved = RR.OwnFacts((), ((ref, pod),), (), {("t", "vm-1"): vmi("vm-1", "vmi-1", "node-2")})
     assert RR.own_blockers(moved, NOW)[0] == [
         "source pod t/virt-launcher-vm-1-abc (Running) still counts (it ends by itself once its migration completed)"]
-    stayed = RR.OwnFacts((), ((ref, pod),), {("t", "vm-1"): vmi("vm-1", "vmi-1", "node-1")})
+    stayed = RR.OwnFacts((), ((ref, pod),), (), {("t", "vm-1"): vmi("vm-1", "vmi-1", "node-1")})
     assert RR.own_blockers(stayed, NOW) == ([], [])
 
 
@@ -64,10 +64,10 @@ def test_a_pod_a_tenant_created_under_the_source_pods_name_after_the_migration_i
     lingering = RR._lingering(((mig_ref, migration),))
     assert lingering == [{"namespace": "t", "name": "virt-launcher-vm-1-abc", "not_after": NOW}]
     tenants = launcher("virt-launcher-vm-1-abc", "x", "vm-1", "vmi-1", created=AFTER)
-    facts = RR.OwnFacts(((mig_ref, migration),), ((lingering[0], tenants),), {})
+    facts = RR.OwnFacts(((mig_ref, migration),), (), ((lingering[0], tenants),), {})
     assert RR.own_blockers(facts, NOW) == ([], [])
     kubevirts = launcher("virt-launcher-vm-1-abc", "p1", "vm-1", "vmi-1", created=BEFORE)
-    facts = RR.OwnFacts(((mig_ref, migration),), ((lingering[0], kubevirts),), {("t", "vm-1"): None})
+    facts = RR.OwnFacts(((mig_ref, migration),), (), ((lingering[0], kubevirts),), {("t", "vm-1"): None})
     assert len(RR.own_blockers(facts, NOW)[0]) == 1
 
 
@@ -89,3 +89,23 @@ def test_the_reader_reads_each_claimed_vmi_once_and_only_for_counted_pods():
     facts = RR.read_own(Cluster(), book, "t", NOW)
     assert [r for r in reads if r[0] == "virtualmachineinstances"] == [("virtualmachineinstances", "vm-1")]
     assert len(RR.own_blockers(facts, NOW)[0]) == 2
+
+
+def test_the_usage_read_takes_the_source_pods_the_own_read_read():
+    """A release decides over one read of each recorded source pod: read_usage reads the namespace's lists, never
+    those pods again."""
+    pod = launcher("a", "pa", "vm-1", "vmi-1")
+    own = RR.OwnFacts((), (({"namespace": "t", "name": "a", "uid": "pa"}, pod),), (), {})
+
+    class Cluster(object):
+        def get_pod(self, namespace, name):
+            raise AssertionError("a source pod read twice")
+
+        def list_custom(self, group, version, plural, namespace=None):
+            return []
+
+        def list_pods(self, namespace):
+            return [pod]
+
+    facts, unreadable = RR.read_usage(Cluster(), own, "t", ["limits.cpu"])
+    assert facts.sources == own.sources and facts.pods == (pod,) and unreadable is None
