@@ -66,19 +66,8 @@ class Stopper(object):
         read is reported as unknown, never as done or not done."""
         with one_attempt_after_outage(self.cluster, err):
             unread = self.clean_up()
-        result = self.result("failed")
-        migrated = [b for b in self.record.batches if b.moved]
-        held = result["reservations_held"]
-        why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
-        unknown = ("; migrations of %s could not be read (state unknown: they may have moved more VMs)"
-                   % ", ".join(b.label() for b in unread)) if unread else ""
-        # follow mode's units are groups of migrations others created: none is "migrated" by this run
-        done = ("%d of %d batch(es) migrated" % (len(migrated), len(self.record.batches)) if self.config.mode == "drive"
-                else "%d group(s) of migrations followed, %d of them over" % (
-                    len(self.record.batches), len([b for b in self.record.batches if b.state in (FINAL, RELEASED)])))
-        message = ("%s. The run stopped with %s%s; migrations cancelled: %s; reservations released: %s; still held: "
-                   "%s%s" % (err.message, done, unknown, ", ".join(self.record.cancelled) or "none",
-                             ", ".join(result["reservations_released"]) or "none", ", ".join(held) or "none", why_held))
+        result = self.result("failed", unread)
+        message = "%s. The run stopped with %s" % (err.message, result["state"])
         fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
                "cancels migrations never admitted, and continues with the VMs still on %s"
                % (err.fix or "fix the cause", self.config.node)) if self.config.mode == "drive" else (
@@ -147,7 +136,23 @@ class Stopper(object):
                     continue
         return unread
 
-    def result(self, outcome):
+    def state_line(self, released, held, unread=()):
+        """The run's state in one line (the module returns it, a role's rescue prints it, a failure's message ends
+        with it): the batches migrated (follow mode: the groups followed), what could not be read (reported as
+        unknown, never as done or not done), the migrations cancelled, the reservations released and still held."""
+        why_held = " (a re-run releases them once they can be, the reaper after the TTL)" if held else ""
+        unknown = ("; migrations of %s could not be read (state unknown: they may have moved more VMs)"
+                   % ", ".join(b.label() for b in unread)) if unread else ""
+        # follow mode's units are groups of migrations others created: none is "migrated" by this run
+        done = ("%d of %d batch(es) migrated" % (len([b for b in self.record.batches if b.moved]), len(self.record.batches))
+                if self.config.mode == "drive"
+                else "%d group(s) of migrations followed, %d of them over" % (
+                    len(self.record.batches), len([b for b in self.record.batches if b.state in (FINAL, RELEASED)])))
+        return "%s%s; migrations cancelled: %s; reservations released: %s; still held: %s%s" % (
+            done, unknown, ", ".join(self.record.cancelled) or "none", ", ".join(released) or "none",
+            ", ".join(held) or "none", why_held)
+
+    def result(self, outcome, unread=()):
         made = [b.reservation for b in self.record.batches if b.started is not None and b.targets]
         released = [b.reservation for b in self.record.batches if b.state == RELEASED and b.targets and not self.config.check_mode]
         held = [b.reservation for b in self.record.batches if b.state in (RUNNING, FINAL) and b.targets]
@@ -171,6 +176,7 @@ class Stopper(object):
             "reservations_made": made,
             "reservations_released": released,
             "reservations_held": held,
+            "state": self.state_line(released, held, unread),
             "resumed": dict(self.record.resumed),
             "peak_extra": dict((ns, format_resource_list(rl)) for ns, rl in sorted(self.record.peak.items())),
             "timeouts": {"completion_timeout_per_gib": self.record.per_gib_now,

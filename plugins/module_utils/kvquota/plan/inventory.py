@@ -18,7 +18,6 @@ planning code in check.py consumes; tests build the same dicts by hand.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
@@ -173,10 +172,9 @@ def _not_found(kind, missing, known, command):
 
 
 @dataclass(frozen=True)
-class Snapshot(Mapping):
-    """What one read of a scope found (read_inventory), as plain API JSON: the plan's one input. Frozen; also a
-    read-only mapping of its fields, so a report can show it as it is. A partial snapshot (a batch's objects,
-    headroom) leaves the rest at its default."""
+class Snapshot:
+    """What one read of a scope found (read_inventory), as plain API JSON: the plan's one input. Frozen. A partial
+    snapshot (a batch's objects, headroom) leaves the rest at its default."""
 
     scope: dict = field(default_factory=dict)           # {"nodes": [...], "namespaces": [...]} as normalized
     ledgers: dict = field(default_factory=dict)         # {quota uid: Ledger} from the operator namespace
@@ -196,17 +194,6 @@ class Snapshot(Mapping):
     namespaces_all: list = None                         # every Namespace, when Rancher projects are (their sums)
     notes: list = field(default_factory=list)           # what could not be read, and what that means
     requests: int = None                                # API requests the read made
-
-    def __getitem__(self, key):
-        if key not in _SNAPSHOT_FIELDS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self):
-        return iter(_SNAPSHOT_FIELDS)
-
-    def __len__(self):
-        return len(_SNAPSHOT_FIELDS)
 
     @classmethod
     def of(cls, data):

@@ -364,17 +364,17 @@ def test_inventory_call_count_does_not_grow_with_objects():
     snap_big = inv.read_inventory(big, None, {"page_size": 1000})
     # 7 lists of the cluster's objects, discovery (the optional kinds are not served), the operator namespace's
     # ledgers
-    assert small.request_count == big.request_count == snap_big["requests"] == 9
-    assert sum(len(v) for v in snap_big["vmis"].values()) == 400
-    assert snap_big["harvester_settings"] is None and snap_big["aaq_quotas"] is None
+    assert small.request_count == big.request_count == snap_big.requests == 9
+    assert sum(len(v) for v in snap_big.vmis.values()) == 400
+    assert snap_big.harvester_settings is None and snap_big.aaq_quotas is None
 
 
 def test_inventory_follows_pages():
     cluster = FakeCluster(_objects(10, 10, lookalikes=True), missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, None, {"page_size": 30})
-    assert sum(len(v) for v in snap["vmis"].values()) == 100
-    assert sum(len(v) for v in snap["pods"].values()) == 100   # the 100 labelled look-alikes are left out
-    assert not [p for items in snap["pods"].values() for p in items if p["metadata"]["name"].startswith("fake")]
+    assert sum(len(v) for v in snap.vmis.values()) == 100
+    assert sum(len(v) for v in snap.pods.values()) == 100   # the 100 labelled look-alikes are left out
+    assert not [p for items in snap.pods.values() for p in items if p["metadata"]["name"].startswith("fake")]
     pages = [query for path, query in cluster.calls if path == "/apis/kubevirt.io/v1/virtualmachineinstances"]
     assert len(pages) == 4 and pages[1]["continue"] == "30" and all(page["limit"] == 30 for page in pages)
 
@@ -387,9 +387,9 @@ def test_inventory_node_scope_uses_selectors():
     assert calls["/apis/kubevirt.io/v1/virtualmachineinstances"]["labelSelector"] == "kubevirt.io/nodeName in (n1)"
     # pods are not narrowed by label (anyone can set it; a launcher is known by its ownerReference)
     assert calls["/api/v1/pods"] == {"fieldSelector": "spec.nodeName=n1", "limit": 500}
-    nodes = set(v["status"]["nodeName"] for items in snap["vmis"].values() for v in items)
+    nodes = set(v["status"]["nodeName"] for items in snap.vmis.values() for v in items)
     assert nodes == {"n1"}
-    assert set(snap["quotas"]) == set(snap["vmis"]) == set(snap["namespaces"])
+    assert set(snap.quotas) == set(snap.vmis) == set(snap.namespaces)
 
 
 def test_inventory_node_scope_finds_a_vmi_whose_owner_removed_its_node_label():
@@ -409,11 +409,11 @@ def test_inventory_node_scope_finds_a_vmi_whose_owner_removed_its_node_label():
                             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
     cluster = FakeCluster(objects, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
-    found = sorted(v["metadata"]["uid"] for items in snap["vmis"].values() for v in items)
+    found = sorted(v["metadata"]["uid"] for items in snap.vmis.values() for v in items)
     assert found == sorted(v["metadata"]["uid"] for v in on_n1)
     assert hidden["metadata"]["uid"] in found and moved["metadata"]["uid"] in found
     assert any("without their label kubevirt.io/nodeName" in note and hidden["metadata"]["name"] in note
-               for note in snap["notes"])
+               for note in snap.notes)
     gets = [path for path, query in cluster.calls if "/virtualmachineinstances/" in path]
     assert len(gets) == 3   # the two unlabelled VMIs and the one the poser names (read, then left out)
 
@@ -422,7 +422,7 @@ def test_inventory_node_scope_reads_no_vmi_one_by_one_when_every_label_is_in_pla
     cluster = FakeCluster(_objects(6, 3, nodes=3), missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n1"]})
     assert not [path for path, query in cluster.calls if "/virtualmachineinstances/" in path]
-    assert not [note for note in snap["notes"] if "without their label" in note]
+    assert not [note for note in snap.notes if "without their label" in note]
 
 
 def test_inventory_unknown_names():
@@ -442,9 +442,9 @@ def test_inventory_optional_kinds():
     objs["settings"] = [{"metadata": {"name": "additional-guest-memory-overhead-ratio"}, "value": "1.5"}]
     cluster = FakeCluster(objs, forbidden=["applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"namespaces": ["t0"]})
-    assert snap["harvester_settings"]["additional-guest-memory-overhead-ratio"]["value"] == "1.5"
-    assert snap["aaq_quotas"] is None
-    assert any("ApplicationAwareResourceQuotas: not readable" in n for n in snap["notes"])
+    assert snap.harvester_settings["additional-guest-memory-overhead-ratio"]["value"] == "1.5"
+    assert snap.aaq_quotas is None
+    assert any("ApplicationAwareResourceQuotas: not readable" in n for n in snap.notes)
     # Harvester settings decide the overhead ratio: forbidden is an error, not a guess
     cluster = FakeCluster(objs, forbidden=["settings"])
     with pytest.raises(ForbiddenError):
@@ -918,7 +918,7 @@ def test_inventory_reads_refusal_events_only_when_needed():
                     "used: limits.cpu=9, limited: limits.cpu=10"}]
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster)
-    assert snap["migration_events"] == {} and cluster.request_count == 9
+    assert snap.migration_events == {} and cluster.request_count == 9
     objs["virtualmachineinstancemigrations"] = [
         {"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m1", "namespace": "t0", "uid": "m1-uid"},
          "spec": {"vmiName": "vm0"},
@@ -931,7 +931,7 @@ def test_inventory_reads_refusal_events_only_when_needed():
     assert cluster.request_count == 10 and cluster.lists(events) == [(events, {
         "fieldSelector": "involvedObject.kind=VirtualMachineInstanceMigration,reason=FailedCreate", "limit": 500})]
     # neither Event carries the migration's UID nor says virt-controller reported it: none is taken
-    assert snap["migration_events"] == {}
+    assert snap.migration_events == {}
     for e in objs["events"]:
         e["involvedObject"]["uid"] = "m1-uid"
         e["source"] = {"component": "virt-controller"}
@@ -940,7 +940,7 @@ def test_inventory_reads_refusal_events_only_when_needed():
                                message="Error creating pod: exceeded quota: q, requested: limits.cpu=20, used: "
                                        "limits.cpu=9, limited: limits.cpu=10"))
     snap = inv.read_inventory(FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"]))
-    assert snap["migration_events"] == {"t0": {"m1": objs["events"][1]["message"]}}
+    assert snap.migration_events == {"t0": {"m1": objs["events"][1]["message"]}}
 
 
 def test_completed_source_pods_keep_counting_in_count_pods():
@@ -1137,27 +1137,27 @@ def test_inventory_reads_the_nodes_free_capacity_with_node_capacity():
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
     assert cluster.lists("/api/v1/nodes") == [("/api/v1/nodes", {"limit": 500})]
-    assert sorted(snap["nodes"]) == ["n0", "n1", "n2"]
+    assert sorted(snap.nodes) == ["n0", "n1", "n2"]
     # the launchers of the scope's node, then the non-terminal pods of every node
     assert [query.get("fieldSelector") for _path, query in cluster.lists("/api/v1/pods")] == [
         "spec.nodeName=n0", "status.phase!=Succeeded,status.phase!=Failed"]
     # n1 holds one launcher pod of _objects (no requests) and the plain pod; the Succeeded one does not count
-    assert snap["node_requests"]["n1"] == {"requests.cpu": 1, "requests.memory": Gi, "pods": 2}
+    assert snap.node_requests["n1"] == {"requests.cpu": 1, "requests.memory": Gi, "pods": 2}
     # the whole cluster: the same free capacity, from the one list of every pod (no second list)
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     whole = inv.read_inventory(cluster, None, {"node_capacity": True})
-    assert whole["node_requests"] == snap["node_requests"]
+    assert whole.node_requests == snap.node_requests
     assert cluster.lists("/api/v1/pods") == [("/api/v1/pods", {"limit": 500})]
     # without the option: no pod list and the node scope's field selector, as before
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]})
-    assert snap["node_requests"] is None and list(snap["nodes"]) == ["n0"]
+    assert snap.node_requests is None and list(snap.nodes) == ["n0"]
     # pods of all namespaces not readable: a note, and the plan goes on without capacity
     cluster = FakeCluster(objs, missing=["settings", "applicationawareresourcequotas"],
                           forbidden=[lambda path, query: "status.phase" in query.get("fieldSelector", "")])
     snap = inv.read_inventory(cluster, {"nodes": ["n0"]}, {"node_capacity": True})
-    assert snap["node_requests"] is None
-    assert any("free capacity of the nodes is not checked" in note for note in snap["notes"])
+    assert snap.node_requests is None
+    assert any("free capacity of the nodes is not checked" in note for note in snap.notes)
     # a snapshot without node_requests plans without capacity
     plain = snapshot({"t": ([make_quota("q", "t", {"limits.memory": "100Gi"})], [make_vmi("vm1", "t")])})
     assert "node_requests" not in plain and c.evaluate(plain, {"now": NOW})["capacity"]["checked"] is False
@@ -1323,9 +1323,10 @@ def test_a_batchs_headroom_computes_no_fix_texts(monkeypatch):
 
 
 def test_a_snapshot_is_a_frozen_record_of_known_fields():
-    snap = Snapshot.of(_planned_snapshot())
+    data = _planned_snapshot()
+    snap = Snapshot.of(data)
     assert isinstance(snap, Snapshot) and Snapshot.of(snap) is snap
-    assert snap["quotas"] is snap.quotas and dict(snap)["vmis"] is snap.vmis and len(snap) == len(list(snap))
+    assert snap.quotas is data["quotas"] and snap.vmis is data["vmis"] and snap.notes == data.get("notes", [])
     with pytest.raises(Exception):
         snap.quotas = {}
     with pytest.raises(ValueError) as err:

@@ -398,6 +398,12 @@ def test_a_stop_after_an_outage_tries_each_cleanup_read_once_and_reports_unread_
     assert "still held: node-1-b0" in text
     assert err.value.details["result"]["reservations_held"] == ["node-1-b0"]
     assert "re-run the playbook" in err.value.fix
+    # the state line the roles' rescues print is the result's, and the message ends with it
+    state = err.value.details["result"]["state"]
+    assert state == ("0 of 2 batch(es) migrated; migrations of batch 1/2 could not be read (state unknown: they may "
+                     "have moved more VMs); migrations cancelled: none; reservations released: none; still held: "
+                     "node-1-b0 (a re-run releases them once they can be, the reaper after the TTL)")
+    assert err.value.message.endswith("The run stopped with " + state)
 
 
 def test_a_stop_after_an_ordinary_error_keeps_the_budget():
