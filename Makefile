@@ -11,7 +11,7 @@ STAMP := $(CACHE)/deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests lab-scale chaos chaos-quick chaos-tenant lint docs-lint build \
-        changelog changelog-lint ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
+        changelog changelog-lint galaxy-import ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
         collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths \
         lab-pkg
 
@@ -69,7 +69,7 @@ demo: deps lab-build
 # keeps the 2 cores of a CI machine about a third busy. Each stream runs its own labs (free ports, own run
 # directories) and its own pytest process. (A cold lab build beside the static gates was slower in one measured
 # run, 23.5 min against 9.3 + 9.5 apart: the Go build takes both cores.)
-test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build ee-check
+test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build galaxy-import ee-check
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-stream-modules test-stream-roles
 	@echo "make test: all gates passed"
 
@@ -196,11 +196,9 @@ sanity-newest: collection-copy-newest
 units-newest: collection-copy-newest
 	cd $(NEWEST_COPY) && $(NEWEST_TEST) units --venv --python $(VENV_PY_$(CORE_NEWEST)) --color no --requirements
 
-lint: deps
-	ansible-lint --profile production
 
 # The plugin and role docs, and the generated part of each roles/<role>/README.md (tests/role_readmes.py).
-# --validate-collection-refs all: the modules use kubernetes.core's doc fragment, and antsibull-docs' own copy of a
+# --validate-collection-refs all: the docs refer to kubernetes.core's modules, and antsibull-docs' own copy of a
 # dependency is empty when it sits inside a git checkout that does not track it (pyenv's site-packages).
 docs-lint: deps collection-copy
 	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs --validate-collection-refs all .
@@ -212,16 +210,30 @@ build: deps
 	$(PY) tests/check_artifact.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # The fragments (changelogs/fragments) and changelogs/changelog.yaml are valid (a few seconds). ansible-test sanity
-# lints the fragments too; this also checks the release data CHANGELOG.rst is generated from.
+# lints the fragments too; this also checks the release data CHANGELOG.rst is generated from, and that they agree
+# with the collection (tests/check_release.py: every fragment released under galaxy.yml's version, no version_added
+# newer than it, every module, plugin and role listed as new).
 changelog-lint: deps
 	antsibull-changelog lint
 	antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+	$(PY) tests/check_release.py
 
 # Regenerate CHANGELOG.rst for galaxy.yml's version from every fragment (docs/releasing.md): new fragments join the
 # release, edited ones are refreshed (keep_fragments: true). DATE=YYYY-MM-DD sets the release date (default today).
 changelog: deps
 	antsibull-changelog release --version $$(sed -n 's/^version: //p' galaxy.yml) --update-existing \
 	  --refresh-fragments $(if $(DATE),--date $(DATE))
+
+# The built tarball imported as Galaxy and Automation Hub import it (galaxy-importer, in a venv of its own that
+# holds no other collection): every module, filter and test plugin documented (tests/check_galaxy_import.py).
+GALAXY_IMPORTER_VENV := $(CACHE)/venvs/galaxy-importer-0.4.44
+$(GALAXY_IMPORTER_VENV)/bin/python:
+	python3 -m venv $(GALAXY_IMPORTER_VENV)
+	$(GALAXY_IMPORTER_VENV)/bin/pip install -q galaxy-importer==0.4.44
+
+galaxy-import: build $(GALAXY_IMPORTER_VENV)/bin/python
+	$(PY) tests/check_galaxy_import.py $(GALAXY_IMPORTER_VENV)/bin/python \
+	  $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # meta/execution-environment.yml through ansible-builder create and introspect, on the built artifact (no image is
 # built: no network, no container runtime; tests/check_ee.py).
@@ -280,6 +292,20 @@ $(VENVS)/core-%/kvq-venv.stamp:
 	ANSIBLE_COLLECTIONS_PATH="$$venv/collections" "$$venv/bin/ansible-galaxy" collection install --force -p "$$venv/collections" "$$wheels/ansible_collections/kubernetes/core" >/dev/null; \
 	"$$venv/bin/ansible-galaxy" collection list -p "$$venv/collections" kubernetes.core 2>/dev/null | grep kubernetes.core; \
 	"$$venv/bin/python" -c 'import ansible.release; print("ansible-core", ansible.release.__version__)' > $@
+
+# ansible-lint's production profile on both ends of the supported range: the system ansible (2.18), then the newest
+# venv's ansible-core (2.21) with the kubernetes.core that venv holds and the copy of this collection the first run
+# puts under .ansible/ (ignored by git and by the build).
+NEWEST_VENV_LINT := $(VENVS)/core-$(CORE_NEWEST)/kvq-lint.stamp
+lint: deps $(NEWEST_VENV_LINT)
+	ansible-lint --profile production
+	PATH=$(VENVS)/core-$(CORE_NEWEST)/bin:$$PATH \
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.ansible/collections:$(VENVS)/core-$(CORE_NEWEST)/collections \
+	  $(VENVS)/core-$(CORE_NEWEST)/bin/ansible-lint --offline --profile production
+
+$(NEWEST_VENV_LINT): $(VENVS)/core-$(CORE_NEWEST)/kvq-venv.stamp
+	$(VENVS)/core-$(CORE_NEWEST)/bin/pip install -q "ansible-lint>=25"
+	touch $@
 
 # Both ends of the range (make test); EMPTY_PATHS_VENVS=system:$(VENVS)/core-2.19:... adds 2.19 (make venv-core-2.19).
 EMPTY_PATHS_VENVS ?= system:$(VENVS)/core-$(CORE_NEWEST)

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_check
 short_description: Say before anything moves which namespaces will block live migrations on quota
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -32,7 +32,7 @@ description:
     taints, topology spread and extended resources are not modelled.
   - Never changes anything.
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
   - kvquota.maintenance.sizing_options
@@ -98,7 +98,7 @@ options:
         (the node_maintenance role asks for it). It grows with the migrating VMs (a few hundred bytes each).
     type: bool
     default: false
-    version_added: 0.2.0
+    version_added: 1.0.0
   report_file:
     description:
       - Also write the full report (as with O(report=full)) as JSON to this path on the host the module runs
@@ -192,7 +192,7 @@ scope_nodes:
   returned: always
   type: dict
   sample: {node-1: {unschedulable: false}}
-  version_added: 0.2.0
+  version_added: 1.0.0
 plan:
   description:
     - The versioned plan (C(kind) V(kvquota.maintenance/plan), C(version) 1) for O(kvquota.maintenance.kvquota_migrate#module:plan).
@@ -272,7 +272,7 @@ blocked_vms:
       message: "VM tenant-a/db-1 cannot be sized, metadata.annotations[hooks.kubevirt.io/hookSidecars]: annotation
         hooks.kubevirt.io/hookSidecars is not valid JSON"
       fix: "fix the VM's hook sidecar annotation ...; the VM stays where it is until then, the other VMs are not held up"
-  version_added: 0.2.0
+  version_added: 1.0.0
 fixes:
   description: The changes an operator should make, as text and data, for example raising a quota.
   returned: always

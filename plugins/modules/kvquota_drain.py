@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_drain
 short_description: Evict the pods on a node that pose as VM pods, what kubernetes.core.k8s_drain's label selector leaves
-version_added: 0.2.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -31,7 +31,7 @@ description:
   - Needs the ClusterRoles C(kvquota-read) (list pods, VMIs and their migrations) and C(kvquota-write)
     (C(create pods/eviction)) of C(rbac/clusterrole.yml); never deletes a pod.
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
 options:
   node:

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_migrate
 short_description: Live-migrate a node's VMs batch by batch (drive), or reserve just in time for migrations others start (follow)
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -74,7 +74,7 @@ description:
     group's reservation (the moment that group's source pods end, before the release) is adopted by the group, and
     the reservation is released once its source pod is gone too.
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
   - kvquota.maintenance.reservation_options
@@ -140,7 +140,7 @@ options:
       - A plan of another kind or version, or for other nodes, is an error before anything is read or changed.
       - Mutually exclusive with O(batches).
     type: dict
-    version_added: 0.2.0
+    version_added: 1.0.0
   reservation_prefix:
     description:
       - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
@@ -204,7 +204,7 @@ options:
       - The write is a merge patch conditional on the node's resourceVersion (RBAC C(patch) on nodes).
     type: bool
     default: false
-    version_added: 0.2.0
+    version_added: 1.0.0
 attributes:
   check_mode:
     support: full
@@ -324,6 +324,15 @@ reservations_held:
   returned: always
   type: list
   elements: str
+state:
+  description:
+    - The run's state in one line, as a failure's message ends with it and the roles' rescues print it; the batches
+      migrated (follow mode, the groups followed and how many are over), migrations whose state could not be read,
+      the migrations cancelled, the reservations released and those still held.
+  returned: always
+  type: str
+  sample: "2 of 3 batch(es) migrated; migrations cancelled: none; reservations released: node-1-b0, node-1-b1;
+    still held: node-1-b2 (a re-run releases them once they can be, the reaper after the TTL)"
 resumed:
   description:
     - What an interrupted earlier run left and what became of it; reservations found, migrations cancelled,
@@ -340,7 +349,7 @@ overuse:
   returned: always
   type: list
   elements: dict
-  version_added: 0.2.0
+  version_added: 1.0.0
 peak_extra:
   description:
     - The most extra quota this run held at once per namespace (from its reservations, top-ups included), as a
@@ -374,7 +383,7 @@ vms_left:
       reason: ""
       left_out: "tenant-a/web-2: its target pod now charges limits.cpu=1625m instead of the planned limits.cpu=1025m
         (changed: annotation hooks.kubevirt.io/hookSidecars=[...]; the VMI (resourceVersion 5521, then 5602))"
-  version_added: 0.2.0
+  version_added: 1.0.0
 cordon:
   description:
     - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it

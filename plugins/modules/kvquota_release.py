@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_release
 short_description: Give a migration quota reservation back exactly
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -35,7 +35,7 @@ description:
   - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose migrations
     or source pods are not over yet are reported as deferred, not failed.
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
 options:

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_reserve
 short_description: Expand tenant ResourceQuotas for the live migrations about to start
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -34,7 +34,7 @@ description:
     a lost API server at intervals that grow to 30-60 s), and fails naming C(spec.hard) and C(status.hard) if
     C(status.hard) never shows what it wrote; the reservation then stays held (re-run, or release it).
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
   - kvquota.maintenance.operator_namespace
   - kvquota.maintenance.reservation_options
@@ -73,7 +73,7 @@ options:
         charge and only the VMs' VMIs, namespaces and quotas, the ledgers and the KubeVirt CR are read; otherwise
         the VMs are sized again from a full read of their namespaces.
     type: dict
-    version_added: 0.2.0
+    version_added: 1.0.0
   headroom:
     description:
       - Explicit headroom per quota, for example taken from a batch of M(kvquota.maintenance.kvquota_check).

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: kvquota_vm_power
 short_description: Stop VMs that cannot live-migrate for a node's maintenance, and start them again
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
@@ -25,7 +25,7 @@ description:
   - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
     (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
 extends_documentation_fragment:
-  - kubernetes.core.k8s_auth_options
+  - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget
 options:
   node:
