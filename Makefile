@@ -221,6 +221,8 @@ changelog-lint: deps
 # Regenerate CHANGELOG.rst for galaxy.yml's version from every fragment (docs/releasing.md): new fragments join the
 # release, edited ones are refreshed (keep_fragments: true). DATE=YYYY-MM-DD sets the release date (default today).
 changelog: deps
+	@# the plugin cache would hide a module, plugin or role added since it was written
+	rm -f changelogs/.plugin-cache.yaml
 	antsibull-changelog release --version $$(sed -n 's/^version: //p' galaxy.yml) --update-existing \
 	  --refresh-fragments $(if $(DATE),--date $(DATE))
 

@@ -29,7 +29,7 @@ description:
     O(delete_emptydir_data); mirror pods are left). When k8s_drain would refuse one, the module fails before
     evicting anything, naming the pods and the option.
   - Needs the ClusterRoles C(kvquota-read) (list pods, VMIs and their migrations) and C(kvquota-write)
-    (C(create pods/eviction)) of C(rbac/clusterrole.yml); never deletes a pod.
+    (C(create pods/eviction)) of C(roles/install/files/clusterrole.yml); never deletes a pod.
 extends_documentation_fragment:
   - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget

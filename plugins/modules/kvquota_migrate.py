@@ -218,7 +218,7 @@ attributes:
     support: none
     description: The reservations' before and after are in each batch's headroom; no diff is returned.
 notes:
-  - Needs the rights of C(rbac/clusterrole.yml), which M(kvquota.maintenance.kvquota_reserve) and the
+  - Needs the rights of C(roles/install/files/clusterrole.yml), which M(kvquota.maintenance.kvquota_reserve) and the
     node_maintenance role already need (VirtualMachineInstanceMigrations create, list and delete).
 seealso:
   - module: kvquota.maintenance.kvquota_check

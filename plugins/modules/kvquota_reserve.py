@@ -49,7 +49,7 @@ options:
     description:
       - The VMs (VirtualMachineInstances) whose migrations start together; headroom is computed for all of them
         at once.
-      - Where the headroom fence (C(rbac/fence.yml)) is installed, their namespaces are fenced until the release,
+      - Where the headroom fence (C(roles/install/files/fence.yml)) is installed, their namespaces are fenced until the release,
         and it admits target pods only for migrations a reservation lists, which this module does not (it creates
         none), so the target pods of migrations you create yourself are refused until the release. Let
         M(kvquota.maintenance.kvquota_migrate) create and list them.

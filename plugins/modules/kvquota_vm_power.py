@@ -23,7 +23,7 @@ description:
   - KubeVirt's semantics apply, C(spec.running) goes false and back to true, C(runStrategy) goes to
     C(Halted) and, on start, to C(Always).
   - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
-    (C(rbac/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
+    (C(roles/install/files/), bound by C(playbooks/install.yml) with C(kvquota_bind_shutdown=true)).
 extends_documentation_fragment:
   - kvquota.maintenance.connection_options
   - kvquota.maintenance.api_outage_budget

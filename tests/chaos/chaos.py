@@ -9,7 +9,7 @@
 Each campaign starts a fresh lab (tests/lab: a real kube-apiserver with ResourceQuota admission, the quota
 controller, the scheduler, kwok and the KubeVirt/Rancher emulator), applies a scenario (tests/lab/scenarios,
 or tests/chaos/scenarios for the interrupt and races campaigns), runs playbooks/node_maintenance.yml as the
-least-privilege user of rbac/clusterrole.yml, injects a fault and checks the cluster afterwards:
+least-privilege user of roles/install/files/clusterrole.yml, injects a fault and checks the cluster afterwards:
 
 - interrupt: SIGKILL of the ansible-playbook process group at 30+ points (API events seen by a sampler, a few
   role tasks, fractions of a reference run), then a re-run;
@@ -1814,7 +1814,7 @@ def write_doc(path, results, command, started, seconds):
         "- date: %s (UTC), %d s" % (started, seconds),
         "- lab: real kube-apiserver, ResourceQuota admission, quota controller and scheduler (Kubernetes "
         "v1.33), kwok nodes, the KubeVirt/Rancher emulator of tests/lab; every playbook runs as the "
-        "least-privilege user of `rbac/clusterrole.yml`.",
+        "least-privilege user of `roles/install/files/clusterrole.yml`.",
         "- checks after every run: each quota's `spec.hard` equal to its base byte for byte (Rancher: the "
         "namespace annotation too), no ledger left (no `%s*` ConfigMap in the operator namespace `%s`), no "
         "maintenance window's record left (no `%s*` ConfigMap there), "

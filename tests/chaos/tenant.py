@@ -6,8 +6,8 @@
     python3 tests/chaos/tenant.py [--quick] [--json FILE] [--keep] [--only a,b]
 
 One lab (tests/lab) with tests/chaos/scenarios/tenant.yaml (two plain tenant namespaces with tight quotas and a
-Rancher-managed one), the headroom fence installed as documented (kubectl apply -f rbac/fence.yml; the lab user
-is bound to every role of rbac/*.yml), the Rancher 2.14+ quota lock-down on. For each attack,
+Rancher-managed one), the headroom fence installed as documented (kubectl apply -f roles/install/files/fence.yml; the lab user
+is bound to every role of roles/install/files/*.yml), the Rancher 2.14+ quota lock-down on. For each attack,
 playbooks/node_maintenance.yml drains the node that holds the attacked namespace's VMs, run with
 ansible-playbook as the least-privilege lab user, and the attack is made AS A TENANT (kvqlab.tenants: a
 ServiceAccount bound to edit or admin in its namespace, or a Rancher project member who may patch the project's
@@ -68,7 +68,7 @@ from kvqlab.emulator.rest import Rest
 
 
 SCENARIO = str(REPO / "tests" / "chaos" / "scenarios" / "tenant.yaml")
-FENCE_FILE = REPO / "rbac" / "fence.yml"
+FENCE_FILE = REPO / "roles" / "install" / "files" / "fence.yml"
 OPERATOR_NS = "kvquota-system"
 KV = "/apis/kubevirt.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

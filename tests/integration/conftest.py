@@ -40,5 +40,5 @@ def r(lab):
 
 @pytest.fixture(scope="module")
 def user(lab):
-    """The least-privilege kubeconfig (rbac/clusterrole.yml) every module run uses."""
+    """The least-privilege kubeconfig (roles/install/files/clusterrole.yml) every module run uses."""
     return lab.user_kubeconfig

@@ -7,7 +7,7 @@ quota, namespace, VM, VMI, migration, lease and KubeVirt CR of the tenant are co
 kvquota Event may appear).
 
 Modules authenticate through K8S_AUTH_* only: the lab's least-privilege user, or identities made here
-(service-account tokens bound to rbac/clusterrole.yml minus one verb) for the RBAC cases.
+(service-account tokens bound to roles/install/files/clusterrole.yml minus one verb) for the RBAC cases.
 
 Run: python3 -m pytest -q tests/integration/test_bad_inputs_lab.py
 (uses $KVQ_LAB_RUN_DIR when set, else starts a lab of its own; KVQ_LAB_REQUIRED=1 makes a missing lab fail).
@@ -337,7 +337,7 @@ def test_wrong_ca_from_environment(r, ns, user, other_ca):
 
 def test_rbac_forbidden_read(r, ns, reduced):
     expect_failure(r, ns, "kvquota_check", {"namespaces": [ns]}, reduced["no-list-vmis"],
-                   "forbidden", "virtualmachineinstances", "rbac/clusterrole.yml")
+                   "forbidden", "virtualmachineinstances", "kvquota.maintenance.install")
 
 
 def test_rbac_forbidden_write(r, ns, reduced):
@@ -345,7 +345,7 @@ def test_rbac_forbidden_write(r, ns, reduced):
     given back, no Event, no ledger)."""
     msg = expect_failure(r, ns, "kvquota_reserve", {"reservation_id": "b1",
                                                     "headroom": headroom(ns, {"limits.memory": "1Gi"})},
-                         reduced["no-update-quotas"], "forbidden", "resourcequotas", "rbac/clusterrole.yml")
+                         reduced["no-update-quotas"], "forbidden", "resourcequotas", "kvquota.maintenance.install")
     assert "update" in msg
     assert not r.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases" % ns)["items"]
     assert M.locks(r) == [] and M.ledger(r, M.quota(r, ns, "compute")) is None

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The headroom fence (rbac/fence.yml + module_utils fence.py) and Rancher's quota lock-down, against the lab.
+"""The headroom fence (roles/install/files/fence.yml + module_utils fence.py) and Rancher's quota lock-down, against the lab.
 
 The fence's parameters are written by fence.py as the least-privilege identity (the lab user, given here what
 the operator namespace's Role and the ClusterRole kvquota-maintenance-fence grant); pods are tried as a tenant
@@ -38,9 +38,9 @@ CONTROLLER = emulator.kubevirt_controller_user("kubevirt")
 
 @pytest.fixture(scope="module")
 def installed(lab, r):
-    """rbac/fence.yml applied by the administrator; the lab user may write the operator namespace's ConfigMaps
-    (the lead's rbac/operator-namespace.yml grants the same) and read the fence's policy."""
-    path = os.path.join(REPO, "rbac", "fence.yml")
+    """roles/install/files/fence.yml applied by the administrator; the lab user may write the operator namespace's ConfigMaps
+    (the lead's roles/install/files/operator-namespace.yml grants the same) and read the fence's policy."""
+    path = os.path.join(REPO, "roles", "install", "files", "fence.yml")
     with open(path) as fh:
         objects = yaml.safe_load(fh)["items"]
     if r.get_or_none("/api/v1/namespaces/" + OPERATOR_NS) is None:

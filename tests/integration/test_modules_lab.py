@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The real modules, run by ansible-playbook, against the lab (real kube-apiserver quota admission, quota
 controller, scheduler; KubeVirt emulated), authenticated only through K8S_AUTH_KUBECONFIG pointing at the
-lab's LEAST-PRIVILEGE user (bound only to rbac/clusterrole.yml). Every assertion is on what the apiserver
+lab's LEAST-PRIVILEGE user (bound only to roles/install/files/clusterrole.yml). Every assertion is on what the apiserver
 holds afterwards: spec.hard byte for byte, ledger annotations, resourceVersions, migration phases.
 
 Run: python3 -m pytest -q tests/integration/test_modules_lab.py
@@ -86,7 +86,7 @@ def assert_base_restored(r, ns, original):
 # ---------------------------------------------------------------------------
 
 def test_user_kubeconfig_is_least_privilege(lab, emu, user):
-    """The identity the modules run as can do what rbac/clusterrole.yml grants and nothing else (emu: KubeVirt's
+    """The identity the modules run as can do what roles/install/files/clusterrole.yml grants and nothing else (emu: KubeVirt's
     CRDs must be installed for kubectl to resolve their resources)."""
     def can_i(*args):
         proc = subprocess.run(["kubectl", "--kubeconfig", str(user), "auth", "can-i"] + list(args),

@@ -9,7 +9,7 @@ records, in the kube-apiserver audit log, every request of the least-privilege u
 set of runs happens: preflight, kvquota_reserve/kvquota_release, node_maintenance on a plain and on a
 Rancher-managed namespace, node_maintenance with policy shutdown, a refused top-up whose migration is
 cancelled, and the reaper on an expired reservation. kvqlab.rbacusage then matches each request against
-the rules read from rbac/*.yml: none may be refused or fall outside the shipped rules, and every rule
+the rules read from roles/install/files/*.yml: none may be refused or fall outside the shipped rules, and every rule
 must have been used (the optional roles because their features ran here). The figures are printed.
 
 The analysis is kvqlab.rbacusage (reusable over any run: `python3 -m kvqlab.rbacusage --run-dir ...`).
@@ -24,6 +24,7 @@ __metaclass__ = type
 
 import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -197,12 +198,33 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     assert usage.problems() == []
 
 
+# What some installs keep of a collection (issue 26): the install must work from these directories alone.
+INSTALLED_DIRS = ("meta", "plugins", "roles", "playbooks")
+
+
+def _installed_copy(lab):
+    """A collections path whose kvquota.maintenance holds only INSTALLED_DIRS (copied from the checkout), created
+    once per lab; listed before the checkout's own."""
+    root = lab.run_dir / "installed-copy"
+    target = root / "ansible_collections" / "kvquota" / "maintenance"
+    if not target.exists():
+        for name in INSTALLED_DIRS:
+            shutil.copytree(str(REPO / name), str(target / name))
+        # ansible-core finds a collection by its MANIFEST.json or galaxy.yml: an installed one has the manifest
+        (target / "MANIFEST.json").write_text(json.dumps({"collection_info": {
+            "namespace": "kvquota", "name": "maintenance", "version": "1.0.0"}, "format": 1}))
+    assert sorted(p.name for p in target.iterdir() if p.is_dir()) == sorted(INSTALLED_DIRS)
+    return str(root)
+
+
 def _install(lab, extra_vars, check=False):
-    """ansible-playbook playbooks/install.yml as the lab's administrator; (rc, stdout)."""
-    cmd = ["ansible-playbook", str(REPO / "playbooks" / "install.yml"), "-e", json.dumps(extra_vars)]
+    """ansible-playbook kvquota.maintenance.install as the lab's administrator, from a copy of the collection that
+    holds only INSTALLED_DIRS; (rc, stdout)."""
+    cmd = ["ansible-playbook", "kvquota.maintenance.install", "-e", json.dumps(extra_vars)]
     if check:
         cmd.append("--check")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections_path(), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([_installed_copy(lab), collections_path()]),
+               ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                K8S_AUTH_KUBECONFIG=str(lab.lab.admin_kubeconfig))
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env,
@@ -263,6 +285,39 @@ def test_install_playbook_binds_the_roles(lab):
 
     rc, out = _install(lab, variables)
     assert rc == 0 and "changed=0" in out, out
+
+
+def test_install_fails_loudly_when_the_fence_cannot_be_applied(lab):
+    """An administrator who may create the namespace and the RBAC but not the ValidatingAdmissionPolicy (a policy
+    engine, a cluster without the API look the same): the install fails, saying the fence could not be applied,
+    why, what a tenant can do without it and the two ways on; with kvquota_fence=false it completes and says the
+    fence was not applied. Before: the fence was applied "when present", and skipped without a word when not."""
+    admin = "kvq-admin-without-vap"
+    lab.rest.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+        "metadata": {"name": admin},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "create", "patch"]},
+                  {"apiGroups": ["rbac.authorization.k8s.io"],
+                   "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
+                   "verbs": ["get", "list", "create", "patch", "update", "escalate", "bind"]}]})
+    lab.rest.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "metadata": {"name": admin},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": admin},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": admin}]})
+    variables = {"kvquota_subject_kind": "User", "kvquota_subject_name": "fence-less",
+                 "kvquota_operator_namespace": "kvq-ops-nofence", "kvquota_binding_prefix": "nofence"}
+    try:
+        os.environ["K8S_AUTH_IMPERSONATE_USER"] = admin
+        rc, out = _install(lab, variables)
+        assert rc != 0, out
+        assert "the headroom fence could not be applied" in out and "forbidden" in out.lower(), out
+        assert "a tenant can take the quota reserved for the migrations" in out and "kvquota_fence=false" in out, out
+        rc, out = _install(lab, dict(variables, kvquota_fence=False))
+        assert rc == 0, out
+        assert "fence not applied (install_fence=false)" in out, out
+    finally:
+        os.environ.pop("K8S_AUTH_IMPERSONATE_USER", None)
+        lab.rest.delete("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + admin)
+        lab.rest.delete("/apis/rbac.authorization.k8s.io/v1/clusterroles/" + admin)
 
 
 def test_every_request_of_the_role_tests_was_allowed_by_the_shipped_roles(lab):

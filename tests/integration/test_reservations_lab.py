@@ -2,7 +2,7 @@
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reservations against a real control plane (tests/lab): real quota admission, a real quota controller,
-real RBAC (everything runs as the lab's least-privilege user bound to rbac/clusterrole.yml), and the
+real RBAC (everything runs as the lab's least-privilege user bound to roles/install/files/clusterrole.yml), and the
 emulator's Rancher quota sync.
 
 Run: python3 -m pytest -q tests/integration/test_reservations_lab.py
@@ -657,7 +657,7 @@ def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_be
     assert grab["managers"], "no client named from the pod's managedFields: %s" % grab
     assert grab["created"] >= ledger_created_floor(quota)
     [warning] = [w for w in result["warnings"] if "back at its base although" in w]
-    assert "remove Pod %s/grab" % ns in warning and "rbac/fence.yml" in warning and "raise" not in warning
+    assert "remove Pod %s/grab" % ns in warning and "roles/install/files/fence.yml" in warning and "raise" not in warning
     # Kubernetes refuses the tenant's next pod until usage is within the base again
     with pytest.raises(ApiException) as err:
         admin.create_namespaced_pod(ns, pod("next", "100m", "64Mi"))
@@ -777,12 +777,12 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
         custom.delete_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", "server-version")
 
 
-FENCE_YML = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "rbac",
-                         "fence.yml")
+FENCE_YML = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles",
+                         "install", "files", "fence.yml")
 
 
 def _install_fence(lab, admin):
-    """rbac/fence.yml as the administrator installs it, and the lab user allowed to see that it is."""
+    """roles/install/files/fence.yml as the administrator installs it, and the lab user allowed to see that it is."""
     lab.kubectl("apply", "-f", FENCE_YML)
     rbac = client.RbacAuthorizationV1Api(lab.api_client(admin=True))
     try:

@@ -5,7 +5,7 @@
 
 Each role test module starts its own lab (a real kube-apiserver, quota controller, scheduler and the
 KubeVirt emulator; tests/lab), applies a scenario, runs a playbook of the collection with
-ansible-playbook as the least-privilege user of rbac/clusterrole.yml (and rbac/operator-namespace.yml's Role in
+ansible-playbook as the least-privilege user of roles/install/files/clusterrole.yml (and roles/install/files/operator-namespace.yml's Role in
 kvquota-system), and asserts on the cluster state afterwards: the quotas, and what the collection keeps in the
 operator namespace (ledger ConfigMaps, lock Leases; read through kvqlab.state).
 

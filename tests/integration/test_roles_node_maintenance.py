@@ -7,7 +7,7 @@ operator namespace kvquota-system) or lock in force is left, every VM runs on an
 changes nothing; a failed migration is reported with how to resume and a re-run converges; an interrupted
 run (killed mid-batch) is resumed; the policies for VMs that cannot live-migrate (fail, shutdown, skip) do what they say.
 
-Runs as the least-privilege user of rbac/clusterrole.yml and rbac/operator-namespace.yml.
+Runs as the least-privilege user of roles/install/files/clusterrole.yml and roles/install/files/operator-namespace.yml.
 """
 
 from __future__ import (absolute_import, division, print_function)

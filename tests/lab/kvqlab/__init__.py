@@ -9,7 +9,7 @@ See docs/lab.md. The KubeVirt emulator (kvqlab.emulator) and scenarios
 (kvqlab.scenarios) build on this package.
 
 Installed editable from tests/lab (`make deps`: pip install -e tests/lab, tests/lab/pyproject.toml): the
-lab belongs to its checkout (its scenarios, the collection's rbac/ and the collection itself are read from
+lab belongs to its checkout (its scenarios, the collection's roles/install/files/ and the collection itself are read from
 there), and one Python holds one kvqlab, the checkout that installed it last.
 """
 import os

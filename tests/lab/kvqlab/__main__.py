@@ -73,7 +73,7 @@ def cmd_up(args) -> int:
     print(f"  server:           {lab.server}")
     print(f"  CA:               {lab.ca_file}")
     print(f"  admin kubeconfig: {lab.admin_kubeconfig}")
-    print(f"  user kubeconfig:  {lab.user_kubeconfig}   (user {lab.user_name}, the roles of rbac/*.yml)")
+    print(f"  user kubeconfig:  {lab.user_kubeconfig}   (user {lab.user_name}, the roles of roles/install/files/*.yml)")
     print(f"  logs:             {lab.run_dir / 'logs'}")
     print(f"  try: kubectl --kubeconfig {lab.admin_kubeconfig} get nodes")
     print(f"  env: eval \"$(python3 -m kvqlab env --run-dir {lab.run_dir})\"")

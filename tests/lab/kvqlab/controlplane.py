@@ -8,7 +8,7 @@ holds all state:
     pki/                     ca.crt (trust this), serving cert, service-account keys
     tokens.csv               static tokens for the apiserver (admin, user, components)
     admin.kubeconfig         system:masters identity
-    user.kubeconfig          least-privilege identity bound to the roles of rbac/*.yml
+    user.kubeconfig          least-privilege identity bound to the roles of roles/install/files/*.yml
     audit-policy.yaml        kube-apiserver audit policy: Metadata level for the least-privilege user only
     audit.log                its audit log (JSON lines; read with kvqlab.rbacusage)
     components/              kubeconfigs of the controller-manager, scheduler, kwok
@@ -71,7 +71,7 @@ POD_CIDR = "10.244.0.1/16"
 
 _TESTS_LAB = Path(__file__).resolve().parent.parent          # tests/lab
 REPO_ROOT = _TESTS_LAB.parent.parent                         # collection root
-RBAC_DIR = REPO_ROOT / "rbac"
+RBAC_DIR = REPO_ROOT / "roles" / "install" / "files"
 DEFAULT_RBAC_FILE = RBAC_DIR / "clusterrole.yml"
 # the kinds apply_rbac applies from an RBAC file; bindings in the files (placeholders) are the lab's own
 RBAC_KINDS = ("Namespace", "ClusterRole", "Role")
@@ -80,13 +80,13 @@ AUDIT_LOG = "audit.log"
 
 
 def default_rbac_files() -> list[Path]:
-    """The collection's RBAC files the lab applies by default: every rbac/*.yml that defines a role."""
+    """The collection's RBAC files the lab applies by default: every roles/install/files/*.yml that defines a role."""
     return [p for p in sorted(RBAC_DIR.glob("*.yml")) if _rbac_docs(p)]
 
 
 def manifest_objects(path: Path) -> list[dict]:
     """Every object of a manifest file: its YAML documents, the items of a v1 List expanded (the collection's
-    rbac/*.yml are each one List: ansible-test's yamllint allows one document per file)."""
+    roles/install/files/*.yml are each one List: ansible-test's yamllint allows one document per file)."""
     objects = []
     for doc in yaml.safe_load_all(Path(path).read_text()):
         if doc and doc.get("kind") == "List":
@@ -431,7 +431,7 @@ class Lab:
         """Apply the collection's RBAC and bind its roles to the lab user.
 
         Which files: rbac_files, else rbac_file alone, else the files of the last call (lab.json), else every
-        rbac/*.yml that defines a role (default_rbac_files). Their Namespaces, ClusterRoles and Roles are
+        roles/install/files/*.yml that defines a role (default_rbac_files). Their Namespaces, ClusterRoles and Roles are
         applied; each ClusterRole is bound with a ClusterRoleBinding and each Role with a RoleBinding in its
         namespace (bindings written in the files are skipped: they hold placeholders).
         Returns the names of the roles bound (ClusterRoles, then Roles). Re-run after editing the files."""

@@ -1,8 +1,8 @@
 """Rule usage: which API requests an identity made (kube-apiserver audit log) against the rules of the
-collection's shipped roles (rbac/*.yml).
+collection's shipped roles (roles/install/files/*.yml).
 
     from kvqlab import rbacusage
-    roles = rbacusage.load_roles()                         # every ClusterRole/Role of rbac/*.yml
+    roles = rbacusage.load_roles()                         # every ClusterRole/Role of roles/install/files/*.yml
     offset = lab.audit_offset()
     ... run modules / playbooks as the lab's least-privilege user ...
     requests = rbacusage.read_audit(lab.audit_log, lab.user_name, offset)
@@ -93,7 +93,7 @@ class Atom:
 
 
 def load_roles(paths=None, operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE) -> list[Role]:
-    """Every ClusterRole and Role in the given RBAC files (default: rbac/*.yml). A Role's namespace becomes
+    """Every ClusterRole and Role in the given RBAC files (default: roles/install/files/*.yml). A Role's namespace becomes
     operator_namespace when the file says kvquota-system (the install playbook does the same)."""
     files = [Path(p) for p in paths] if paths else sorted(RBAC_DIR.glob("*.yml"))
     roles = []

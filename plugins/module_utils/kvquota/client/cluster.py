@@ -57,7 +57,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.e
     UnreachableError,
 )
 
-RBAC_FIX = ("bind the roles of rbac/clusterrole.yml and rbac/operator-namespace.yml to this identity with the "
+RBAC_FIX = ("bind the collection's roles (kvquota-read, kvquota-write, kvquota-state) to this identity with the "
             "install playbook (as an administrator): ansible-playbook kvquota.maintenance.install "
             "-e kvquota_subject_kind=ServiceAccount -e kvquota_subject_name=<name> "
             "-e kvquota_subject_namespace=<namespace> (kvquota_bind_rancher=true on Rancher, "

@@ -647,7 +647,7 @@ class BatchRunner(object):
         self.top_up(batch, refused, seen)
 
     def _answer_fence_refusals(self, batch, seen, now):
-        """The headroom fence refuses a target pod larger than its migration's listed size (rbac/fence.yml; the size is
+        """The headroom fence refuses a target pod larger than its migration's listed size (roles/install/files/fence.yml; the size is
         headroom.pinned_pod_size: the larger of the VM's computed target pod and the pod it runs in now): the migration
         waits with no target pod while virt-controller retries. Looked at once a migration of the batch waits so for
         top_up_settle_seconds and an Event in its namespace verified to be about it (its UID, virt-controller) names

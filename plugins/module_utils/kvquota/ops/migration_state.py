@@ -112,8 +112,9 @@ def timeouts_from_kubevirt(kubevirt_cr):
 
 
 CAPTURED_FIX = ("remove the objects named (they were created during the reservation and took the room it kept for "
-                "the run's migrations), then re-run; install or extend the headroom fence (kubectl apply -f "
-                "rbac/fence.yml, or playbooks/install.yml) so that only the run's own migrations may use a reservation")
+                "the run's migrations), then re-run; install or extend the headroom fence (as an administrator, "
+                "ansible-playbook kvquota.maintenance.install) so that only the run's own migrations may use a "
+                "reservation")
 
 
 def captured_pods(release_result):

@@ -600,7 +600,8 @@ def overuse_text(reservation_id, report, fence_installed):
                  if o["why"] not in (GREW, LEFT_OVER)]
     if removable:
         fixes.append("remove %s (it took the room reserved for the migrations), and %s the headroom fence "
-                     "(kubectl apply -f rbac/fence.yml) so that only the run's own migrations use a reservation"
+                     "(ansible-playbook kvquota.maintenance.install) so that only the run's own migrations use a "
+                     "reservation"
                      % (listed(removable, ", "), "extend" if fence_installed else "install"))
     grown = [o["vm"] for o in objects if o["why"] == GREW]
     if grown:

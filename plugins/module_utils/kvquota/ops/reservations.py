@@ -198,7 +198,7 @@ class _Run(object):
         _report_changes(self, state)
 
     def fence_installed(self):
-        """Whether rbac/fence.yml is installed (looked up once per call). Without the fence, a pod a tenant
+        """Whether the headroom fence is installed (looked up once per call). Without the fence, a pod a tenant
         starts during the window can take the headroom: say so once."""
         if self.fence_state is None:
             try:
@@ -210,7 +210,7 @@ class _Run(object):
             except ForbiddenError:
                 self.fence_state = False
                 self.warn("the headroom fence could not be checked (bind the ClusterRole kvquota-maintenance-fence "
-                          "of rbac/fence.yml): namespaces are not fenced while they hold a reservation")
+                          "the install playbook binds): namespaces are not fenced while they hold a reservation")
         return self.fence_state
 
     def controller(self):
@@ -1017,7 +1017,7 @@ def _release_blockers(run, state, reservation_id, now):
     facts, unreadable = readiness.read_usage(run.cluster, own, namespace, names)
     if unreadable:
         run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what they "
-                 "charge; bind kvquota-read of this collection's rbac/clusterrole.yml"
+                 "charge; bind this collection's kvquota-read (ansible-playbook kvquota.maintenance.install)"
                  % (namespace, state.target[1], unreadable))
     usage = readiness.usage_now(state.quota, state.ledger, entry, namespace, names, facts, now)
     reasons, state.captured, state.overuse = readiness.decide(state.target, state.quota, after, used, names, reasons,
@@ -1235,8 +1235,8 @@ def _wait_fix(migrations, captured, fence_installed):
                  "already restored)")
     if captured:
         parts.append("the objects named as created during the reservation took its headroom: remove them, and %s "
-                     "the headroom fence (kubectl apply -f rbac/fence.yml)" % ("extend" if fence_installed else
-                                                                               "install"))
+                     "the headroom fence (ansible-playbook kvquota.maintenance.install)"
+                     % ("extend" if fence_installed else "install"))
     return "; ".join(parts)
 
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The headroom fence: which namespaces hold a reservation, and which migrations may use its headroom.
 
-rbac/fence.yml (a ValidatingAdmissionPolicy and its binding, installed once by the administrator) refuses in a
+roles/install/files/fence.yml (a ValidatingAdmissionPolicy and its binding, installed once by the administrator) refuses in a
 fenced namespace every new pod (and pod resize) unless KubeVirt's controller creates it as the target pod of one
 of the run's own migrations of a reserved VMI, and every new PersistentVolumeClaim (and PVC expansion) unless
 KubeVirt's controller creates it as the backend-storage PVC of such a migration's target. Its parameters are
@@ -59,9 +59,9 @@ VMI_PREFIX = "vmi."
 MIGRATION_PREFIX = "mig."
 SIZE_PREFIX = "size."
 # the names a size key pins, in its order: what tenant input can make a target pod charge more (hook sidecars add
-# containers, the namespace's memory-limits ratio label raises limits.memory); rbac/fence.yml sums them per pod
+# containers, the namespace's memory-limits ratio label raises limits.memory); roles/install/files/fence.yml sums them per pod
 PINNED_NAMES = ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
-# what rbac/fence.yml's refusal of a target pod larger than its listed size says (BatchRunner looks for it)
+# what roles/install/files/fence.yml's refusal of a target pod larger than its listed size says (BatchRunner looks for it)
 SIZE_REFUSAL = "charges more than the maintenance run planned for its VM"
 # a quota name that means the same as a pinned one (ResourceQuota's "cpu" is requests.cpu)
 _PINNED_ALIASES = {"requests.cpu": "cpu", "requests.memory": "memory"}
@@ -74,7 +74,8 @@ PLATFORM_KUBEVIRT_NAMESPACES = {"kubevirt": "kubevirt", "harvester": "harvester-
 DEFAULT_CONTROLLER = "system:serviceaccount:kubevirt:%s" % CONTROLLER_SERVICE_ACCOUNT
 LABELS = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.maintenance/fence": "true"}
 ADMISSION_API = "admissionregistration.k8s.io/v1"
-INSTALL_FIX = "kubectl apply -f rbac/fence.yml (see docs/reservations.md, Headroom fence)"
+INSTALL_FIX = ("as an administrator, ansible-playbook kvquota.maintenance.install (it applies the headroom fence; "
+               "see docs/reservations.md, Headroom fence)")
 
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -549,24 +550,24 @@ def unfence_keeping_namespace(cluster, operator_namespace, namespace, vmis, note
 
 
 def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
-    """True when rbac/fence.yml's policy and binding are installed, False when either is missing; an
+    """True when roles/install/files/fence.yml's policy and binding are installed, False when either is missing; an
     InputError when the binding reads its parameters from another namespace than operator_namespace (the
     fence would never see what this collection writes). Needs the ClusterRole kvquota-maintenance-fence."""
     return installed_policy(cluster, operator_namespace) is not None
 
 
-# the variable of rbac/fence.yml that checks a target pod against its migration's size (added in issue 24)
+# the variable of roles/install/files/fence.yml that checks a target pod against its migration's size (added in issue 24)
 SIZE_CHECK_VARIABLE = "withinPin"
 
 
 def outdated(policy):
-    """What an installed fence policy (installed_policy's result) lacks of this collection's rbac/fence.yml, as
+    """What an installed fence policy (installed_policy's result) lacks of this collection's roles/install/files/fence.yml, as
     text for a warning, or None when it has all of it."""
     names = set(v.get("name") for v in ((policy or {}).get("spec") or {}).get("variables") or ())
     if SIZE_CHECK_VARIABLE not in names:
         return ("the installed headroom fence does not check a target pod's size against the run's plan (installed "
-                "from an older rbac/fence.yml): a VM whose input a tenant changes between its migration's create "
-                "and its target pod's render is seen only once rendered; re-apply rbac/fence.yml")
+                "by an older release of the collection): a VM whose input a tenant changes between its migration's "
+                "create and its target pod's render is seen only once rendered; apply it again: " + INSTALL_FIX)
     return None
 
 
@@ -584,7 +585,7 @@ def installed_policy(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
     if ref.get("name") != FENCE_CONFIGMAP or ref.get("namespace") != operator_namespace:
         raise InputError("the fence binding %s reads configmap %s/%s, not %s/%s"
                          % (POLICY_NAME, ref.get("namespace"), ref.get("name"), operator_namespace, FENCE_CONFIGMAP),
-                         "set paramRef of the ValidatingAdmissionPolicyBinding %s to namespace %s, name %s (edit "
-                         "rbac/fence.yml and apply it), or give operator_namespace: %s"
+                         "set paramRef of the ValidatingAdmissionPolicyBinding %s to namespace %s, name %s (the install "
+                         "playbook does, with kvquota_operator_namespace), or give operator_namespace: %s"
                          % (POLICY_NAME, operator_namespace, FENCE_CONFIGMAP, ref.get("namespace")))
     return policy

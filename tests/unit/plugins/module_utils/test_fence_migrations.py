@@ -452,7 +452,7 @@ def test_the_policy_refuses_a_larger_target_pod_with_the_words_the_runner_looks_
     import os
     import yaml
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), *([os.pardir] * 4))
-    with open(os.path.join(root, "rbac", "fence.yml")) as fh:
+    with open(os.path.join(root, "roles", "install", "files", "fence.yml")) as fh:
         policy = yaml.safe_load(fh)["items"][0]["spec"]
     messages = " ".join(" ".join(v["messageExpression"].split()) for v in policy["validations"])
     assert F.SIZE_REFUSAL in messages

@@ -196,7 +196,7 @@ def test_wait_fix_never_says_to_delete_a_vms_pods_and_names_the_migration_to_can
     fix = R._wait_fix([("tenant-a", "vm-1-kvq")], False, True)
     assert "delete them" not in fix and "delete pod" not in fix
     assert "cancel them by name" in fix and "tenant-a/vm-1-kvq" in fix and "ends by itself" in fix
-    assert "kubectl apply -f rbac/fence.yml" in R._wait_fix([], True, False)
+    assert "ansible-playbook kvquota.maintenance.install" in R._wait_fix([], True, False)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,7 +251,7 @@ def test_quota_controller_lag_is_waited_for_then_a_tenant_pod_is_named_and_the_b
     assert result["captured"][0]["pods"][0].startswith("Pod tenant-a/grab (owner none, created %s by kubectl-run"
                                                        % DURING)
     [warning] = [w for w in result["warnings"] if "back at its base" in w]
-    assert "remove Pod tenant-a/grab" in warning and "install the headroom fence (kubectl apply -f rbac/fence.yml)" \
+    assert "remove Pod tenant-a/grab" in warning and "install the headroom fence (ansible-playbook kvquota.maintenance.install)" \
         in warning
 
 
@@ -488,7 +488,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1/"
 
 
 def install_fence(objects):
-    """rbac/fence.yml as installed: the policy and its binding reading kvq-fence of the operator namespace."""
+    """roles/install/files/fence.yml as installed: the policy and its binding reading kvq-fence of the operator namespace."""
     objects[ADMISSION + "validatingadmissionpolicies/kvquota-headroom-fence"] = {"metadata": {}}
     objects[ADMISSION + "validatingadmissionpolicybindings/kvquota-headroom-fence"] = {
         "metadata": {}, "spec": {"paramRef": {"name": "kvq-fence", "namespace": OPERATOR}}}

@@ -43,7 +43,8 @@ def test_the_roles_have_kubernetes_core_tasks_to_check():
     # 11 since node_maintenance's cordon moved into kvquota_migrate and its Node read into kvquota_check (13 since
     # kubevirt_update became one kvquota_migrate call: its own k8s create and polls went away)
     assert len(TASKS) >= 11
-    assert set(role for role, _name, _task in TASKS) == {"kubevirt_update", "node_maintenance", "rolling_upgrade"}
+    roles = set(role for role, _name, _task in TASKS)
+    assert roles == {"install", "kubevirt_update", "node_maintenance", "rolling_upgrade"}
 
 
 @pytest.mark.parametrize("role,name,task", TASKS, ids=["%s/%s: %s" % (r, n, t["name"]) for r, n, t in TASKS])
