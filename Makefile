@@ -2,30 +2,45 @@
 #   make demo   the main job end to end on the built-in lab
 #   make test   everything CI runs (installs what it needs)
 SHELL := /bin/bash
-PY ?= python3
 CACHE ?= $(HOME)/.cache/kvquota
-LAB_RUN_DIR ?= $(CACHE)/lab-run
-ANSIBLE_ROOT := $(CACHE)/ansible-test
+# Every checkout has its own Python environment, outside the work tree (make deps creates it from BASE_PY): a system
+# Python that refuses pip (PEP 668) is only used to create it, and two checkouts on one machine never share the
+# installed lab library, the ansible-test copies or a lab run directory. Every recipe runs with its bin/ first on
+# PATH (ansible-playbook, ansible-test, ansible-lint, ...); `make venv-path` prints it, to activate it by hand.
+CHECKOUT_ID := $(shell printf %s "$(CURDIR)" | sha1sum | cut -c1-12)
+VENV ?= $(CACHE)/venvs/checkout-$(CHECKOUT_ID)
+BASE_PY ?= python3
+PY := $(VENV)/bin/python
+export PATH := $(VENV)/bin:$(PATH)
+export VIRTUAL_ENV := $(VENV)
+LAB_RUN_DIR ?= $(CACHE)/lab-run-$(CHECKOUT_ID)
+ANSIBLE_ROOT := $(CACHE)/ansible-test-$(CHECKOUT_ID)
 COLL_COPY := $(ANSIBLE_ROOT)/ansible_collections/kvquota/maintenance
-STAMP := $(CACHE)/deps.stamp
+STAMP := $(VENV)/kvq-deps.stamp
 
 .PHONY: deps browser lab-build lab-up lab-down lab-status demo test units pytest-units lab-tests \
         sanity ansible-units ansible-test-bootstrap roles-tests lab-scale chaos chaos-quick chaos-tenant lint docs-lint build \
-        changelog changelog-lint galaxy-import ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
+        changelog changelog-lint galaxy-import units-kubernetes-floor ee-check collection-copy-newest sanity-newest units-newest ansible-test-ends lab-tests-faults \
         collection-copy bench bench-check bench-maintenance bench-window clean venv-core-newest venv-core-2.19 roles-empty-paths \
-        lab-pkg
+        lab-pkg venv-path
+
+$(PY):
+	@mkdir -p $(dir $(VENV))
+	@$(BASE_PY) -m venv $(VENV) || { echo "make deps: $(BASE_PY) -m venv $(VENV) failed. Fix: install Python's venv module (Debian/Ubuntu: apt-get install python3-venv), or give BASE_PY=<a python3.11 or later>" >&2; rm -rf $(VENV); exit 1; }
+	@echo "make deps: created $(VENV) (this checkout's Python environment)"
+
+venv-path:
+	@echo $(VENV)
 
 # The test dependencies, and the lab library kvqlab (tests/lab/pyproject.toml) installed editable: the tests, the
 # chaos campaigns, the benchmarks, the demo and the lab's own processes import it as a package, no sys.path edits.
-$(STAMP): tests/requirements.txt tests/lab/pyproject.toml
-	@mkdir -p $(CACHE)
+$(STAMP): tests/requirements.txt tests/lab/pyproject.toml | $(PY)
 	$(PY) -m pip install -q -r tests/requirements.txt -e tests/lab
 	@touch $@
 
-# One Python holds one kvqlab (editable: a checkout's tests/lab/kvqlab), and the stamp above is shared by every
-# checkout on the machine: when the installed kvqlab is another checkout's (its make deps ran last), install this
-# one's again (a few seconds; the check itself imports nothing). kvqlab refuses to run beside another checkout's
-# collection (tests/lab/kvqlab/__init__.py).
+# The checkout's environment holds this checkout's kvqlab; should it hold another's (a venv copied or a VENV given
+# by hand), install this one's again (a few seconds; the check itself imports nothing). kvqlab refuses to run beside
+# another checkout's collection (tests/lab/kvqlab/__init__.py).
 lab-pkg: $(STAMP)
 	@$(PY) -c 'import importlib.util, os, sys; s = importlib.util.find_spec("kvqlab"); \
 	  sys.exit(not (s and s.origin and os.path.samefile(s.origin, sys.argv[1])))' $(CURDIR)/tests/lab/kvqlab/__init__.py \
@@ -69,7 +84,7 @@ demo: deps lab-build
 # keeps the 2 cores of a CI machine about a third busy. Each stream runs its own labs (free ports, own run
 # directories) and its own pytest process. (A cold lab build beside the static gates was slower in one measured
 # run, 23.5 min against 9.3 + 9.5 apart: the Go build takes both cores.)
-test: deps lab-build ansible-test-ends lint docs-lint changelog-lint build galaxy-import ee-check
+test: deps lab-build ansible-test-ends units-kubernetes-floor lint docs-lint changelog-lint build galaxy-import ee-check
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-stream-modules test-stream-roles
 	@echo "make test: all gates passed"
 
@@ -181,7 +196,7 @@ ansible-test-ends: deps
 # The newest end of the supported range (meta/runtime.yml): ansible-test of ansible-core $(CORE_NEWEST) from
 # make venv-core-newest, on Python $(VENV_PY_$(CORE_NEWEST)), with its own sanity rules, in its own copy of the
 # collection (the oldest end's copy may be in use by a parallel run).
-NEWEST_ROOT := $(CACHE)/ansible-test-newest
+NEWEST_ROOT := $(CACHE)/ansible-test-newest-$(CHECKOUT_ID)
 NEWEST_COPY := $(NEWEST_ROOT)/ansible_collections/kvquota/maintenance
 NEWEST_VENV = $(VENVS)/core-$(CORE_NEWEST)
 NEWEST_TEST = PATH=$(NEWEST_VENV)/bin:$$PATH $(NEWEST_VENV)/bin/ansible-test
@@ -226,11 +241,23 @@ changelog: deps
 	antsibull-changelog release --version $$(sed -n 's/^version: //p' galaxy.yml) --update-existing \
 	  --refresh-fragments $(if $(DATE),--date $(DATE))
 
+# The oldest kubernetes client meta/requirements.txt allows (24.2.0, an older generator of the client than the
+# newest's): what Cluster puts on the wire through it (tests/unit/plugins/module_utils/test_cluster_http.py), in a
+# venv of its own; make pytest-units runs the same test on the newest client.
+KUBERNETES_FLOOR := 24.2.0
+KUBERNETES_FLOOR_VENV := $(CACHE)/venvs/kubernetes-$(KUBERNETES_FLOOR)
+$(KUBERNETES_FLOOR_VENV)/bin/pytest:
+	$(BASE_PY) -m venv $(KUBERNETES_FLOOR_VENV)
+	$(KUBERNETES_FLOOR_VENV)/bin/pip install -q "kubernetes==$(KUBERNETES_FLOOR)" pytest
+
+units-kubernetes-floor: deps $(KUBERNETES_FLOOR_VENV)/bin/pytest
+	$(KUBERNETES_FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit/plugins/module_utils/test_cluster_http.py
+
 # The built tarball imported as Galaxy and Automation Hub import it (galaxy-importer, in a venv of its own that
 # holds no other collection): every module, filter and test plugin documented (tests/check_galaxy_import.py).
 GALAXY_IMPORTER_VENV := $(CACHE)/venvs/galaxy-importer-0.4.44
 $(GALAXY_IMPORTER_VENV)/bin/python:
-	python3 -m venv $(GALAXY_IMPORTER_VENV)
+	$(BASE_PY) -m venv $(GALAXY_IMPORTER_VENV)
 	$(GALAXY_IMPORTER_VENV)/bin/pip install -q galaxy-importer==0.4.44
 
 galaxy-import: build $(GALAXY_IMPORTER_VENV)/bin/python

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 try:
     from kubernetes.client.rest import ApiException
@@ -326,32 +326,30 @@ class Cluster(object):
 
     def _send(self, method, path, body, query, headers):
         """One HTTP attempt, counted, with the extra headers (impersonation): the raw response body, or the
-        client's exception."""
+        client's exception.
+
+        One path for every supported kubernetes client (24.2 and later): the request is assembled from the
+        client's public parts (its default headers and cookie, the configuration's host and auth_settings(), which
+        also refreshes an expiring token) and sent through its REST client, whose request() both generators of the
+        client share (method, url, headers, body, _request_timeout). Its ApiClient.call_api would turn the headers
+        into a plain dict, losing a repeated Impersonate-Group."""
         with self._count_lock:   # read_inventory lists the pods on a second thread
             self._count += 1
         client = self.api_client
-        if hasattr(client, "param_serialize"):
-            method, url, header_params, body, post_params = client.param_serialize(
-                method=method, resource_path=path, query_params=query, header_params=dict(headers), body=body,
-                auth_settings=["BearerToken"])
-            response = client.call_api(method, url, self._headers(header_params), body, post_params,
-                                       _request_timeout=self.timeout)
-            response.read()
-            if not 200 <= response.status <= 299:
-                raise ApiException(http_resp=response)
-            return response.data
-        # kubernetes < 36: its call_api turns the headers into a dict (no repeated Impersonate-Group), so the
-        # request is assembled as call_api would (default headers, cookie, auth, host) and handed to the client
         header_params = dict(client.default_headers)
         header_params.update(headers)
-        if getattr(client, "cookie", None):
+        if client.cookie:
             header_params["Cookie"] = client.cookie
-        header_params = self._headers(header_params)
-        query = list(query)
-        client.update_params_for_auth(header_params, query, ["BearerToken"])
-        response = client.request(method, self.configuration.host + path, query_params=query, headers=header_params,
-                                  body=body, _preload_content=False, _request_timeout=self.timeout)
-        return response.data
+        bearer = self.configuration.auth_settings().get("BearerToken") or {}
+        if bearer.get("value"):
+            header_params[bearer["key"]] = bearer["value"]
+        url = self.configuration.host + path + ("?" + urlencode(query) if query else "")
+        response = client.rest_client.request(method, url, headers=self._headers(header_params), body=body,
+                                              _request_timeout=self.timeout)
+        # before kubernetes 37 the REST client raised on a status outside 2xx and read the body itself
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return response.read() if callable(getattr(response, "read", None)) else response.data
 
     def _headers(self, headers):
         """headers with the extra ones added, as an HTTPHeaderDict when there are any (a header may repeat:
