@@ -4,8 +4,9 @@ Usage: check_ee.py dist/kvquota-maintenance-X.Y.Z.tar.gz
 
 The file has two readers (see its header), and each is checked on the collection as the artifact ships it:
 1. `ansible-builder create -f meta/execution-environment.yml` in a checkout with the built tarball in its root
-   (docs/awx.md): the definition is accepted, the tarball lands in the build context, the galaxy requirements install
-   this version of the collection and kubernetes.core within galaxy.yml's bounds, ansible-core within
+   (docs/awx.md): the definition is accepted, the tarball (whatever its version: the file names none) lands in the
+   build context and the galaxy stage installs it, the galaxy requirements install kubernetes.core within galaxy.yml's
+   bounds, ansible-core within
    meta/runtime.yml's requires_ansible, the Python requirements are meta/requirements.txt's, the base image is not
    ansible-builder's outdated default.
 2. `ansible-builder introspect` over the installed collection, as in every EE that installs it: it contributes the
@@ -49,10 +50,15 @@ def check_create(collection_dir, tarball, context, galaxy, runtime, problems):
                         "ansible-galaxy collection build writes into the checkout's root" % tar_name)
     with open(os.path.join(build, "requirements.yml")) as f:
         collections = {entry["name"]: entry for entry in yaml.safe_load(f)["collections"]}
-    own = collections.get("collections/" + tar_name)
-    if not own or own.get("type") != "file":
-        problems.append("the galaxy requirements do not install collections/%s (type file): %s"
-                        % (tar_name, sorted(collections)))
+    built = sorted(os.listdir(os.path.join(build, "collections")))
+    if built != [tar_name]:
+        problems.append("the build context's collections/ holds %s, not exactly the artifact %s" % (built, tar_name))
+    with open(os.path.join(context, "Containerfile")) as f:
+        steps = f.read().split("FROM base AS builder")[0].split("COPY _build /build")[-1]
+    if "ansible-galaxy collection install --no-deps --collections-path /usr/share/ansible/collections " \
+            "/build/collections/kvquota-maintenance-*.tar.gz" not in steps:
+        problems.append("the galaxy stage does not install the artifact from /build/collections after copying the "
+                        "build context")
     for name, bound in galaxy["dependencies"].items():
         if collections.get(name, {}).get("version") != bound:
             problems.append("the galaxy requirements give %s %r, galaxy.yml %r"

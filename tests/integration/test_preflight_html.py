@@ -117,8 +117,8 @@ class Page(HTMLParser):
         if tag in self.VOID:
             return
         while self._stack:
-            t, _ = self._stack.pop()
-            if t == tag:
+            opened = self._stack.pop()[0]
+            if opened == tag:
                 break
         if tag == "span" and self._qty is not None:
             self.quantities.append((self._qty[0], self._qty[1].strip()))
@@ -176,8 +176,8 @@ def check_bars(page, data):
     for ns, n in data["namespaces"].items():
         for quota in n["quotas"]:
             for resource, hard in quota["hard"].items():
-                bars = [b for b in page.bars if (b["namespace"], b["quota"], b["resource"]) == (ns, quota["name"],
-                                                                                                  resource)]
+                key = (ns, quota["name"], resource)
+                bars = [b for b in page.bars if (b["namespace"], b["quota"], b["resource"]) == key]
                 assert len(bars) == 1, (ns, quota["name"], resource, page.bars)
                 parts = dict((" ".join(c), s) for c, s in bars[0]["parts"])
                 used = number(quota["used"].get(resource, "0"))
