@@ -15,6 +15,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export VIRTUAL_ENV := $(VENV)
 LAB_RUN_DIR ?= $(CACHE)/lab-run-$(CHECKOUT_ID)
 ANSIBLE_ROOT := $(CACHE)/ansible-test-$(CHECKOUT_ID)
+DIST := $(CACHE)/dist-$(CHECKOUT_ID)
 COLL_COPY := $(ANSIBLE_ROOT)/ansible_collections/kvquota/maintenance
 STAMP := $(VENV)/kvq-deps.stamp
 
@@ -220,9 +221,9 @@ docs-lint: deps collection-copy
 	$(PY) tests/role_readmes.py --check
 
 build: deps
-	@mkdir -p $(CACHE)/dist
-	ansible-galaxy collection build --force --output-path $(CACHE)/dist .
-	$(PY) tests/check_artifact.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+	@mkdir -p $(DIST)
+	ansible-galaxy collection build --force --output-path $(DIST) .
+	$(PY) tests/check_artifact.py $(DIST)/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # The fragments (changelogs/fragments) and changelogs/changelog.yaml are valid (a few seconds). ansible-test sanity
 # lints the fragments too; this also checks the release data CHANGELOG.rst is generated from, and that they agree
@@ -262,12 +263,12 @@ $(GALAXY_IMPORTER_VENV)/bin/python:
 
 galaxy-import: build $(GALAXY_IMPORTER_VENV)/bin/python
 	$(PY) tests/check_galaxy_import.py $(GALAXY_IMPORTER_VENV)/bin/python \
-	  $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+	  $(DIST)/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # meta/execution-environment.yml through ansible-builder create and introspect, on the built artifact (no image is
 # built: no network, no container runtime; tests/check_ee.py).
 ee-check: build
-	$(PY) tests/check_ee.py $(CACHE)/dist/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
+	$(PY) tests/check_ee.py $(DIST)/kvquota-maintenance-$$(sed -n 's/^version: //p' galaxy.yml).tar.gz
 
 # Benchmarks (not tests): figures side by side with their baselines.
 bench: bench-check bench-maintenance bench-window
@@ -322,7 +323,7 @@ $(VENVS)/core-%/kvq-venv.stamp:
 	"$$venv/bin/ansible-galaxy" collection list -p "$$venv/collections" kubernetes.core 2>/dev/null | grep kubernetes.core; \
 	"$$venv/bin/python" -c 'import ansible.release; print("ansible-core", ansible.release.__version__)' > $@
 
-# ansible-lint's production profile on both ends of the supported range: the system ansible (2.18), then the newest
+# ansible-lint's production profile on both ends of the supported range: the checkout's ansible (2.18), then the newest
 # venv's ansible-core (2.21) with the kubernetes.core that venv holds and the copy of this collection the first run
 # puts under .ansible/ (ignored by git and by the build).
 NEWEST_VENV_LINT := $(VENVS)/core-$(CORE_NEWEST)/kvq-lint.stamp
@@ -342,4 +343,4 @@ roles-empty-paths: deps lab-build venv-core-newest
 	KVQ_EMPTY_PATHS_VENVS=$(EMPTY_PATHS_VENVS) $(PYTEST_LAB) -m empty_paths $(LAB_TEST_DIRS)
 
 clean:
-	rm -rf $(ANSIBLE_ROOT) $(CACHE)/dist tests/output tests/lab/*.egg-info
+	rm -rf $(ANSIBLE_ROOT) $(DIST) tests/output tests/lab/*.egg-info

@@ -346,10 +346,12 @@ class Cluster(object):
         url = self.configuration.host + path + ("?" + urlencode(query) if query else "")
         response = client.rest_client.request(method, url, headers=self._headers(header_params), body=body,
                                               _request_timeout=self.timeout)
-        # before kubernetes 37 the REST client raised on a status outside 2xx and read the body itself
+        # before kubernetes 37 the REST client read the body itself and raised on a status outside 2xx; from 37 the
+        # body is read here, before the exception is built from it (the API server's message names who was refused)
+        data = response.read() if callable(getattr(response, "read", None)) else response.data
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
-        return response.read() if callable(getattr(response, "read", None)) else response.data
+        return data
 
     def _headers(self, headers):
         """headers with the extra ones added, as an HTTPHeaderDict when there are any (a header may repeat:

@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ConflictError,
+    ForbiddenError,
     NotFoundError,
 )
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import cluster as cluster_mod
@@ -36,7 +37,11 @@ class _Recorder(BaseHTTPRequestHandler):
                               "headers": self.headers, "body": json.loads(body) if body else None})
         status, answer = {"/api/v1/namespaces/gone": (404, {"kind": "Status", "code": 404, "reason": "NotFound"}),
                           "/api/v1/namespaces/t/configmaps/busy": (409, {"kind": "Status", "code": 409,
-                                                                         "reason": "Conflict"})
+                                                                         "reason": "Conflict"}),
+                          "/api/v1/namespaces/t/resourcequotas": (403, {
+                              "kind": "Status", "code": 403, "reason": "Forbidden",
+                              "message": 'resourcequotas is forbidden: User "system:serviceaccount:t:unbound" cannot '
+                                         'list resource "resourcequotas" in API group "" in the namespace "t"'})
                           }.get(url.path, (200, {"kind": "ConfigMap", "metadata": {"name": "x"}}))
         data = json.dumps(answer).encode()
         self.send_response(status)
@@ -114,4 +119,8 @@ def test_answers_outside_2xx_are_the_cores_errors(server):
         cluster.get("/api/v1/namespaces/gone", "get namespace gone")
     with pytest.raises(ConflictError):
         cluster.request("PUT", "/api/v1/namespaces/t/configmaps/busy", body={"metadata": {"name": "busy"}})
-    assert [r["method"] for r in requests] == ["GET", "PUT"]   # an answer is no outage: nothing repeated
+    # the API server's own words reach the error: who was refused what
+    with pytest.raises(ForbiddenError) as err:
+        cluster.get("/api/v1/namespaces/t/resourcequotas", "list resourcequotas in namespace t")
+    assert 'User "system:serviceaccount:t:unbound" cannot list resource "resourcequotas"' in str(err.value)
+    assert [r["method"] for r in requests] == ["GET", "PUT", "GET"]   # an answer is no outage: nothing repeated
