@@ -657,7 +657,7 @@ def test_a_pod_admitted_during_the_reservation_is_named_and_the_base_restored_be
     assert grab["managers"], "no client named from the pod's managedFields: %s" % grab
     assert grab["created"] >= ledger_created_floor(quota)
     [warning] = [w for w in result["warnings"] if "back at its base although" in w]
-    assert "remove Pod %s/grab" % ns in warning and "roles/install/files/fence.yml" in warning and "raise" not in warning
+    assert "remove Pod %s/grab" % ns in warning and "ansible-playbook kvquota.maintenance.install" in warning and "raise" not in warning
     # Kubernetes refuses the tenant's next pod until usage is within the base again
     with pytest.raises(ApiException) as err:
         admin.create_namespaced_pod(ns, pod("next", "100m", "64Mi"))
