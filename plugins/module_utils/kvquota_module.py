@@ -28,6 +28,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
     AUTH_ARG_SPEC as K8S_AUTH_ARG_SPEC,
 )
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
 
 try:  # kubernetes.core >= 6.3
     from ansible_collections.kubernetes.core.plugins.module_utils.args_common import (
@@ -107,59 +108,75 @@ def kubeconfig_secrets(kubeconfig):
 
 def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_mod.DEFAULT_OUTAGE_BUDGET):
     """A cluster.Cluster for kubernetes.core's auth options (a module's params, or a dict with the same names or
-    the client's aliases), configured by kubernetes.core's client code. No request is made.
+    the client's aliases), through kubernetes.core's public get_api_client.
 
     kubernetes.core's rules apply: each option given, else K8S_AUTH_<OPTION>, else K8S_AUTH_<CLIENT NAME>;
     host with api_key, username+password or client_cert+client_key is enough on its own, else a kubeconfig
     or context given loads that kubeconfig (path, "a:b" list, or dict), else the in-cluster service account,
     else the default kubeconfig; options given then override the kubeconfig. TLS verification stays on unless
     validate_certs is false (or the kubeconfig skips it). impersonate_user/impersonate_groups become
-    Impersonate-* headers on every request. outage_budget: seconds a request keeps retrying transient failures
-    (see cluster.Cluster).
+    Impersonate-* headers on every request.
 
-    kubernetes.core's get_api_client is not used: it builds its dynamic client, which requests /version and
-    /apis at once (and writes a discovery cache file), so a connection failure would surface here instead of
-    as the first request's clear error, with requests the caller did not ask for.
+    get_api_client discovers the API (GET /version, /apis, unless its discovery cache file in the temporary
+    directory has them): those requests ride through blips within outage_budget seconds and each attempt ends
+    after the timeout (cluster.Cluster.open), so an unreachable or refusing API server fails here, with the
+    request's clear error.
     """
     if not HAS_KUBERNETES:
         raise KvquotaError("the Python library 'kubernetes' is required", "pip install kubernetes")
     options = dict((name, value) for name, value in (options or {}).items() if value is not None)
-    auth = k8s_client._create_auth_spec(None, **options)
-    # kubernetes.core loads a kubeconfig into the process-wide default configuration and copies it: start
-    # from a clean default so that one connection never inherits another's server or credentials
-    kubernetes.client.Configuration.set_default(None)
-    try:
-        configuration = k8s_client._create_configuration(auth)
-    except (kubernetes.config.ConfigException, IOError, OSError, ValueError, TypeError, KeyError) as err:
-        raise _configuration_error(auth, err)
-    headers = []
-    for name, value in k8s_client._create_headers(None, **options).items():
-        headers.extend((name, item) for item in (value if isinstance(value, list) else [value]))
-    return cluster_mod.Cluster(kubernetes.client.ApiClient(configuration), extra_headers=headers, timeout=timeout,
-                               outage_budget=outage_budget)
+
+    def open_api_client():
+        # kubernetes.core loads a kubeconfig into the process-wide default configuration and copies it: start
+        # from a clean default so that one connection never inherits another's server or credentials
+        kubernetes.client.Configuration.set_default(None)
+        try:
+            return k8s_client.get_api_client(**options).client.client
+        except (CoreException, kubernetes.config.ConfigException, OSError, ValueError, TypeError, KeyError) as err:
+            # not the API server's answer (those are the client's ApiException or urllib3's errors): nothing to
+            # retry, the configuration is wrong
+            raise _configuration_error(options, getattr(err, "__cause__", None) or err)
+
+    return cluster_mod.Cluster.open(open_api_client, timeout=timeout, outage_budget=outage_budget)
 
 
-def _configuration_error(auth, err):
+def _auth_option(options, name):
+    """An auth option as kubernetes.core reads it: given, else K8S_AUTH_<NAME> (for the names in messages)."""
+    return options.get(name) or os.environ.get("K8S_AUTH_%s" % name.upper()) or None
+
+
+def _configuration_error(options, err):
     """The one clear error for a connection kubernetes.core could not configure (no secret in it: the
     kubeconfig is named by its path only)."""
     reason = " ".join(str(err).split())
-    kubeconfig = auth.get('kubeconfig')
+    kubeconfig = _auth_option(options, 'kubeconfig')
+    context = _auth_option(options, 'context')
     if kubeconfig and not isinstance(kubeconfig, dict):
         paths = [path for path in str(kubeconfig).split(os.pathsep) if path]
         if not any(os.path.exists(os.path.expanduser(path)) for path in paths):
             # the client only says "Invalid kube-config file. No configuration found."
             return InputError("kubeconfig %s does not exist" % kubeconfig,
                               "give the path of a readable kubeconfig (kubeconfig option or K8S_AUTH_KUBECONFIG)")
+    if isinstance(err, OSError) and getattr(err, "filename", None):
+        # a certificate, key or CA file of the options or the kubeconfig (kubernetes.core reads them at once)
+        return InputError("cannot read %s: %s" % (err.filename, err.strerror or reason),
+                          "check the paths of ca_cert, client_cert and client_key (K8S_AUTH_SSL_CA_CERT, "
+                          "K8S_AUTH_CERT_FILE, K8S_AUTH_KEY_FILE) and in the kubeconfig")
     if isinstance(kubeconfig, dict):
         described = "the kubeconfig given as a dict"
     elif kubeconfig:
         described = "kubeconfig %s" % kubeconfig
     else:
         described = "the default kubeconfig (%s)" % (os.environ.get('KUBECONFIG') or "~/.kube/config")
-    if kubeconfig or auth.get('context'):
-        context = " context %s" % auth['context'] if auth.get('context') else ""
-        return InputError("cannot load %s%s: %s" % (described, context, reason),
+    if kubeconfig or context:
+        return InputError("cannot load %s%s: %s" % (described, " context %s" % context if context else "", reason),
                           "check the kubeconfig path and that the context exists (kubectl config get-contexts)")
+    host = _auth_option(options, 'host')
+    if host and isinstance(err, ValueError):
+        # the discovery's "Host value http://... should start with https:// when talking to HTTPS endpoint"
+        return InputError("cannot connect to host %s: %s" % (host, reason),
+                          "give the API server's https:// address as host (K8S_AUTH_HOST), with api_key, "
+                          "username and password, or client_cert and client_key")
     return UnreachableError(
         "no Kubernetes connection configured: not running in a pod and %s could not be loaded (%s)"
         % (described, reason),

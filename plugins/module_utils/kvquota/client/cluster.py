@@ -10,8 +10,8 @@ Ansible imports.
 
 Every request, read or write, goes through Cluster.request (raw JSON dicts in and out, so no typed-model
 conversion can alter an object on its way back; the paths are built here: api_path, custom_path, object_path;
-lists page by PAGE_SIZE objects with list_items). Each HTTP attempt (Cluster._send) carries the extra headers
-(impersonation) and is counted in Cluster.request_count. A request rides through control-plane blips: a
+lists page by PAGE_SIZE objects with list_items). Each HTTP attempt (Cluster._send) carries the client's default
+headers (impersonation) and is counted in Cluster.request_count. A request rides through control-plane blips: a
 transient failure (connection refused or reset, a timeout, 429, 500/502/503/504) is retried with jittered
 exponential backoff, honouring Retry-After, until the outage budget (seconds since the request's first failure)
 runs out; nothing else is retried, but for the 401/403/404 an API server that is coming back gives before its
@@ -106,6 +106,7 @@ def _is_tls(text):
 
 def map_error(exc, what, host=None):
     """The one clear KvquotaError for a failed request (ApiException, urllib3 or socket error)."""
+    host = host or _pool_address(exc)
     where = " (API server %s)" % host if host else ""
     status = getattr(exc, "status", None)
     if ApiException is not None and isinstance(exc, ApiException) or status is not None and hasattr(exc, "reason"):
@@ -158,6 +159,15 @@ def map_error(exc, what, host=None):
     return UnreachableError("cannot reach the API server to %s%s: %s" % (what, where, text),
                             "check host/kubeconfig, the network (VPN, firewall, proxy/no_proxy) and that the "
                             "cluster is up")
+
+
+def _pool_address(exc):
+    """The server a urllib3 error was about (its connection pool's scheme://host:port), or None."""
+    for cause in _causes(exc):
+        pool = getattr(cause, "pool", None)
+        if getattr(pool, "host", None):
+            return "%s://%s%s" % (pool.scheme, pool.host, ":%s" % pool.port if pool.port else "")
+    return None
 
 
 def _short_reason(exc):
@@ -276,8 +286,10 @@ def _q(text):
 class Cluster(object):
     """One API connection: raw JSON requests (request), and helpers built on it."""
 
-    def __init__(self, api_client, extra_headers=None, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET,
-                 sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, api_client, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET, sleep=time.sleep,
+                 clock=time.monotonic):
+        """api_client: a ready kubernetes ApiClient; its default headers (kubernetes.core puts impersonation there,
+        a repeated header under several keys) go with every request."""
         if isinstance(outage_budget, bool) or not isinstance(outage_budget, (int, float)) or outage_budget < 0:
             raise InputError("api_outage_budget must be a number of seconds >= 0, not %r" % (outage_budget,),
                              "give e.g. api_outage_budget: 60 (0 turns retries off)")
@@ -287,15 +299,35 @@ class Cluster(object):
         # set by a transient failure, cleared by a ready /readyz: an API server coming back serves requests
         # before its caches are filled (RBAC denies, CRDs are not found), which are no answers yet
         self._recovering = False
-        self.api_client = api_client
-        self.configuration = api_client.configuration
-        self.host = self.configuration.host
+        self.api_client = None
+        self.configuration = None
+        self.host = None
+        if api_client is not None:
+            self._attach(api_client)
         self.timeout = timeout
-        self.extra_headers = list(extra_headers or [])
         self._count = 0
         self._count_lock = threading.Lock()
         self._facts = None
         self._resources = {}
+
+    def _attach(self, api_client):
+        self.api_client = api_client
+        self.configuration = api_client.configuration
+        self.host = self.configuration.host
+
+    @classmethod
+    def open(cls, open_api_client, timeout=DEFAULT_TIMEOUT, outage_budget=DEFAULT_OUTAGE_BUDGET, sleep=time.sleep,
+             clock=time.monotonic):
+        """A Cluster on the ApiClient open_api_client() returns, for a client that makes requests while it opens
+        (kubernetes.core's get_api_client discovers the API: /version, /apis). Those requests ride through
+        blips within the outage budget like any GET, and each attempt ends after the timeout (connect + read): the
+        discovery sets no timeout of its own, so an API server that accepts connections and never answers would
+        hold the run forever. An attempt still running then is left behind on a daemon thread."""
+        cluster = cls(None, timeout=timeout, outage_budget=outage_budget, sleep=sleep, clock=clock)
+        seconds = sum(timeout) if isinstance(timeout, (tuple, list)) else timeout
+        cluster._attach(cluster._with_retries(lambda: _within(seconds, open_api_client), "GET", "/version",
+                                              "discover the API (/version, /apis)"))
+        return cluster
 
     # -- plumbing --------------------------------------------------------
 
@@ -325,8 +357,8 @@ class Cluster(object):
         return json.loads(data)
 
     def _send(self, method, path, body, query, headers):
-        """One HTTP attempt, counted, with the extra headers (impersonation): the raw response body, or the
-        client's exception.
+        """One HTTP attempt, counted, with the client's default headers (impersonation): the raw response body, or
+        the client's exception.
 
         One path for every supported kubernetes client (24.2 and later): the request is assembled from the
         client's public parts (its default headers and cookie, the configuration's host and auth_settings(), which
@@ -336,15 +368,18 @@ class Cluster(object):
         with self._count_lock:   # read_inventory lists the pods on a second thread
             self._count += 1
         client = self.api_client
-        header_params = dict(client.default_headers)
-        header_params.update(headers)
+        header_params = HTTPHeaderDict()
+        for name, value in client.default_headers.items():
+            header_params.add(str(name), value)
+        for name, value in headers.items():
+            header_params[name] = value
         if client.cookie:
             header_params["Cookie"] = client.cookie
         bearer = self.configuration.auth_settings().get("BearerToken") or {}
         if bearer.get("value"):
             header_params[bearer["key"]] = bearer["value"]
         url = self.configuration.host + path + ("?" + urlencode(query) if query else "")
-        response = client.rest_client.request(method, url, headers=self._headers(header_params), body=body,
+        response = client.rest_client.request(method, url, headers=header_params, body=body,
                                               _request_timeout=self.timeout)
         # before kubernetes 37 the REST client read the body itself and raised on a status outside 2xx; from 37 the
         # body is read here, before the exception is built from it (the API server's message names who was refused)
@@ -352,19 +387,6 @@ class Cluster(object):
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
         return data
-
-    def _headers(self, headers):
-        """headers with the extra ones added, as an HTTPHeaderDict when there are any (a header may repeat:
-        one Impersonate-Group per group)."""
-        if not self.extra_headers:
-            return headers
-        headers = HTTPHeaderDict(headers)
-        for name, value in self.extra_headers:
-            if name == "Impersonate-User":
-                headers[name] = value
-            else:
-                headers.add(name, value)
-        return headers
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.
@@ -422,6 +444,8 @@ class Cluster(object):
 
     def _ready(self):
         """Whether the API server says it is ready (GET /readyz, one attempt); clears the recovering state."""
+        if self.api_client is None:
+            return False   # still opening (Cluster.open): its discovery is retried until the budget runs out
         try:
             self._send("GET", "/readyz", None, [], {"Accept": "text/plain"})
         except Exception as exc:  # pylint: disable=broad-except
@@ -594,6 +618,27 @@ class Cluster(object):
                 pass
         self._facts = facts
         return dict(facts)
+
+
+def _within(seconds, call):
+    """call() on a daemon thread: its result or its exception, or socket.timeout when it runs longer than seconds
+    (it is left behind: a module's process ends soon after)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:  # pylint: disable=broad-except
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="kvquota-connect", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise socket.timeout("timed out after %s s" % seconds)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def _is_request_error(exc):
