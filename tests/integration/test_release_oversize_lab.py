@@ -57,6 +57,10 @@ def test_release_restores_the_base_below_usage_and_names_the_vm_that_grew(lab, e
     M.assert_ok(M.run_module("kvquota_reserve", {
         "reservation_id": rid, "ttl": "1h", "vms": [{"namespace": ns, "name": "vm-1"}],
         "safety_margin": {"limits.memory": "512Mi"}}, user))
+    # creation times have a second's resolution, and a pod created in the reservation's own second is never named
+    # (release_readiness.usage_now): the target pod must come at least a second later to be named as the VM that
+    # grew (without this wait the test failed 2 of 3 runs on an idle machine, old and new code alike)
+    time.sleep(1.1)
     migration = M.create_vmim(r, ns, "vm-1")
     M.wait(lambda: M.phase(M.vmim(r, ns, migration)) == "Succeeded", 60, "migration %s Succeeded" % migration)
     succeeded_at = time.monotonic()
