@@ -36,13 +36,13 @@ LEDGER = "kvquota.maintenance/ledger"   # where 0.1.0 kept ledgers (annotations)
 OPERATOR_NS = "kvquota-system"           # where kvquota keeps ledgers (ConfigMaps) and locks (Leases)
 
 
-def connect(auth):
-    """A Cluster for auth alone, configured as the modules configure theirs (kvquota_module.connect:
-    kubernetes.core's client configuration). kubernetes.core also reads K8S_AUTH_* variables: this process's are
+def connect(auth, **options):
+    """A Cluster for auth alone, opened as the modules open theirs (kvquota_module.connect: kubernetes.core's
+    get_api_client; options: its timeout and outage_budget). kubernetes.core also reads K8S_AUTH_* variables: this process's are
     set aside meanwhile, as an ansible_env run has only the test's."""
     saved = dict((name, os.environ.pop(name)) for name in list(os.environ) if name.startswith("K8S_AUTH_"))
     try:
-        return kvquota_module.connect(auth)
+        return kvquota_module.connect(auth, **options)
     finally:
         os.environ.update(saved)
 
