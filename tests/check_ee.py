@@ -6,23 +6,33 @@ The file has two readers (see its header), and each is checked on the collection
 1. `ansible-builder create -f meta/execution-environment.yml` in a checkout with the built tarball in its root
    (docs/awx.md): the definition is accepted, the tarball (whatever its version: the file names none) lands in the
    build context and the galaxy stage installs it, the galaxy requirements install kubernetes.core within galaxy.yml's
-   bounds, ansible-core within
-   meta/runtime.yml's requires_ansible, the Python requirements are meta/requirements.txt's, the base image is not
-   ansible-builder's outdated default.
+   bounds, the Python requirements are meta/requirements.txt's, and the base image is an Ansible EE base at a pinned
+   tag: one of the Ansible community's EE images at a <ansible-core>-<build> tag (never latest), whose ansible-core is
+   within meta/runtime.yml's requires_ansible and of the series make test runs the role tests on (Makefile
+   CORE_NEWEST); the definition installs no Python, ansible-core or ansible-runner over the base's, and the final stage
+   keeps ansible-builder's check that ansible-core and ansible-runner are there.
 2. `ansible-builder introspect` over the installed collection, as in every EE that installs it: it contributes the
    same Python requirements (through requirements.txt's -r meta/requirements.txt).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 import yaml
+from packaging.specifiers import SpecifierSet
 
 COLLECTION = "kvquota.maintenance"
-OUTDATED_BASE_IMAGE = "quay.io/ansible/ansible-runner:latest"
 PROVIDED_BY_ANSIBLE_CORE = ("pyyaml",)
+# Ansible EE bases (python3, ansible-core, ansible-runner inside) whose tags name the ansible-core they carry:
+# github.com/ansible-community/images tags each release <ansible-core>-<build> (docs/community-ee/
+# community-ee-release-process.md), and its release workflow checks `ansible --version` against it before the push.
+EE_BASE_IMAGES = ("ghcr.io/ansible-community/community-ee-minimal", "ghcr.io/ansible-community/community-ee-base")
+PINNED_TAG = re.compile(r"(\d+)\.(\d+)\.(\d+)-\d+")
+# What the base provides; installing any of them again would put another one over the base's.
+FROM_THE_BASE = ("python_interpreter", "ansible_core", "ansible_runner")
 
 
 def requirement_lines(path):
@@ -38,7 +48,7 @@ def run(cmd):
     return result
 
 
-def check_create(collection_dir, tarball, context, galaxy, runtime, problems):
+def check_create(collection_dir, tarball, context, galaxy, runtime, core_newest, problems):
     shutil.copy(tarball, collection_dir)
     result = run(["ansible-builder", "create", "-f", os.path.join(collection_dir, "meta", "execution-environment.yml"),
                   "-c", context, "--output-filename", "Containerfile", "-v3"])
@@ -70,19 +80,39 @@ def check_create(collection_dir, tarball, context, galaxy, runtime, problems):
                         % (got_python, wanted_python))
     with open(os.path.join(collection_dir, "meta", "execution-environment.yml")) as f:
         definition = yaml.safe_load(f)
-    core = definition["dependencies"]["ansible_core"]["package_pip"]
-    if core != "ansible-core" + runtime["requires_ansible"]:
-        problems.append("the EE installs %r, meta/runtime.yml requires_ansible is %r"
-                        % (core, runtime["requires_ansible"]))
     with open(os.path.join(context, "Containerfile")) as f:
         containerfile = f.read()
-    base = definition["images"]["base_image"]["name"]
-    if base == OUTDATED_BASE_IMAGE or 'ARG EE_BASE_IMAGE="%s"' % base not in containerfile:
-        problems.append("base image %r (Containerfile: %s)"
-                        % (base, [line for line in containerfile.splitlines() if "EE_BASE_IMAGE=" in line]))
+    check_base_image(definition, containerfile, runtime, core_newest, problems)
     if "ansible-galaxy collection install" not in containerfile:
         problems.append("the Containerfile installs no collections")
     return wanted_python
+
+
+def check_base_image(definition, containerfile, runtime, core_newest, problems):
+    base = definition["images"]["base_image"]["name"]
+    if 'ARG EE_BASE_IMAGE="%s"' % base not in containerfile:
+        problems.append("the Containerfile does not build on %r: %s"
+                        % (base, [line for line in containerfile.splitlines() if "EE_BASE_IMAGE=" in line]))
+    name, tag = base.rsplit(":", 1) if ":" in base.split("/")[-1] else (base, "")
+    pinned = PINNED_TAG.fullmatch(tag)
+    if name not in EE_BASE_IMAGES or not pinned:
+        problems.append("base image %r: expected one of %s at a pinned <ansible-core>-<build> tag such as 2.21.3-1 "
+                        "(not latest)" % (base, ", ".join(EE_BASE_IMAGES)))
+    else:
+        core = "%s.%s.%s" % pinned.groups()[:3]
+        if core not in SpecifierSet(runtime["requires_ansible"]):
+            problems.append("base image %r carries ansible-core %s, meta/runtime.yml requires_ansible is %r"
+                            % (base, core, runtime["requires_ansible"]))
+        if "%s.%s" % pinned.groups()[:2] != core_newest:
+            problems.append("base image %r carries ansible-core %s, make test runs the role tests on %s (Makefile "
+                            "CORE_NEWEST)" % (base, core, core_newest))
+    installed = [key for key in FROM_THE_BASE if key in definition["dependencies"]]
+    if installed:
+        problems.append("the definition installs %s over the base image's" % ", ".join(installed))
+    final = containerfile.split("FROM base AS final")[-1]
+    if "/output/scripts/check_ansible" not in final:
+        problems.append("the final stage does not check that ansible-core and ansible-runner are installed "
+                        "(options.skip_ansible_check?)")
 
 
 def check_introspect(install_root, wanted_python, problems):
@@ -104,6 +134,8 @@ def main(tarball):
         galaxy = yaml.safe_load(f)
     with open(os.path.join(repo, "meta", "runtime.yml")) as f:
         runtime = yaml.safe_load(f)
+    with open(os.path.join(repo, "Makefile")) as f:
+        core_newest = re.search(r"^CORE_NEWEST := (\S+)$", f.read(), re.M).group(1)
     expected = "%s-%s-%s.tar.gz" % (galaxy["namespace"], galaxy["name"], galaxy["version"])
     if os.path.basename(tarball) != expected:
         raise SystemExit("check_ee.py: expected the artifact %s, got %s" % (expected, tarball))
@@ -113,14 +145,14 @@ def main(tarball):
         run(["ansible-galaxy", "collection", "install", "--no-deps", "-p", install_root, tarball])
         collection_dir = os.path.join(install_root, "ansible_collections", galaxy["namespace"], galaxy["name"])
         wanted_python = check_create(collection_dir, tarball, os.path.join(tmp, "context"), galaxy, runtime,
-                                     problems)
+                                     core_newest, problems)
         os.remove(os.path.join(collection_dir, os.path.basename(tarball)))
         check_introspect(install_root, wanted_python, problems)
     if problems:
         print("meta/execution-environment.yml problems:\n- " + "\n- ".join(problems))
         return 1
     print("meta/execution-environment.yml: ansible-builder create and introspect agree with galaxy.yml, "
-          "meta/runtime.yml and meta/requirements.txt")
+          "meta/runtime.yml, meta/requirements.txt and the Makefile's CORE_NEWEST; the base image is a pinned EE base")
     return 0
 
 
