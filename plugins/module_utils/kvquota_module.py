@@ -119,8 +119,8 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
 
     get_api_client discovers the API (GET /version, /apis, unless its discovery cache file in the temporary
     directory has them): those requests ride through blips within outage_budget seconds and each attempt ends
-    after the timeout (cluster.Cluster.open), so an unreachable or refusing API server fails here, with the
-    request's clear error.
+    after the timeout (cluster.Cluster.open), so an unreachable or refusing API server fails here (or, when the
+    cache file answered, at the first request), with the request's clear error.
     """
     if not HAS_KUBERNETES:
         raise KvquotaError("the Python library 'kubernetes' is required", "pip install kubernetes")

@@ -384,15 +384,16 @@ def test_expired_reservation_is_released_only_by_the_reaper(lab, admin, cl, ns):
 def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
     plan = {(ns, "compute"): {"limits.cpu": "1"}}
-    # kubernetes.core's get_api_client discovers the API at connect: a server down or a CA missing fails there
+    # kubernetes.core's get_api_client discovers the API at connect, so a server down or a CA missing fails there,
+    # unless its discovery cache file (per server and local user) answered: then at the first request
     with pytest.raises(UnreachableError) as err:
-        M.connect({"host": "https://127.0.0.1:1", "api_key": "x"}, outage_budget=0)
+        V.reserve(M.connect({"host": "https://127.0.0.1:1", "api_key": "x"}, outage_budget=0), "x", plan, "t", "r", 60)
     assert "127.0.0.1:1" in str(err.value) and "Connection refused" in str(err.value)
 
     import yaml
     token = yaml.safe_load(open(str(lab.user_kubeconfig)))["users"][0]["user"]["token"]
     with pytest.raises(UnreachableError) as err:
-        M.connect({"host": lab.server, "api_key": token})
+        V.reserve(M.connect({"host": lab.server, "api_key": token}), "x", plan, "t", "r", 60)
     assert "TLS" in str(err.value) and "ca_cert" in str(err.value)
 
     nobody = M.connect({"kubeconfig": str(lab.admin_kubeconfig), "impersonate_user": "nobody"})
