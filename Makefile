@@ -230,11 +230,17 @@ units-newest: collection-copy-newest
 	cd $(NEWEST_COPY) && $(NEWEST_TEST) units --venv --python $(VENV_PY_$(CORE_NEWEST)) --color no --requirements
 
 
-# The plugin and role docs, and the generated part of each roles/<role>/README.md (tests/role_readmes.py).
+# The plugin and role docs, the docsite's extra docs (the users' documentation: docs/docsite/extra-docs.yml and the
+# pages of docs/docsite/rst), and the generated part of each roles/<role>/README.md (tests/role_readmes.py).
 # --validate-collection-refs all: the docs refer to kubernetes.core's modules, and antsibull-docs' own copy of a
 # dependency is empty when it sits inside a git checkout that does not track it (pyenv's site-packages).
+# lint-collection-docs checks each extra page's RST, its labels and toctrees and extra-docs.yml's entries
+# (--check-extra-docs-refs: the collection references in them too); tests/check_docsite.py then renders the whole
+# docsite with antsibull-docs and Sphinx, warnings as errors (a :ref: to a label no page defines fails only there),
+# in about 6 s.
 docs-lint: deps collection-copy
-	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs --validate-collection-refs all .
+	cd $(COLL_COPY) && antsibull-docs lint-collection-docs --plugin-docs --check-extra-docs-refs --validate-collection-refs all .
+	$(PY) tests/check_docsite.py $(ANSIBLE_ROOT)
 	$(PY) tests/role_readmes.py --check
 
 build: deps

@@ -4,13 +4,13 @@ Usage: check_ee.py dist/kvquota-maintenance-X.Y.Z.tar.gz
 
 The file has two readers (see its header), and each is checked on the collection as the artifact ships it:
 1. `ansible-builder create -f meta/execution-environment.yml` in a checkout with the built tarball in its root
-   (docs/awx.md): the definition is accepted, the tarball (whatever its version: the file names none) lands in the
-   build context and the galaxy stage installs it, the galaxy requirements install kubernetes.core within galaxy.yml's
-   bounds, the Python requirements are meta/requirements.txt's, and the base image is an Ansible EE base at a pinned
-   tag: one of the Ansible community's EE images at a <ansible-core>-<build> tag (never latest), whose ansible-core is
-   within meta/runtime.yml's requires_ansible and of the series make test runs the role tests on (Makefile
-   CORE_NEWEST); the definition installs no Python, ansible-core or ansible-runner over the base's, and the final stage
-   keeps ansible-builder's check that ansible-core and ansible-runner are there.
+   (docs/docsite/rst/awx.rst): the definition is accepted, the tarball (whatever its version: the file names none)
+   lands in the build context and the galaxy stage installs it, the galaxy requirements install kubernetes.core within
+   galaxy.yml's bounds, the Python requirements are meta/requirements.txt's, and the base image is an Ansible EE base
+   at a pinned tag: one of the Ansible community's EE images at a <ansible-core>-<build> tag (never latest), whose
+   ansible-core is within meta/runtime.yml's requires_ansible and of the series make test runs the role tests on
+   (Makefile CORE_NEWEST); the definition installs no Python, ansible-core or ansible-runner over the base's, and the
+   final stage keeps ansible-builder's check that ansible-core and ansible-runner are there.
 2. `ansible-builder introspect` over the installed collection, as in every EE that installs it: it contributes the
    same Python requirements (through requirements.txt's -r meta/requirements.txt).
 """

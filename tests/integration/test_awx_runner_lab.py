@@ -5,7 +5,7 @@
 
 What AWX does for a job template, done here with ansible_runner.run() in a separate Python process:
 - a private_data_dir laid out like AWX's: project/ (a one-line playbook importing the collection's, as
-  docs/awx.md section 3 suggests, with the collection in project/collections), inventory/hosts (the
+  docs/docsite/rst/awx.rst section 3 suggests, with the collection in project/collections), inventory/hosts (the
   built-in localhost), env/extravars (the survey answers) and env/envvars (the credential);
 - the credential is AWX's "OpenShift or Kubernetes API Bearer Token": only K8S_AUTH_HOST, K8S_AUTH_API_KEY,
   K8S_AUTH_SSL_CA_CERT and K8S_AUTH_VERIFY_SSL ("True", a string as AWX's injector writes it). The token is a
@@ -48,7 +48,7 @@ pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test
 
 NS = "a-tenant"
 VM = "a-vm-1"
-# node_maintenance_results[<node>] as docs/roles.md documents it
+# node_maintenance_results[<node>] as docs/docsite/rst/roles.rst documents it
 RESULT_KEYS = ("outcome", "step", "batches", "planned_batches", "migrated_vms", "reservations_made",
                "reservations_released", "reservations_held", "stopped_vms", "seconds", "error")
 SA_NAMESPACE = "kvquota-awx"

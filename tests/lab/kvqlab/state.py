@@ -8,9 +8,9 @@ Rancher annotation. Collection 0.1.0 kept ledgers in the annotation kvquota.main
 or its Namespace and locks as Leases in the tenant namespaces: legacy_annotations() and tenant_leases()
 find what would be left of that.
 
-The names below are the documented contract (docs/reservations.md, roles/install/files/operator-namespace.yml), written
-out here rather than imported from the collection, so that a test reading state through this module
-checks the collection instead of repeating it.
+The names below are the documented contract (docs/docsite/rst/reservations.rst,
+roles/install/files/operator-namespace.yml), written out here rather than imported from the collection, so that a test
+reading state through this module checks the collection instead of repeating it.
 
 Every function takes a target: a kvqlab Rest (anything with .get(path, **query)), a Lab, or a kubeconfig
 path. The lab's admin identity reads everything; the least-privilege user may read the operator namespace

@@ -75,7 +75,7 @@ DEFAULT_CONTROLLER = "system:serviceaccount:kubevirt:%s" % CONTROLLER_SERVICE_AC
 LABELS = {"app.kubernetes.io/managed-by": "kvquota.maintenance", "kvquota.maintenance/fence": "true"}
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 INSTALL_FIX = ("as an administrator, ansible-playbook kvquota.maintenance.install (it applies the headroom fence; "
-               "see docs/reservations.md, Headroom fence)")
+               "see docs/docsite/rst/reservations.rst, Headroom fence)")
 
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

@@ -9,8 +9,8 @@ pods), quantities (values with their formats, Go's float formatting).
 
 The rules follow KubeVirt's pkg/virt-controller/services (template.go up to v0.55, renderresources.go from v0.56,
 pkg/hypervisor from v1.8) at every release tag to v1.9.0, and Kubernetes' own pod accounting for ResourceQuota
-(component-helpers PodRequests/PodLimits and the quota pod evaluator). docs/sizing.md lists every version-dependent
-rule and what was checked.
+(component-helpers PodRequests/PodLimits and the quota pod evaluator). docs/docsite/rst/sizing.rst lists every
+version-dependent rule and what was checked.
 
 Quantities are exact Fractions; their Kubernetes formats are tracked alongside so the strings printed are the ones
 the apiserver would show on the pod.

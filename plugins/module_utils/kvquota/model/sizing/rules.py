@@ -28,7 +28,7 @@ NEWEST_AUDITED_PATCH = {
 
 # Every version-dependent rule: name -> ((first release, last release, value), ...).
 # Both bounds are release tags and inclusive; last None means "still in the newest release".
-# A version outside every range gets None (the rule does not apply). docs/sizing.md has the
+# A version outside every range gets None (the rule does not apply). docs/docsite/rst/sizing.rst has the
 # same table with the KubeVirt file or commit that shows each bound (section 6).
 RULES = {
     # memory overhead (GetMemoryOverhead): the fixed part in Mi
