@@ -117,7 +117,7 @@ def test_sidecar_documentation_is_valid_yaml():
 
 def test_extra_pods_per_container_apart_from_pvcs():
     # v1.6.3: hp-volume pod requests 10m/2M, limits 100m/80M (hotplugContainerRequests/Limits);
-    # persistent TPM: a 10Mi backend-storage PVC (docs/sizing.md section 4), charged apart
+    # persistent TPM: a 10Mi backend-storage PVC (docs/docsite/rst/sizing.rst section 4), charged apart
     obj = vmi()
     obj["spec"]["volumes"] = [{"name": "hp", "persistentVolumeClaim": {"claimName": "hp", "hotpluggable": True}}]
     obj["spec"]["domain"]["devices"]["tpm"] = {"persistent": True}

@@ -7,7 +7,7 @@ The ground truth for sizing: the lab's emulator sizes with the same core, so onl
 vectors can catch a sizing error. Every vector names its source (release tag, KubeVirt file
 and test or function) and is checked on both sides of its boundary. Expected values are
 worked out by hand from that source, never by running the code under test; the arithmetic
-is in the comments (Mi = 1,048,576; M = 1,000,000). docs/sizing.md section 6 lists the
+is in the comments (Mi = 1,048,576; M = 1,000,000). docs/docsite/rst/sizing.rst section 6 lists the
 boundaries with the commits that moved them.
 """
 
