@@ -20,6 +20,11 @@ Matching follows the apiserver's pod and PVC quota evaluators
   alias of the requests.* name); limits.* from the limits; hugepages-<size> and
   requests.hugepages-<size> from the hugepages requests; requests.<name> for extended
   (non-native) resources. A terminal pod (Succeeded/Failed) is charged count/pods only;
+- an existing pod's requests and limits follow in-place resize (UseStatusResources):
+  while a resize is pending the pod is charged the largest of its desired spec and what
+  the kubelet allocated and actuated (status.containerStatuses), the latter two only when
+  the resize is Infeasible; 1.33 to 1.36 take that largest per container, 1.37 over the
+  pod's sums (pod_requests_limits);
 - a PVC is charged persistentvolumeclaims, count/persistentvolumeclaims and
   requests.storage (plus the per-storage-class names); the pod scopes never match it;
 - admission masks the usage by the names in the quota's hard list and refuses when a
@@ -374,18 +379,18 @@ def _amount(value, label):
     return found
 
 
-def _sum_quantities_into(acc, mapping, where):
-    """acc += mapping (quantity strings or Fractions), in place on a private accumulator."""
-    for name, value in (mapping or {}).items():
-        acc[name] = acc.get(name, Fraction(0)) + _amount(value, "%s %s" % (where, name))
+def _add_into(acc, resources):
+    """acc += resources (Fractions; None adds nothing), in place on a private accumulator."""
+    for name, value in (resources or {}).items():
+        acc[name] = acc.get(name, Fraction(0)) + value
 
 
-def _max_quantities_into(acc, mapping, where):
-    """acc = max(acc, mapping) per name, in place on a private accumulator."""
-    for name, value in (mapping or {}).items():
-        amount = _amount(value, "%s %s" % (where, name))
-        if amount > acc.get(name, Fraction(0)):
-            acc[name] = amount
+def _larger_into(acc, resources):
+    """acc = max(acc, resources) per name, in place on a private accumulator; a name acc lacks is taken even at zero,
+    as Kubernetes' maxResourceList does (a zero limit still shows in the usage)."""
+    for name, value in (resources or {}).items():
+        if name not in acc or value > acc[name]:
+            acc[name] = value
 
 
 def pod_resources(containers, init_containers, add, larger):
@@ -412,34 +417,180 @@ def pod_resources(containers, init_containers, add, larger):
     return total
 
 
-def _pod_side(spec, part):
-    """Pod requests or limits (part) as Kubernetes computes them for quota.
+# ---------------------------------------------------------------------------
+# What quota charges for an existing pod: its spec, and what the kubelet reports of in-place resizes
+# ---------------------------------------------------------------------------
 
-    max(sum over containers + restartable (sidecar) init containers, each regular init
-    container plus the sidecars started before it), plus spec.overhead (for limits only where the
-    pod has that limit, as PodLimits); a pod-level spec.resources value replaces the container-derived
-    one for that name.
-    """
-    where = "pod %s" % part
+# Since in-place pod resize (InPlacePodVerticalScaling: beta and on in 1.33, GA in 1.35) the pod evaluator reads the
+# kubelet's status.containerStatuses[].allocatedResources and .resources besides the spec (pods.go PodUsageFunc,
+# UseStatusResources), so that a pod is charged what it may hold until a resize is done. From this minor release on it
+# takes the largest of the pod's summed desired, allocated and actual resources; 1.33 to 1.36 sum the largest of each
+# container (k8s.io/component-helpers resource/helpers.go AggregateContainerRequests/Limits, changed in v0.37 "to
+# prevent resource inflation for resize").
+MAX_OF_SUMS_MINOR = 37
+# The pod condition by which the kubelet says a resize waits, and the reason that says it never will be done.
+RESIZE_PENDING_CONDITION = "PodResizePending"
+RESIZE_INFEASIBLE = "Infeasible"
+_SIDES = ("requests", "limits")
 
-    def add(acc, mapping):
-        _sum_quantities_into(acc, mapping, where)
 
-    def larger(acc, mapping):
-        _max_quantities_into(acc, mapping, where)
-    result = pod_resources([(c.get("resources") or {}).get(part) for c in spec.get("containers") or ()],
-                           [((i.get("resources") or {}).get(part), i.get("restartPolicy") == "Always")
-                            for i in spec.get("initContainers") or ()], add, larger)
-    pod_level = (spec.get("resources") or {}).get(part) or {}
-    for name, value in pod_level.items():
-        if name in ("cpu", "memory"):
-            result[name] = _amount(value, "%s %s" % (where, name))
-    overhead = spec.get("overhead") or {}
-    if part == "limits":
-        # PodLimits adds the overhead to a limit only where the pod has that limit
-        overhead = dict((name, value) for name, value in overhead.items() if name in result)
-    _sum_quantities_into(result, overhead, "pod overhead")
+def is_pod_level_resource(name):
+    """Whether spec.resources (pod-level resources) may set name, which then replaces the containers' value:
+    cpu, memory and hugepages-<size> (IsSupportedPodLevelResource)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def pod_resize_infeasible(pod):
+    """Whether the kubelet found a pending resize of the pod impossible on its node (the first PodResizePending
+    condition has reason Infeasible: IsPodResizeInfeasible). Quota then charges what the kubelet allocated and
+    actuated, not a desired spec the pod will not get."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == RESIZE_PENDING_CONDITION:
+            return condition.get("reason") == RESIZE_INFEASIBLE
+    return False
+
+
+def _parsed(mapping, where):
+    """A ResourceList (Fractions) of an API mapping of quantities; None when the field is absent (Kubernetes tells an
+    absent list from an empty one: only a reported list replaces the spec)."""
+    if mapping is None:
+        return None
+    return dict((name, _amount(value, "%s %s" % (where, name))) for name, value in mapping.items())
+
+
+def _pod_label(pod):
+    """'pod namespace/name' for errors ('pod' when it has no name)."""
+    meta = pod.get("metadata") or {}
+    return "pod %s/%s" % (meta.get("namespace", ""), meta["name"]) if meta.get("name") else "pod"
+
+
+def _pod_containers(pod, label):
+    """The pod's containers as quota reads them, app containers first, then init containers in pod order: dicts of
+    spec ({requests, limits}), init, restartable (a sidecar: restartPolicy Always) and reported, the kubelet's status
+    of the container by name (None: none), as allocated (allocatedResources) and actual (resources as {requests,
+    limits}; None when the kubelet reported no resources). Quantities are parsed here, errors name the field."""
+    status = pod.get("status") or {}
+    reported = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for entry in status.get(key) or ():
+            name = entry.get("name", "")
+            if name in reported:
+                continue
+            where = "%s status.%s[%s]" % (label, key, name)
+            actual = entry.get("resources")
+            if actual is not None:
+                actual = dict((side, _parsed(actual.get(side), "%s.resources.%s" % (where, side))) for side in _SIDES)
+            reported[name] = {"allocated": _parsed(entry.get("allocatedResources"), where + ".allocatedResources"),
+                              "actual": actual}
+    spec = pod.get("spec") or {}
+    result = []
+    for key in ("containers", "initContainers"):
+        for entry in spec.get(key) or ():
+            name = entry.get("name", "")
+            resources = entry.get("resources") or {}
+            where = "%s spec.%s[%s].resources" % (label, key, name)
+            result.append({"spec": dict((side, _parsed(resources.get(side), "%s.%s" % (where, side))) for side in _SIDES),
+                           "init": key == "initContainers",
+                           "restartable": key == "initContainers" and entry.get("restartPolicy") == "Always",
+                           "reported": reported.get(name)})
     return result
+
+
+def _largest(lists):
+    """The largest value per name over ResourceLists (None: an absent list, skipped), Kubernetes' max(a, b...)."""
+    result = {}
+    for resources in lists:
+        _larger_into(result, resources)
+    return result
+
+
+def _summed(containers, pick):
+    """pod_resources of the list pick(container) gives for each container (None: nothing)."""
+    return pod_resources([pick(c) for c in containers if not c["init"]],
+                         [(pick(c), c["restartable"]) for c in containers if c["init"]], _add_into, _larger_into)
+
+
+def _each_container_largest(container, side, infeasible):
+    """One container's requests or limits (side) on 1.33 to 1.36 (determineContainerReqs/Limits): for an app
+    container or a sidecar whose status carries .resources, the largest of the desired spec, the actual and (requests
+    only) the allocated resources, the spec left out while the resize is Infeasible; otherwise the spec. A plain init
+    container is never resized: its spec."""
+    reported = container["reported"]
+    if reported is None or reported["actual"] is None or (container["init"] and not container["restartable"]):
+        return container["spec"][side]
+    held = [reported["actual"][side], reported["allocated"] if side == "requests" else None]
+    return _largest(held if infeasible else [container["spec"][side]] + held)
+
+
+def _allocated(container, infeasible):
+    """A container's allocated requests on 1.37 (containerAllocatedRequests): status allocatedResources; without it
+    the desired spec, or nothing while the resize is Infeasible (the spec is not what the pod holds)."""
+    reported = container["reported"]
+    if reported is not None and reported["allocated"] is not None:
+        return reported["allocated"]
+    return None if infeasible else container["spec"]["requests"]
+
+
+def _actual(container, side, infeasible):
+    """A container's actual requests or limits (side) on 1.37 (containerActuatedRequests/Limits): status
+    resources.<side>; for requests without it the allocated ones; then the desired spec, or nothing while the resize
+    is Infeasible."""
+    reported = container["reported"]
+    if reported is not None:
+        if reported["actual"] is not None and reported["actual"][side] is not None:
+            return reported["actual"][side]
+        if side == "requests" and reported["allocated"] is not None:
+            return reported["allocated"]
+    return None if infeasible else container["spec"][side]
+
+
+def _containers_side(containers, side, infeasible, max_of_sums):
+    """The containers' part of the pod's requests or limits (side), with what the kubelet reports: on 1.37
+    (max_of_sums) the largest of the summed desired, actual and (requests) allocated resources, the desired left out
+    while the resize is Infeasible; before, the sum of each container's largest."""
+    if not max_of_sums:
+        return _summed(containers, lambda c: _each_container_largest(c, side, infeasible))
+    held = [_summed(containers, lambda c: _actual(c, side, infeasible))]
+    if side == "requests":
+        held.append(_summed(containers, lambda c: _allocated(c, infeasible)))
+    if infeasible:
+        return _largest(held)
+    return _largest([_summed(containers, lambda c: c["spec"][side])] + held)
+
+
+def pod_requests_limits(pod, kubernetes_minor=None):
+    """(requests, limits) of an existing pod as the pod quota evaluator computes them on Kubernetes
+    1.<kubernetes_minor> (PodRequests/PodLimits with UseStatusResources on; None: the rule of 1.33 to 1.36).
+
+    The containers' part (_containers_side) takes in-place resizes into account: while one is pending the pod is
+    charged the most it may hold. A pod-level spec.resources value replaces the containers' for the names it may set
+    (the desired value: the evaluator does not ask for the pod-level status, InPlacePodLevelResourcesVerticalScaling,
+    up to 1.37.2 at least). spec.overhead is added to the requests, and to a
+    limit only where the pod has that limit and it is not zero.
+    """
+    if kubernetes_minor is not None and (isinstance(kubernetes_minor, bool) or not isinstance(kubernetes_minor, int)):
+        raise InputError("kubernetes_minor %r is not a Kubernetes minor release number" % (kubernetes_minor,),
+                         "pass the minor release as an integer (37 for Kubernetes 1.37), or None when it is not known")
+    max_of_sums = kubernetes_minor is not None and kubernetes_minor >= MAX_OF_SUMS_MINOR
+    infeasible = pod_resize_infeasible(pod)
+    label = _pod_label(pod)
+    containers = _pod_containers(pod, label)
+    spec = pod.get("spec") or {}
+    pod_level = spec.get("resources") or {}
+    overhead = _parsed(spec.get("overhead"), label + " spec.overhead") or {}
+    result = []
+    for side in _SIDES:
+        values = _containers_side(containers, side, infeasible, max_of_sums)
+        for name, value in (_parsed(pod_level.get(side), "%s spec.resources.%s" % (label, side)) or {}).items():
+            if is_pod_level_resource(name):
+                values[name] = value
+        for name, value in overhead.items():
+            if side == "requests":
+                values[name] = values.get(name, Fraction(0)) + value
+            elif values.get(name):
+                values[name] = values[name] + value
+        result.append(values)
+    return result[0], result[1]
 
 
 def usage_from_requests_limits(requests, limits, one=Fraction(1)):
@@ -466,12 +617,19 @@ def pod_is_terminal(pod):
     return ((pod.get("status") or {}).get("phase")) in FINISHED_POD_PHASES
 
 
-def pod_usage(pod):
-    """What quota charges for an existing pod manifest (the pod evaluator's Usage)."""
+def pod_usage(pod, kubernetes_minor=None):
+    """What quota charges for an existing pod manifest (the pod evaluator's Usage) on Kubernetes 1.<kubernetes_minor>.
+
+    Its spec and, since in-place resize, what the kubelet reports of it (pod_requests_limits): a tenant who resizes a
+    pod is charged the most the pod may hold until the resize is done. 1.33 to 1.36 and 1.37 differ where several
+    containers resize at once, where the status lacks .resources, for plain init containers' status and for an
+    Infeasible resize of a container the kubelet reports nothing for; None (the release is not known here) follows
+    1.33 to 1.36.
+    """
     if pod_is_terminal(pod):
         return {POD_COUNT: Fraction(1)}
-    spec = pod.get("spec") or {}
-    return usage_from_requests_limits(_pod_side(spec, "requests"), _pod_side(spec, "limits"))
+    requests, limits = pod_requests_limits(pod, kubernetes_minor)
+    return usage_from_requests_limits(requests, limits)
 
 
 def released_by_completion(usage):

@@ -429,9 +429,9 @@ def read_usage(cluster, own, namespace, names):
 
 
 def _source_charges(sources):
-    """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (read from
-    its spec; the pod may have completed since), by the VMI uid of its controller ownerReference; pods gone or
-    replaced are left out."""
+    """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (pod_usage of it
+    as if still running: its spec and what the kubelet last reported of an in-place resize; the pod may have completed
+    since), by the VMI uid of its controller ownerReference; pods gone or replaced are left out."""
     result = {}
     for ref, pod in sources:
         if pod is None or (ref.get("uid") and ownership.uid_of(pod) != ref["uid"]):
