@@ -74,7 +74,7 @@ lab-build-newest:
 	KVQ_K8S_VERSION=$(K8S_NEWEST) bash tests/lab/build.sh
 
 # The reduced module suite on the newest Kubernetes, in make test (about 5.5 min): the lab itself (the release it
-# runs), what quota charges for a pod (pod-level resources, GA in 1.37), the headroom fence (a
+# runs), what quota charges for a pod (pod-level resources, on by default since 1.34), the headroom fence (a
 # ValidatingAdmissionPolicy; pods/resize, GA in 1.35), every quota owner's writes and restores, the check against
 # the real quota status, and the migrations charged by real quota admission.
 # make lab-tests KVQ_K8S_VERSION=v1.37.2 runs the whole module suite there (about 12.5 min).
