@@ -273,6 +273,39 @@ blocked_vms:
         hooks.kubevirt.io/hookSidecars is not valid JSON"
       fix: "fix the VM's hook sidecar annotation ...; the VM stays where it is until then, the other VMs are not held up"
   version_added: 1.0.0
+overhead_differences:
+  description:
+    - The running VMs whose launcher pod memory overhead as KubeVirt reports it differs from the one kvquota computes
+      for them with the cluster's configuration now (the same KubeVirt version and overhead ratio the check sizes
+      with), or cannot be read. KubeVirt v1.9.0 and later report it (feature gate C(VmiMemoryOverheadReport), Beta,
+      on by default) in the VMI's C(status.memory.memoryOverhead) (the running pod's; after a migration, the target
+      pod's) and, during a migration, C(status.migrationState.targetMemoryOverhead) (the target pod's, compared only
+      while the migration is under way). Older versions, or the gate off, report nothing and the list stays empty.
+    - Each with C(namespace), C(vm), C(field) (which of the two), C(reported) and C(computed) (bytes, with
+      C(reported_quantity) and C(computed_quantity) as quantity strings), C(difference) (reported minus computed) and
+      C(why), the likely reason, checked by recomputing where it can be. The overhead ratio or the KubeVirt version
+      changed since the VM started (its pod was rendered with the ratio or version named, and its target pod will be
+      sized with the current ones). Otherwise a sizing rule kvquota lacks. A value that is not a quantity of whole,
+      non-negative bytes has C(reported) null and C(malformed) saying what is wrong with it.
+    - Reported only. A tenant with KubeVirt's edit role can write a VMI's status (the VMI has no status subresource
+      and virt-api checks only spec and reserved-label changes), so the value never changes a size, a plan or a
+      reservation, and a malformed one blocks nothing. Where KubeVirt reports more than kvquota computes for no
+      known reason, give a C(safety_margin) or report the VM to the maintainers.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: tenant-a
+      vm: db-1
+      field: status.memory.memoryOverhead
+      reported: 287727616
+      reported_quantity: 280984Ki
+      computed: 431591616
+      computed_quantity: "431591616"
+      difference: -143864000
+      why: "the overhead ratio changed since the VM started: its pod was rendered with ratio unset, the cluster has
+        1.5 now (its target pod is sized with the current one)"
+  version_added: 1.0.0
 fixes:
   description: The changes an operator should make, as text and data, for example raising a quota.
   returned: always
@@ -297,7 +330,7 @@ capacity:
       node-2: {schedulable: true, free: {pods: "108", requests.cpu: 63595m, requests.memory: 251Gi}}
     not_modelled: node affinity and nodeSelector, taints and tolerations, ...
 summary:
-  description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers and VMs blocked alone (C(blocked_vms)).
+  description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers, VMs blocked alone (C(blocked_vms)) and VMs whose reported memory overhead differs (C(overhead_differences)).
   returned: always
   type: dict
 scope:

@@ -14,6 +14,7 @@ import pytest
 from kvqlab import emulator, scenarios
 from kvqlab.emulator import knobs as knobs_mod
 from kvqlab.emulator import rancher as rancher_mod
+from kvqlab.emulator import render
 from kvqlab.emulator.rest import Rest, WorkQueue
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
@@ -39,6 +40,18 @@ def test_knobs_parse_and_layering():
         {"rancher": "true", "fail_migrations": "a,b"}
     with pytest.raises(ValueError):
         knobs_mod.knobs_to_data({"no_such_knob": 1})
+
+
+def test_overhead_report_knob_and_quantity():
+    k = knobs_mod.parse_knobs({"overhead_report_offsets": "vm-a=64Mi, ns/vm-b=-1"})
+    assert (k.overhead_offset("x", "vm-a"), k.overhead_offset("ns", "vm-b"), k.overhead_offset("other", "vm-b")) == \
+        (64 * 2**20, -1, 0)
+    assert knobs_mod.parse_knobs({"overhead_report_offsets": '{"all": "1Ki"}'}).overhead_offset("a", "b") == 1024
+    assert knobs_mod.parse_knobs({"overhead_report_offsets": ""}).overhead_report_offsets == ()
+    assert knobs_mod.knobs_to_data({"overhead_report_offsets": {"vm-a": "64Mi"}}) == {"overhead_report_offsets": "vm-a=64Mi"}
+    # resource.NewQuantity(n, BinarySI).String(), as virt-controller writes status.memory.memoryOverhead
+    assert [render.binary_si(n) for n in (431591616, 287727616, 0, 1024, 1023)] == \
+        ["431591616", "280984Ki", "0", "1Ki", "1023"]
 
 
 def test_workqueue_dedup_delay_and_exclusive_processing():

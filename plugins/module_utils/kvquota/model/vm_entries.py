@@ -12,6 +12,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import overhead_report
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.rules import (
@@ -78,12 +79,12 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         if key not in cache:
             try:
                 pod = launcher_pod(vmi, config, namespace_labels=ns_labels, quota_tracks=tracks)
-                cache[key] = (dict(pod.total_charge()), dict(pod.charge), list(pod.notes), None)
+                cache[key] = (dict(pod.total_charge()), dict(pod.charge), list(pod.notes), None, pod.memory_overhead)
             except VmInputError as err:
                 # the VM's owner wrote something that cannot be sized: this VM (or this namespace's VMs, for a
                 # namespace label) is blocked, the others are planned
-                cache[key] = ({}, {}, [], err)
-        charge, pod_charge, notes, error = cache[key]
+                cache[key] = ({}, {}, [], err, None)
+        charge, pod_charge, notes, error, overhead = cache[key]
         source_pod = _source_pod(vmi, by_owner)
         facts = q.launcher_pod_facts(vmi, default_pc)
         if source_pod is not None and (source_pod.get("spec") or {}).get("priorityClassName"):
@@ -114,6 +115,10 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
             "grown_causes": growth_causes(vmi, config, ns_labels, tracks,
                                           lambda pod: explains(grown, signed_difference(pod.charge, source)))
             if grown else [],
+            # where KubeVirt's own report of the running (or target) pod's memory overhead differs from ours:
+            # reported only, never an amount (a tenant can write the VMI's status)
+            "overhead_differences": overhead_report.compare(namespace, vmi, config, overhead)
+            if error is None else [],
         })
     return entries, idle
 

@@ -264,6 +264,14 @@ def blocked_vms(scope_plan):
             for namespace, ns_plan in sorted(scope_plan.namespaces.items()) for vm in ns_plan.vms if vm.get("blocked")]
 
 
+def overhead_differences(scope_plan):
+    """[OverheadDifference.as_dict()] of every running VM whose memory overhead as KubeVirt reports it (v1.9's
+    VMI status) differs from the one kvquota computes, or cannot be read (vm_entries, model/overhead_report.py):
+    reported only, nothing is sized or reserved with it (a tenant can write the VMI's status)."""
+    return [difference.as_dict() for _namespace, ns_plan in sorted(scope_plan.namespaces.items())
+            for vm in ns_plan.vms for difference in vm.get("overhead_differences") or ()]
+
+
 def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
     """(namespace report, [(quota, plan, fixes)]) of one namespace: its findings, rendered."""
     namespace = ns_plan.name
@@ -325,6 +333,8 @@ def evaluate(snapshot, options=None, scope_plan=None):
     # the VMs blocked alone: each is also a warning of its namespace; the other VMs are planned without them
     report["blocked_vms"] = blocked_vms(planned)
     report["summary"]["blocked_vms"] = len(report["blocked_vms"])
+    report["overhead_differences"] = overhead_differences(planned)
+    report["summary"]["overhead_differences"] = len(report["overhead_differences"])
     return report
 
 

@@ -207,8 +207,12 @@ class Emulator(EvacuationMixin):
     # --------------------------------------------------------------- handlers
     def _on_knobs(self, etype, obj, old):
         data = {} if etype == "DELETED" else (obj.get("data") or {})
+        offsets = self.knobs.overhead_report_offsets
         self.knobs = knobs_mod.parse_knobs(data, self.default_knobs)
         log.info("knobs: %s", self.knobs)
+        if self.knobs.overhead_report_offsets != offsets:
+            for v in self.vmis.list():   # the reported overheads change with the knob
+                self.queue.add(("vmi", v["metadata"]["namespace"], v["metadata"]["name"]))
         if self._last_agent_restart is not None and self.knobs.rancher_agent_restart != self._last_agent_restart:
             rlog.info("cattle-cluster-agent restarted (trigger %r): resyncing every namespace quota",
                       self.knobs.rancher_agent_restart)
@@ -751,6 +755,8 @@ class Emulator(EvacuationMixin):
         self.ensure_disruption_budget(vmi)
         if current and not (ms and not ms.get("completed")):
             self.sync_launcher_image(vmi, current[0])
+        if current:
+            self.sync_memory_overhead(vmi, current[0])
         # a source pod vacated by a successful migration completes some time after the VMIM
         # is Succeeded (the delay knob is read now, so changing it affects waiting pods)
         soonest = None
@@ -764,6 +770,26 @@ class Emulator(EvacuationMixin):
             else:
                 self.finish_source_pod(p)
         return soonest
+
+    def reported_overhead(self, vmi, pod):
+        """virt-controller v1.9: a launcher pod's kubevirt.io/memory-overhead-bytes as the BinarySI quantity it
+        writes to the VMI, plus the overhead_report_offsets knob for this VMI; None without the annotation."""
+        text = ((pod.get("metadata") or {}).get("annotations") or {}).get(render.MEMORY_OVERHEAD_ANNOTATION)
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            return None
+        md = vmi["metadata"]
+        return render.binary_si(value + self.knobs.overhead_offset(md["namespace"], md["name"]))
+
+    def sync_memory_overhead(self, vmi, pod):
+        """status.memory.memoryOverhead from the running pod (lifecycle.go updateMemoryOverheadStatusFromPod)."""
+        want = self.reported_overhead(vmi, pod)
+        memory = (vmi.get("status") or {}).get("memory") or {}
+        if want is not None and memory.get("memoryOverhead") != want:
+            md = vmi["metadata"]
+            self.patch_status("vmi", md["namespace"], md["name"], {"memory": dict(memory, memoryOverhead=want)},
+                              self.vmis)
 
     def eviction_strategy(self, vmi):
         cr = self.kubevirt_cr() or {}
@@ -868,7 +894,11 @@ class Emulator(EvacuationMixin):
                     return self.fail(m, vmi, "target pod unschedulable for %ds (unschedulable pending timeout)" % waited)
                 return max(1.0, self.knobs.pending_timeout_seconds - waited)
             m = self.set_phase(m, "Scheduled", {"migrationState": self.vmim_state(m, vmi, target)})
-            self.update_vmi_migration(vmi, m, target, {"targetNode": node, "targetPod": target["metadata"]["name"]})
+            changes = {"targetNode": node, "targetPod": target["metadata"]["name"]}
+            target_overhead = self.reported_overhead(vmi, target)
+            if target_overhead is not None:   # migration.go updateTargetMemoryOverheadFromPod
+                changes["targetMemoryOverhead"] = target_overhead
+            self.update_vmi_migration(vmi, m, target, changes)
             m = self.set_phase(m, "PreparingTarget")
             phase = "PreparingTarget"
         if phase in ("Scheduled", "PreparingTarget"):

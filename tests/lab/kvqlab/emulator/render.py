@@ -17,6 +17,11 @@ CREATED_BY_LABEL = "kubevirt.io/created-by"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 INITIAL_NODE_ANNOTATION = "kvqlab.io/initial-node"
 HARVESTER_RATIO_SETTING = "additional-guest-memory-overhead-ratio"
+# KubeVirt v1.9.0+ (feature gate VmiMemoryOverheadReport, Beta): the overhead virt-controller computed for a launcher
+# pod, in decimal bytes on the pod (template.go), copied to the VMI's status as a BinarySI quantity
+MEMORY_OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
+OVERHEAD_REPORT_GATE = "VmiMemoryOverheadReport"
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def strip_v(version):
@@ -35,6 +40,21 @@ def cluster_config(kubevirt_cr, harvester_settings=None, default_version=None):
         version = (kubevirt_cr.get("status") or {}).get("observedKubeVirtVersion")
     version = strip_v(version or default_version)
     return sizing.config_from_cluster(kubevirt_cr, harvester_settings, kubevirt_version=version)
+
+
+def reports_overhead(config):
+    """Whether the emulated KubeVirt reports launcher memory overheads: v1.9.0 or newer, the gate not disabled."""
+    return config.version >= (1, 9, 0) and OVERHEAD_REPORT_GATE not in tuple(config.disabled_feature_gates or ())
+
+
+def binary_si(value):
+    """An integer as resource.NewQuantity(value, BinarySI).String() prints it: 280984Ki, 431591616, 0."""
+    value = int(value)
+    number, power = abs(value), 0
+    while number and number % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+        number //= 1024
+        power += 1
+    return "%s%d%s" % ("-" if value < 0 else "", number, _BINARY_SUFFIXES[power])
 
 
 def grow_memory(value, knobs):
@@ -87,6 +107,9 @@ def launcher_pod(vmi, config, knobs, namespace_labels=None, tracks=frozenset(),
     labels.pop("kubevirt.io/nodeName", None)
     labels.update({"kubevirt.io": "virt-launcher", CREATED_BY_LABEL: md["uid"]})
     annotations = {"kubevirt.io/domain": md["name"]}
+    if reports_overhead(config):
+        # the overhead of the sizing, before the oversize knobs (which stand for a pod larger than KubeVirt computes)
+        annotations[MEMORY_OVERHEAD_ANNOTATION] = str(math.ceil(lp.memory_overhead))
     if migration is not None:
         labels[MIGRATION_JOB_LABEL] = migration["metadata"]["uid"]
         annotations["kubevirt.io/migrationJobName"] = migration["metadata"]["name"]
