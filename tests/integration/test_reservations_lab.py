@@ -311,6 +311,60 @@ def test_rancher_project_limit_fails_early_and_changes_nothing(lab, admin, cl, n
         admin.delete_namespace(cluster_ns)
 
 
+@pytest.fixture
+def cattle_cluster(admin):
+    """A namespace for Rancher Projects (Rancher keeps them in the cluster's namespace)."""
+    name = "c-" + secrets.token_hex(3)
+    admin.create_namespace({"metadata": {"name": name, "labels": {"kvqlab/test": "true"}}})
+    yield name
+    admin.delete_namespace(name)
+
+
+EXTENDED_RAW = '{"limit":{"limitsCpu":"2","extended":{"count/pods":"3"}}}'
+
+
+def _extended_project_namespace(lab, admin, ns, cluster_ns, cap):
+    """Project p-team capping count/pods (no fixed Rancher key: Rancher 2.14's extended map) at cap, and ns in it with
+    EXTENDED_RAW; returns the name of ns's Rancher quota."""
+    client.CustomObjectsApi(lab.api_client(admin=True)).create_namespaced_custom_object(
+        "management.cattle.io", "v3", cluster_ns, "projects", {
+            "apiVersion": "management.cattle.io/v3", "kind": "Project",
+            "metadata": {"name": "p-team", "namespace": cluster_ns},
+            "spec": {"displayName": "team", "clusterName": cluster_ns,
+                     "resourceQuota": {"limit": {"limitsCpu": "4", "extended": {"count/pods": cap}}},
+                     "namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "2", "extended": {"count/pods": "3"}}}}})
+    name = _rancher_namespace(lab, admin, ns, EXTENDED_RAW, project="%s:p-team" % cluster_ns)
+    assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "2", "count/pods": "3"}
+    return name
+
+
+def test_rancher_extended_resource_is_reserved_and_restored_exactly(lab, admin, cl, ns, rancher, cattle_cluster):
+    name = _extended_project_namespace(lab, admin, ns, cattle_cluster, "10")
+    result = V.reserve(cl, "x1", {(ns, name): {"count/pods": "2"}}, "lab-test", "drain", 600, rancher_sync_timeout=30)
+    assert result["changed"] and result["quotas"][0]["written_on"] == "namespace"
+    assert not result.get("skipped")
+    assert json.loads(raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA])["limit"] == {
+        "limitsCpu": "2", "extended": {"count/pods": "5"}}
+    assert raw_quota(admin, ns, name)["spec"]["hard"] == {"limits.cpu": "2", "count/pods": "5"}
+    V.release(cl, "x1", timeout=30, rancher_sync_timeout=30)
+    assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == EXTENDED_RAW      # byte for byte
+    quota = raw_quota(admin, ns, name)
+    assert quota["spec"]["hard"] == {"limits.cpu": "2", "count/pods": "3"}
+    assert ledger(admin, quota) is None
+
+
+def test_rancher_extended_project_cap_too_small_fails_early_and_names_the_fix(lab, admin, cl, ns, rancher,
+                                                                              cattle_cluster):
+    name = _extended_project_namespace(lab, admin, ns, cattle_cluster, "4")
+    with pytest.raises(InputError) as err:
+        V.reserve(cl, "x2", {(ns, name): {"count/pods": "2"}}, "lab-test", "drain", 600, rancher_sync_timeout=30)
+    text = str(err.value)
+    assert "limits extended.count/pods to 4" in text and "would need 5" in text
+    assert "nothing was changed" in text and "raise the limit named above" in text
+    assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == EXTENDED_RAW
+    assert ledger(admin, raw_quota(admin, ns, name)) is None
+
+
 # ---------------------------------------------------------------------------
 # concurrency
 

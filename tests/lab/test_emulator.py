@@ -128,6 +128,37 @@ def test_rancher_pure_functions():
     assert rancher_mod.harvester_desired_hard(rq, {"limits.cpu": "3"}) is None
 
 
+def test_rancher_extended_limits_like_rancher_2_14():
+    # Rancher 2.14 pkg/resourcequota/quota_validate.go: extended first, then the fixed keys ("the fixed data wins")
+    assert rancher_mod.rancher_limit_to_hard({"limitsCpu": "3", "extended": {"limits.cpu": "300", "count/pods": "4"}}) \
+        == {"limits.cpu": "3", "count/pods": "4"}
+    assert rancher_mod.rancher_limit_to_hard({"extended": {"limits.cpu": "300"}}) == {"limits.cpu": "300"}
+    project = {"spec": {"resourceQuota": {"limit": {"limitsCpu": "10", "extended": {"count/pods": "5"}}},
+                        "namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "1", "extended": {
+                            "count/pods": "2", "requests.nvidia.com/gpu": "1"}}}}}
+
+    def ns(name, limit=None):
+        annotations = {rancher_mod.PROJECT_ANNOTATION: "local:p-1"}
+        if limit is not None:
+            annotations[rancher_mod.QUOTA_ANNOTATION] = json.dumps({"limit": limit})
+        return {"metadata": {"name": name, "annotations": annotations}}
+    # completeQuota: the namespace's extended map replaces the default's whole
+    mine = ns("t", {"limitsCpu": "2", "extended": {"count/pods": "3"}})
+    assert rancher_mod.effective_limit(mine, project) == {"limitsCpu": "2", "extended": {"count/pods": "3"}}
+    defaulted = ns("u")
+    assert rancher_mod.rancher_limit_to_hard(rancher_mod.effective_limit(defaulted, project)) == {
+        "limits.cpu": "1", "count/pods": "2", "requests.nvidia.com/gpu": "1"}
+    # without an extended default the namespace's extended map is not applied
+    bare = {"spec": {"namespaceDefaultResourceQuota": {"limit": {"limitsCpu": "1"}}}}
+    assert rancher_mod.effective_limit(mine, bare) == {"limitsCpu": "2"}
+    # the project caps count/pods at 5: 3 + 2 fits, 4 + 2 does not
+    assert rancher_mod.project_violation(mine, project, [mine, defaulted]) is None
+    assert rancher_mod.used_limit(project, [mine, defaulted]) == {"limitsCpu": "3", "extended": {"count/pods": "5"}}
+    grown = ns("t", {"limitsCpu": "2", "extended": {"count/pods": "4"}})
+    msg = rancher_mod.project_violation(grown, project, [grown, defaulted])
+    assert "count/pods=6" in msg and "exceeds project limit" in msg
+
+
 def test_render_launcher_and_target_pod():
     from kvqlab.emulator import render
     vmi = scenarios.vmi_object({"name": "v", "namespace": "n", "cpu": 2, "memory": "4Gi",

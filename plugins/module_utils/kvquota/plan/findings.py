@@ -279,12 +279,7 @@ def _with_rancher_limit(ns_obj, limit):
     """A copy of a namespace whose field.cattle.io/resourceQuota limit holds limit (quota names -> strings)."""
     _present, _raw, parsed = rancher.rancher_annotation(ns_obj)
     parsed = dict(parsed)
-    merged = dict(parsed.get("limit") or {})
-    for name, text in limit.items():
-        key = rancher_keys.rancher_key(name)
-        if key:
-            merged[key] = text
-    parsed["limit"] = merged
+    parsed["limit"] = rancher_keys.with_names(parsed.get("limit") or {}, limit)
     result = dict(ns_obj)
     ns_meta = dict(meta(ns_obj))
     annotations = dict(ns_meta.get("annotations") or {})

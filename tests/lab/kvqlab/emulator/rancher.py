@@ -9,7 +9,14 @@ Rancher (cattle-cluster-agent's resource quota sync), as seen from the cluster:
   replaced when it differs (this is what reverts a direct edit: field report 2);
 - a project limit (Project spec.resourceQuota.limit) caps the sum over the project's
   namespaces; a namespace whose limit would exceed it is not applied and gets the
-  condition ResourceQuotaValidated=False in its cattle.io/status annotation.
+  condition ResourceQuotaValidated=False in its cattle.io/status annotation;
+- Rancher 2.14+: a limit may hold "extended", a map from any ResourceQuota resource name to a
+  quantity (rancher/rancher 52544, 56498). A limit becomes a ResourceList extended entries first,
+  then the fixed keys, so a fixed key wins over an extended entry of the same name
+  (pkg/resourcequota/quota_validate.go ConvertLimitToResourceList); a namespace's "extended" replaces
+  the project default's whole map, and only when the default has one (completeQuota in
+  pkg/controllers/managementuser/resourcequota/resource_quota_sync.go); the project's usedLimit puts
+  names without a fixed key back into "extended" (convertResourceListToLimit).
 
 Harvester (>= v1.4.2) quota scaling: spec.hard[limits.cpu|limits.memory] = namespace
 annotation base + sum of the JSON ResourceLists in annotations
@@ -54,6 +61,7 @@ RANCHER_KEYS = {
     "limitsMemory": "limits.memory",
 }
 RESOURCE_TO_RANCHER = {v: k for k, v in RANCHER_KEYS.items()}
+EXTENDED = "extended"
 
 
 def is_rancher_quota(rq):
@@ -61,8 +69,13 @@ def is_rancher_quota(rq):
 
 
 def rancher_limit_to_hard(limit):
-    """{'limitsCpu': '3000m'} -> {'limits.cpu': '3000m'}; unknown keys are ignored (as Rancher does)."""
-    return {RANCHER_KEYS[k]: str(v) for k, v in (limit or {}).items() if k in RANCHER_KEYS and v not in (None, "")}
+    """{'limitsCpu': '3000m', 'extended': {'count/pods': '4'}} -> {'limits.cpu': '3000m', 'count/pods': '4'}:
+    extended entries first, the fixed keys over them (Rancher: "the fixed data wins"); unknown keys are ignored."""
+    extended = (limit or {}).get(EXTENDED)
+    hard = {str(k): str(v) for k, v in (extended.items() if isinstance(extended, dict) else ()) if v not in (None, "")}
+    hard.update({RANCHER_KEYS[k]: str(v) for k, v in (limit or {}).items()
+                 if k in RANCHER_KEYS and v not in (None, "")})
+    return hard
 
 
 def namespace_limit(ns):
@@ -93,6 +106,13 @@ def effective_limit(ns, project=None):
         return None
     merged = dict(default)
     merged.update(own or {})
+    # Rancher's completeQuota: the namespace's extended map replaces the default's whole, only when the default
+    # has one; otherwise the namespace's is ignored (a namespace outside any project keeps the lab's leniency:
+    # its own limit applies as it is)
+    if EXTENDED in default:
+        merged[EXTENDED] = (own or {}).get(EXTENDED, default[EXTENDED])
+    elif default:
+        merged.pop(EXTENDED, None)
     return merged
 
 
@@ -136,9 +156,13 @@ def used_limit(project, namespaces):
         if lim:
             total = resources.add(total, parse(rancher_limit_to_hard(lim)))
     plimit = (((project or {}).get("spec") or {}).get("resourceQuota") or {}).get("limit") or {}
-    keep = [RANCHER_KEYS[k] for k in plimit if k in RANCHER_KEYS]
+    keep = list(rancher_limit_to_hard(plimit))
     formatted = resources.format_resource_list(resources.mask(total, keep))
-    return {RESOURCE_TO_RANCHER[n]: v for n, v in formatted.items()}
+    result = {RESOURCE_TO_RANCHER[n]: v for n, v in formatted.items() if n in RESOURCE_TO_RANCHER}
+    extended = {n: v for n, v in formatted.items() if n not in RESOURCE_TO_RANCHER}
+    if extended:
+        result[EXTENDED] = extended
+    return result
 
 
 def harvester_deltas(rq):

@@ -5,13 +5,15 @@
 field.cattle.io/resourceQuota (merged with the project's namespace default). kvquota writes that annotation (only
 keys the project defines), then waits until Rancher's agent applied it to spec.hard, adopting a Rancher project
 member's rewrite on the way (wait_applied). kvquota never writes spec.hard of a Rancher-owned quota: that bypasses
-the project limit, and Rancher 2.14+ refuses it."""
+the project limit, and Rancher 2.14+ refuses it. A resource without a fixed Rancher key goes into the limit's
+`extended` map (Rancher 2.14+, model/rancher_keys.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import copy
 import json
+import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import (
@@ -27,7 +29,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.r
     default_format,
     parse_resource_list,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.rancher_keys import quota_name_for, rancher_key
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.rancher_keys import (
+    EXTENDED,
+    limit_key,
+    limit_names,
+    rancher_key,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.ledger import (
     LEDGER_ANNOTATION,
     desired_strings,
@@ -46,6 +53,8 @@ RANCHER_CREATOR_LABEL = "cattle.io/creator"
 RANCHER_QUOTA_ANNOTATION = "field.cattle.io/resourceQuota"
 RANCHER_PROJECT_ANNOTATION = "field.cattle.io/projectId"
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
+# a ResourceQuota resource name (a qualified name: optional DNS-subdomain prefix and "/"), as an extended key must be
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see wait_applied)
 DEFAULT_RANCHER_ADOPTIONS = 3
 
@@ -68,25 +77,48 @@ def rancher_annotation(namespace):
         # RecursionError: valid JSON nested deeper than Python's decoder goes (a project member may write it)
         raise InputError("the %s annotation of namespace %s is not valid JSON (or nested too deeply to read)"
                          % (RANCHER_QUOTA_ANNOTATION, _meta(namespace).get("name")), fix)
-    # the shape Rancher reads: {"limit": {key: "quantity"}, ...}; anything else is refused by name, never guessed at
+    # the shape Rancher reads: {"limit": {key: "quantity", ..., "extended": {name: "quantity"}}, ...}; anything
+    # else is refused by name, never guessed at (a project member may write it)
     limit = parsed.get("limit") if isinstance(parsed, dict) else None
-    if not isinstance(parsed, dict) or (limit is not None and not isinstance(limit, dict)) or any(
-            not isinstance(value, (str, int, float)) or isinstance(value, bool) for value in (limit or {}).values()):
+    if not isinstance(parsed, dict) or not _is_limit(limit):
         raise InputError("the %s annotation of namespace %s is not a JSON object whose \"limit\" maps resource "
-                         "names to quantities" % (RANCHER_QUOTA_ANNOTATION, _meta(namespace).get("name")), fix)
+                         "names to quantities (and \"%s\" to a map of resource names to quantities)"
+                         % (RANCHER_QUOTA_ANNOTATION, _meta(namespace).get("name"), EXTENDED), fix)
     return True, raw, parsed
 
 
+def _is_limit(limit):
+    """Whether limit is absent or has the shape of Rancher's ResourceQuotaLimit."""
+    if limit is None:
+        return True
+    if not isinstance(limit, dict):
+        return False
+    extended = limit.get(EXTENDED, {})
+    fixed = [value for key, value in limit.items() if key != EXTENDED]
+    if not isinstance(extended, dict) or not all(_is_quantity_text(v) for v in fixed):
+        return False
+    # Rancher's own rule for extended: keys parse as resource names, values as quantities
+    return all(_RESOURCE_NAME.match(name) and _is_quantity_text(value) and _parses(value, name)
+               for name, value in extended.items())
+
+
+def _is_quantity_text(value):
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _parses(value, name):
+    try:
+        parse_quantity(str(value), name)
+    except InputError:
+        return False
+    return True
+
+
 def rancher_limit(namespace):
-    """The namespace's Rancher limit as quota names -> strings (keys without a quota name are dropped)."""
+    """The namespace's Rancher limit as quota names -> strings, fixed keys and extended entries, a fixed key
+    winning as in Rancher (rancher_keys.limit_names; keys without a quota name are dropped)."""
     _present, _raw, parsed = rancher_annotation(namespace)
-    limit = parsed.get("limit") or {}
-    result = {}
-    for key, value in limit.items():
-        name = quota_name_for(key)
-        if name and value not in (None, ""):
-            result[name] = str(value)
-    return result
+    return dict((name, str(value)) for name, value in limit_names(parsed.get("limit") or {}).items())
 
 
 def project_ref(namespace):
@@ -106,15 +138,18 @@ def project_fit(project, namespaces, namespace_name, new_limit):
     Returns (ok, [messages]) where a message names the key, the project limit and the sum needed.
     """
     spec = (project or {}).get("spec") or {}
-    limit = ((spec.get("resourceQuota") or {}).get("limit")) or {}
-    default = ((spec.get("namespaceDefaultResourceQuota") or {}).get("limit")) or {}
+    raw_limit = ((spec.get("resourceQuota") or {}).get("limit")) or {}
+    limit = limit_names(raw_limit)
+    default = limit_names(((spec.get("namespaceDefaultResourceQuota") or {}).get("limit")) or {})
     meta = _meta(project)
     project_id = "%s:%s" % (meta.get("namespace"), meta.get("name"))
     problems = []
     for name, text in sorted(new_limit.items()):
-        key = rancher_key(name)
-        if key is None or key not in limit:
+        if name not in limit:
             continue
+        # the key the project caps name under (a fixed key wins over an extended entry, as in Rancher)
+        fixed = rancher_key(name)
+        key = fixed if fixed and raw_limit.get(fixed) not in (None, "") else "%s.%s" % (EXTENDED, name)
         total = parse_quantity(text, name)
         parts = ["%s %s" % (namespace_name, text)]
         for other in namespaces or []:
@@ -125,14 +160,14 @@ def project_fit(project, namespaces, namespace_name, new_limit):
                 continue
             value = rancher_limit(other).get(name)
             if value is None:
-                value = default.get(key)
+                value = default.get(name)
             if value is None:
                 continue
             total += parse_quantity(value, name)
             parts.append("%s %s" % (other_name, value))
-        if total > parse_quantity(limit[key], key):
+        if total > parse_quantity(limit[name], name):
             problems.append("Rancher project %s (%s) limits %s to %s, but its namespaces would need %s (%s)"
-                            % (project_id, (spec.get("displayName") or meta.get("name")), key, limit[key],
+                            % (project_id, (spec.get("displayName") or meta.get("name")), key, limit[name],
                                _fmt_amount(total, name), ", ".join(parts)))
     return not problems, problems
 
@@ -146,7 +181,7 @@ def project_keys(project):
     if not project:
         return None
     limit = ((((project.get("spec") or {}).get("resourceQuota")) or {}).get("limit")) or {}
-    return set(quota_name_for(key) for key in limit if quota_name_for(key))
+    return set(limit_names(limit))
 
 
 class RancherOwner(PlainOwner):
@@ -165,7 +200,7 @@ class RancherOwner(PlainOwner):
         return is_rancher_managed(quota)
 
     def operator_key(self, name):
-        return rancher_key(name)
+        return limit_key(name)
 
     @classmethod
     def for_quota(cls, quota, facts, notes):
@@ -187,17 +222,24 @@ class RancherOwner(PlainOwner):
         return dict((name, limit.get(name, hard[name])) for name in self.writable_names(quota))
 
     def writable_names(self, quota):
-        """Quota names kvquota may set through the annotation: mappable, present in spec.hard and, when the
-        project is known, defined by the project."""
-        names = set(name for name in hard_of(quota) if rancher_key(name))
+        """Quota names kvquota may set through the annotation: present in spec.hard and, when the project is known,
+        defined by the project. Every name is mappable since Rancher 2.14 (a fixed key, else an extended entry), and
+        a name of a Rancher-built spec.hard without a fixed key can only have come from an extended map."""
+        names = set(hard_of(quota))
         keys = project_keys(self.project)
         if keys is not None:
             names &= keys
         return names
 
     def prepare(self, quota, namespace, ledger):
-        present, raw, _parsed = rancher_annotation(namespace)
-        return remember(ledger, "rancherAnnotation", {"present": present, "value": raw,
+        present, raw, parsed = rancher_annotation(namespace)
+        # Rancher replaces the project default's whole extended map by the namespace's (completeQuota): a map
+        # kvquota starts must carry the other extended names at the values Rancher applied, or they would change
+        seed = {}
+        if EXTENDED not in (parsed.get("limit") or {}):
+            hard = hard_of(quota)
+            seed = dict((name, hard[name]) for name in self.writable_names(quota) if not rancher_key(name))
+        return remember(ledger, "rancherAnnotation", {"present": present, "value": raw, "seed": seed,
                                                       "start": self.durable_hard(quota, namespace)})
 
     def render(self, quota, namespace, ledger):
@@ -279,7 +321,8 @@ def rancher_document(namespace, ledger):
     before = _parse_json(original.get("value")) if original.get("present") else None
     before_limit = (before or {}).get("limit") or {}
     start = original.get("start") or {}
-    for name, text in desired_strings(ledger).items():
+    desired = desired_strings(ledger)
+    for name, text in desired.items():
         key = rancher_key(name)
         if not key:
             continue
@@ -287,6 +330,7 @@ def rancher_document(namespace, ledger):
             limit.pop(key, None)
         else:
             limit[key] = text
+    _set_extended(limit, dict((n, t) for n, t in desired.items() if not rancher_key(n)), ledger, before_limit)
     document["limit"] = limit
     if idle and original:
         if original.get("present") and before is not None and document == before:
@@ -294,6 +338,29 @@ def rancher_document(namespace, ledger):
         if not original.get("present") and not limit and len(document) == 1:
             return None
     return json.dumps(document, separators=(",", ":"))
+
+
+def _set_extended(limit, desired, ledger, before_limit):
+    """Put the desired extended names into limit["extended"] (in place), like the fixed keys in rancher_document;
+    once idle, a map kvquota started (seeded with what Rancher applied) goes away again when it holds nothing else."""
+    if not desired:
+        return
+    original = ledger.state.get("rancherAnnotation") or {}
+    seed = original.get("seed") or {}
+    idle = is_idle(ledger)
+    start = original.get("start") or {}
+    before = before_limit.get(EXTENDED) if isinstance(before_limit.get(EXTENDED), dict) else {}
+    current = limit.get(EXTENDED)
+    extended = dict(current) if isinstance(current, dict) else dict(seed)
+    for name, text in desired.items():
+        if idle and original and name not in before and start.get(name) == ledger.base.get(name):
+            extended.pop(name, None)
+        else:
+            extended[name] = text
+    if idle and original and EXTENDED not in before_limit and all(seed.get(n) == v for n, v in extended.items()):
+        limit.pop(EXTENDED, None)
+    else:
+        limit[EXTENDED] = extended
 
 
 def _parse_json(text):
