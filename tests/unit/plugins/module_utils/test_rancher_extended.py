@@ -75,8 +75,9 @@ def test_extended_names_are_writable_when_the_project_caps_them():
     # other extended names at the values Rancher applied (spec.hard), or they would change
     ('{"limit":{"limitsCpu":"2"}}', {"limits.cpu": "2", GPU: "1", VMI: "3"}, {GPU: "1"},
      {"limitsCpu": "2", "extended": {GPU: "2", VMI: "3"}}),
-    # no annotation at all: written, then removed again
-    (None, {"limits.cpu": "2", GPU: "1", VMI: "3"}, {VMI: "2"}, {"extended": {GPU: "1", VMI: "5"}}),
+    # no annotation at all: written, then removed again; limits.cpu is copied too (the default may cap it through
+    # its extended map alone, which the new map replaces; where the default has limitsCpu, that wins)
+    (None, {"limits.cpu": "2", GPU: "1", VMI: "3"}, {VMI: "2"}, {"extended": {"limits.cpu": "2", GPU: "1", VMI: "5"}}),
 ])
 def test_reserve_writes_extended_entries_and_release_restores_byte_for_byte(raw, hard, delta, written):
     backend = rancher_owner.RancherOwner(project=PROJECT)
@@ -85,6 +86,26 @@ def test_reserve_writes_extended_entries_and_release_restores_byte_for_byte(raw,
     assert json.loads(writes["namespace"]["metadata"]["annotations"][ANN]) == {"limit": written}
     _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
     assert writes["namespace"]["metadata"]["annotations"] == ({} if raw is None else {ANN: raw})
+
+
+EXTENDED_ONLY_PROJECT = {
+    "apiVersion": "management.cattle.io/v3", "kind": "Project", "metadata": {"name": "p-xyz", "namespace": "c-abc"},
+    "spec": {"displayName": "team", "resourceQuota": {"limit": {"extended": {"limits.cpu": "10", GPU: "4"}}},
+             "namespaceDefaultResourceQuota": {"limit": {"extended": {"limits.cpu": "2", GPU: "1"}}}}}
+
+
+def test_a_new_extended_map_keeps_a_cap_the_default_sets_only_through_extended():
+    # the project default caps limits.cpu through extended alone; the namespace's annotation sets no limitsCpu.
+    # Rancher replaces the default's extended map by the namespace's: without limits.cpu in it, Rancher would drop
+    # the cap from spec.hard while the GPUs are raised
+    backend = rancher_owner.RancherOwner(project=EXTENDED_ONLY_PROJECT)
+    raw = '{"limit":{"requestsMemory":"1Gi"}}'
+    q = quota(labels=RANCHER_LABELS, hard={"limits.cpu": "2", GPU: "1"})
+    ledger, writes = step(backend, q, namespace({ANN: raw}), "n1", {GPU: "1"})
+    assert json.loads(writes["namespace"]["metadata"]["annotations"][ANN]) == {
+        "limit": {"requestsMemory": "1Gi", "extended": {"limits.cpu": "2", GPU: "2"}}}
+    _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
+    assert writes["namespace"]["metadata"]["annotations"][ANN] == raw
 
 
 def test_a_tenants_shadowing_extended_entry_does_not_set_the_amount():

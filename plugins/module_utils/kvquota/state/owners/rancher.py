@@ -234,11 +234,16 @@ class RancherOwner(PlainOwner):
     def prepare(self, quota, namespace, ledger):
         present, raw, parsed = rancher_annotation(namespace)
         # Rancher replaces the project default's whole extended map by the namespace's (completeQuota): a map
-        # kvquota starts must carry the other extended names at the values Rancher applied, or they would change
+        # kvquota starts must carry the other extended names at the values Rancher applied, or they would change.
+        # That includes a name with a fixed key the namespace's limit does not set: the default may cap it through
+        # its extended map alone, and the new map would drop that cap (where the default sets the fixed key, it wins
+        # over the copied entry, which then changes nothing)
         seed = {}
-        if EXTENDED not in (parsed.get("limit") or {}):
+        limit = parsed.get("limit") or {}
+        if EXTENDED not in limit:
             hard = hard_of(quota)
-            seed = dict((name, hard[name]) for name in self.writable_names(quota) if not rancher_key(name))
+            seed = dict((name, hard[name]) for name in self.writable_names(quota)
+                        if not rancher_key(name) or rancher_key(name) not in limit)
         return remember(ledger, "rancherAnnotation", {"present": present, "value": raw, "seed": seed,
                                                       "start": self.durable_hard(quota, namespace)})
 
