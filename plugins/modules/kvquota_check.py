@@ -330,7 +330,8 @@ capacity:
       node-2: {schedulable: true, free: {pods: "108", requests.cpu: 63595m, requests.memory: 251Gi}}
     not_modelled: node affinity and nodeSelector, taints and tolerations, ...
 summary:
-  description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers, VMs blocked alone (C(blocked_vms)) and VMs whose reported memory overhead differs (C(overhead_differences)).
+  description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers, VMs blocked alone
+    (C(blocked_vms)) and VMs whose reported memory overhead differs (C(overhead_differences)).
   returned: always
   type: dict
 scope:

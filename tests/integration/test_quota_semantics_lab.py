@@ -7,8 +7,9 @@ model.quotas.pod_usage over the pods as the API server stored them equals the qu
 It runs on the oldest supported release (make lab-tests, v1.33.13) and on the newest (make lab-tests-newest,
 v1.37.2). Pod-level resources (KEP-2837; feature gate PodLevelResources, beta and on by default since 1.34, still
 beta in v1.37.2's kube_features.go): the API server keeps a pod's spec.resources and quota counts it instead of the
-containers'; 1.33 (the gate alpha, off) drops the field, and quota counts the containers. Sidecars (restartable init containers), regular init containers and a RuntimeClass's pod overhead are
-charged on both. The pods are never scheduled (a node selector no node has), as quota charges them from creation.
+containers'; 1.33 (the gate alpha, off) drops the field, and quota counts the containers. Sidecars (restartable
+init containers), regular init containers and a RuntimeClass's pod overhead are charged on both. The pods are
+never scheduled (a node selector no node has), as quota charges them from creation.
 """
 
 from __future__ import (absolute_import, division, print_function)
