@@ -89,22 +89,34 @@ def reported_overheads(vmi):
     return out
 
 
+# The largest value a Kubernetes Quantity holds as an integer (int64): KubeVirt reports none larger, and a larger one
+# would not print as a BinarySI quantity.
+MAX_REPORTED_BYTES = 2 ** 63 - 1
+# A tenant's malformed value is shown cut to this many characters.
+SHOWN_CHARACTERS = 64
+
+
 def read_reported(raw):
-    """(bytes, None) of a reported overhead, or (None, what is wrong): a Quantity of whole, non-negative bytes."""
+    """(bytes, None) of a reported overhead, or (None, what is wrong): a Quantity of whole, non-negative bytes that
+    fits an int64."""
+    shown = repr(raw)[:SHOWN_CHARACTERS]
     try:
         value = parse_quantity(raw)
     except InputError as err:
-        return None, err.message
+        return None, err.message[:2 * SHOWN_CHARACTERS]
     if value < 0 or value.denominator != 1:
-        return None, "not a whole, non-negative number of bytes: %r" % (raw,)
+        return None, "not a whole, non-negative number of bytes: %s" % shown
+    if value > MAX_REPORTED_BYTES:
+        return None, "larger than a Kubernetes quantity holds (int64 bytes): %s" % shown
     return value, None
 
 
 def _overhead(vmi, config):
-    """The overhead of vmi under config, or None when it cannot be computed."""
+    """The overhead of vmi under config, or None when it cannot be computed (a tenant's label or status may make
+    any arithmetic of it fail: an overflowing ratio, an infinite float)."""
     try:
         return memory_overhead(vmi, config)
-    except InputError:
+    except (InputError, ArithmeticError, ValueError):
         return None
 
 
@@ -126,8 +138,11 @@ def _ratio_candidates(vmi, config, reported):
         kilo = -(-without // 1000)
         added = Fraction(reported - without) / 1000
         if added > 0 and kilo > 0:
+            # exact decimals of a Fraction: a float of a tenant's huge value would overflow
+            ratio = 1 + added / kilo
             for digits in (1, 2, 3):
-                candidates.append(("%.*f" % (digits, float(1 + added / kilo))).rstrip("0").rstrip("."))
+                whole, part = divmod(round(ratio, digits), 1)
+                candidates.append(("%d.%0*d" % (int(whole), digits, int(part * 10 ** digits))).rstrip("0").rstrip("."))
     return candidates
 
 
@@ -182,6 +197,12 @@ def compare(namespace, vmi, config, computed):
             out.append(OverheadDifference(namespace, name, field, Fraction(computed), None,
                                           "the reported value cannot be read; nothing uses it", problem))
         elif reported != computed:
-            out.append(OverheadDifference(namespace, name, field, Fraction(computed), reported,
-                                          likely_why(vmi, config, computed, reported, field)))
+            try:
+                why = likely_why(vmi, config, computed, reported, field)
+            except Exception:  # pylint: disable=broad-except
+                # the explanation reads the tenant's VMI further (labels, status): whatever fails there, the VM is
+                # still named and no other VM or namespace is held up
+                why = "%s: KubeVirt reports %s than kvquota computes" % (LACKING_RULE,
+                                                                         "more" if reported > computed else "less")
+            out.append(OverheadDifference(namespace, name, field, Fraction(computed), reported, why))
     return out

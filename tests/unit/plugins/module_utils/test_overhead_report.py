@@ -166,3 +166,34 @@ def test_the_check_says_why_for_a_vm_started_before_the_ratio_changed():
     assert (diff["vm"], diff["reported"], diff["computed"]) == ("old", B_19, AT_1_5)
     assert "rendered with ratio unset, the cluster has 1.5 now" in diff["why"]
     assert isinstance(Fraction(diff["difference"]), Fraction)
+
+
+# ---------------------------------------------------------------------------
+# a tenant writes the VMI's status and labels (KubeVirt's edit role): one VM's values never end the check for the
+# others (found by an attack on this change: each of these raised out of check.evaluate)
+
+HOSTILE = [
+    ({"memory_overhead": "1e400"}, None),                        # parses, but no int64: was an OverflowError
+    ({"memory_overhead": "1.5e308"}, None),                      # whole bytes far beyond int64: unprintable BinarySI
+    ({"memory_overhead": str(2 ** 63)}, None),                   # one past int64
+    ({"target": "1e400"}, None),
+    ({"memory_overhead": str(AT_2), "labels": {o.HOTPLUG_RATIO_LABEL: "1e308"}}, AT_2),   # an overflowing ratio
+]
+
+
+def test_a_tenants_hostile_values_are_named_for_that_vm_and_hold_up_nothing():
+    for fields, reported in HOSTILE:
+        hostile = vmi("hostile", **fields)
+        report = c.evaluate(_snapshot([vmi("vm-a", memory_overhead=str(AT_1_5)), hostile]),
+                            {"now": "2026-11-28T09:00:00Z"})
+        (diff,) = report["overhead_differences"]
+        assert diff["vm"] == "hostile" and diff["reported"] == reported, (fields, diff)
+        if reported is None:
+            assert len(diff["malformed"]) < 200 and ("int64" in diff["malformed"] or "quantity" in diff["malformed"])
+        assert report["blocked_vms"] == [] and report["verdict"] != "blocked"
+
+
+def test_the_largest_int64_is_still_read():
+    assert o.read_reported(str(2 ** 63 - 1)) == (2 ** 63 - 1, None)
+    value, problem = o.read_reported(str(2 ** 63))
+    assert value is None and problem.startswith("larger than a Kubernetes quantity holds (int64 bytes)")
