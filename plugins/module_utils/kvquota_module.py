@@ -10,8 +10,11 @@ and this file is the one place where its errors become fail_json results.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import atexit
 import copy
 import os
+import shutil
+import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -117,10 +120,10 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
     validate_certs is false (or the kubeconfig skips it). impersonate_user/impersonate_groups become
     Impersonate-* headers on every request.
 
-    get_api_client discovers the API (GET /version, /apis, unless its discovery cache file in the temporary
-    directory has them): those requests ride through blips within outage_budget seconds and each attempt ends
-    after the timeout (cluster.Cluster.open), so an unreachable or refusing API server fails here (or, when the
-    cache file answered, at the first request), with the request's clear error.
+    get_api_client discovers the API (GET /version, /apis; its cache file goes to a private temporary directory,
+    removed at exit): those requests ride through blips within outage_budget seconds and each attempt ends after
+    the timeout (cluster.Cluster.open), so an unreachable or refusing API server fails here, with the request's
+    clear error.
     """
     if not HAS_KUBERNETES:
         raise KvquotaError("the Python library 'kubernetes' is required", "pip install kubernetes")
@@ -130,12 +133,22 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
         # kubernetes.core loads a kubeconfig into the process-wide default configuration and copies it: start
         # from a clean default so that one connection never inherits another's server or credentials
         kubernetes.client.Configuration.set_default(None)
+        # kubernetes.core's discovery reads and writes its cache file in the temporary directory under a name any
+        # local user can predict (a hash of the server and, for root, nothing else): a file or a dangling symlink
+        # planted there would be read, or written through as this user. A private directory (mode 0700) of this
+        # attempt leaves nothing to plant (the discovery then always asks). The kubernetes client writes a
+        # kubeconfig's certificate data there too and reads it at every request: the directory goes at exit
+        private = tempfile.mkdtemp(prefix="kvquota-connect-")
+        atexit.register(shutil.rmtree, private, True)
+        shared, tempfile.tempdir = tempfile.tempdir, private
         try:
             return k8s_client.get_api_client(**options).client.client
         except (CoreException, kubernetes.config.ConfigException, OSError, ValueError, TypeError, KeyError) as err:
             # not the API server's answer (those are the client's ApiException or urllib3's errors): nothing to
             # retry, the configuration is wrong
             raise _configuration_error(options, getattr(err, "__cause__", None) or err)
+        finally:
+            tempfile.tempdir = shared
 
     return cluster_mod.Cluster.open(open_api_client, timeout=timeout, outage_budget=outage_budget)
 

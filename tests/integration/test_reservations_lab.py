@@ -438,8 +438,8 @@ def test_expired_reservation_is_released_only_by_the_reaper(lab, admin, cl, ns):
 def test_unreachable_forbidden_and_tls_errors_are_clear(lab, admin, ns):
     make_quota(lab, admin, ns, {"limits.cpu": "2"})
     plan = {(ns, "compute"): {"limits.cpu": "1"}}
-    # kubernetes.core's get_api_client discovers the API at connect, so a server down or a CA missing fails there,
-    # unless its discovery cache file (per server and local user) answered: then at the first request
+    # kubernetes.core's get_api_client discovers the API at connect, so a server down or a CA missing fails there
+    # (kvquota_module.connect); the first request would say the same
     with pytest.raises(UnreachableError) as err:
         V.reserve(M.connect({"host": "https://127.0.0.1:1", "api_key": "x"}, outage_budget=0), "x", plan, "t", "r", 60)
     assert "127.0.0.1:1" in str(err.value) and "Connection refused" in str(err.value)

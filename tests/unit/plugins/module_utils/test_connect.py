@@ -454,3 +454,19 @@ def test_secrets_are_found_without_kubernetes_cores_helper(monkeypatch):
     same values."""
     monkeypatch.setattr(KM, "extract_sensitive_values_from_kubeconfig", None)
     assert KM.kubeconfig_secrets(SECRET_KUBECONFIG) == EXPECTED_SECRETS
+
+
+def test_the_discovery_cache_is_private(server, tmp_path):
+    """kubernetes.core writes its discovery cache under a name any local user can predict in the temporary directory
+    (tmp_path here): connect reads nothing from there and writes nothing through it; its own directory is private."""
+    planted = tmp_path / "planted-target"
+    (tmp_path / ("k8srcp-%s.json" % ("0" * 64))).symlink_to(planted)   # a dangling symlink another user might plant
+    KM.connect({"host": "https://private:6443", "api_key": "t"})
+    assert server.paths() == [("GET", "/version"), ("GET", "/apis")]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[0] == "k8srcp-%s.json" % ("0" * 64) and len(names) == 2, names
+    private = tmp_path / names[1]
+    assert names[1].startswith("kvquota-connect-") and oct(private.stat().st_mode & 0o777) == "0o700"
+    assert [p.name for p in private.iterdir() if p.name.startswith("k8srcp-")]   # the cache went there
+    assert not planted.exists()
+    assert tempfile.tempdir == str(tmp_path)
