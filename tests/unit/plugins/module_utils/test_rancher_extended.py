@@ -53,7 +53,10 @@ def test_a_fixed_key_wins_over_an_extended_entry_of_the_same_name():
 @pytest.mark.parametrize("raw", ['{"limit":{"extended":"gpu=2"}}', '{"limit":{"extended":{"requests.nvidia.com/gpu":{"a":1}}}}',
                                  '{"limit":{"extended":{"requests.nvidia.com/gpu":true}}}', '{"limit":{"extended":[1]}}',
                                  '{"limit":{"extended":{"requests.nvidia.com/gpu":"lots"}}}',
-                                 '{"limit":{"extended":{"":"1"}}}', '{"limit":{"extended":{"a b":"1"}}}'])
+                                 '{"limit":{"extended":{"":"1"}}}', '{"limit":{"extended":{"a b":"1"}}}',
+                                 # Kubernetes refuses these in spec.hard (found by an attack on the change)
+                                 '{"limit":{"extended":{"Limits.cpu":"1"}}}', '{"limit":{"extended":{"foo":"1"}}}',
+                                 '{"limit":{"extended":{"requests.nvidia.com/gpu":"-5"}}}'])
 def test_a_malformed_extended_map_is_refused_by_name(raw):
     with pytest.raises(InputError) as err:
         rancher_owner.rancher_annotation(namespace({ANN: raw}))
@@ -106,6 +109,23 @@ def test_a_new_extended_map_keeps_a_cap_the_default_sets_only_through_extended()
         "limit": {"requestsMemory": "1Gi", "extended": {"limits.cpu": "2", GPU: "2"}}}
     _ignored, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
     assert writes["namespace"]["metadata"]["annotations"][ANN] == raw
+
+
+def test_a_members_entry_added_mid_window_stays_alone_and_the_seeded_copies_go():
+    # found by an attack on the change: the copies kvquota seeded into a map it started stayed after the release
+    # when a project member added an entry meanwhile, pinning the namespace to values the default no longer set
+    backend = rancher_owner.RancherOwner(project=PROJECT)
+    raw = '{"limit":{"limitsCpu":"2"}}'
+    q = quota(labels=RANCHER_LABELS, hard={"limits.cpu": "2", GPU: "1", VMI: "3"})
+    ledger, writes = step(backend, q, namespace({ANN: raw}), "n1", {VMI: "2"})
+    during = writes["namespace"]
+    document = json.loads(during["metadata"]["annotations"][ANN])
+    assert document == {"limit": {"limitsCpu": "2", "extended": {GPU: "1", VMI: "5"}}}
+    document["limit"]["extended"]["requests.amd.com/gpu"] = "1"          # the member's own entry
+    during["metadata"]["annotations"][ANN] = json.dumps(document)
+    _ignored, writes = step(backend, q, during, "n1", None, release=True, book=ledger)
+    assert json.loads(writes["namespace"]["metadata"]["annotations"][ANN]) == {
+        "limit": {"limitsCpu": "2", "extended": {"requests.amd.com/gpu": "1"}}}
 
 
 def test_a_tenants_shadowing_extended_entry_does_not_set_the_amount():

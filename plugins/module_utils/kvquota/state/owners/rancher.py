@@ -55,6 +55,13 @@ RANCHER_PROJECT_ANNOTATION = "field.cattle.io/projectId"
 RANCHER_STATUS_ANNOTATION = "cattle.io/status"
 # a ResourceQuota resource name (a qualified name: optional DNS-subdomain prefix and "/"), as an extended key must be
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# the ResourceQuota names without a prefix Kubernetes accepts (IsStandardQuotaResourceName; hugepages-<size> and
+# requests.hugepages-<size> beside them): an unprefixed extended key outside these would be refused in spec.hard
+STANDARD_QUOTA_NAMES = frozenset((
+    "pods", "services", "replicationcontrollers", "resourcequotas", "secrets", "configmaps", "persistentvolumeclaims",
+    "services.nodeports", "services.loadbalancers", "cpu", "memory", "ephemeral-storage", "requests.cpu",
+    "requests.memory", "requests.storage", "requests.ephemeral-storage", "limits.cpu", "limits.memory",
+    "limits.ephemeral-storage"))
 # rewrites of the Rancher annotation by someone else adopted during one wait before giving up (see wait_applied)
 DEFAULT_RANCHER_ADOPTIONS = 3
 
@@ -97,9 +104,16 @@ def _is_limit(limit):
     fixed = [value for key, value in limit.items() if key != EXTENDED]
     if not isinstance(extended, dict) or not all(_is_quantity_text(v) for v in fixed):
         return False
-    # Rancher's own rule for extended: keys parse as resource names, values as quantities
-    return all(_RESOURCE_NAME.match(name) and _is_quantity_text(value) and _parses(value, name)
-               for name, value in extended.items())
+    # Rancher's own rule for extended: keys parse as resource names, values as quantities; and what Kubernetes
+    # takes into spec.hard (ValidateResourceQuotaResourceName: an unprefixed name is a standard one; no negative
+    # amount), or Rancher's agent could not write the quota and it would stay as it is, raised or not
+    return all(_RESOURCE_NAME.match(name) and _is_quota_name(name) and _is_quantity_text(value)
+               and _parses(value, name) for name, value in extended.items())
+
+
+def _is_quota_name(name):
+    return ("/" in name or name in STANDARD_QUOTA_NAMES or name.startswith("hugepages-")
+            or name.startswith("requests.hugepages-"))
 
 
 def _is_quantity_text(value):
@@ -107,11 +121,11 @@ def _is_quantity_text(value):
 
 
 def _parses(value, name):
+    """Whether value is a quantity of name, not below zero."""
     try:
-        parse_quantity(str(value), name)
+        return parse_quantity(str(value), name) >= 0
     except InputError:
         return False
-    return True
 
 
 def rancher_limit(namespace):
@@ -362,7 +376,11 @@ def _set_extended(limit, desired, ledger, before_limit):
             extended.pop(name, None)
         else:
             extended[name] = text
-    if idle and original and EXTENDED not in before_limit and all(seed.get(n) == v for n, v in extended.items()):
+    if idle and original and EXTENDED not in before_limit:
+        # the map is kvquota's: the copies it seeded go (unless someone changed one since), and the map with them
+        # when nothing else is left; an entry a project member added meanwhile stays, alone
+        extended = dict((n, v) for n, v in extended.items() if seed.get(n) != v)
+    if idle and original and EXTENDED not in before_limit and not extended:
         limit.pop(EXTENDED, None)
     else:
         limit[EXTENDED] = extended
