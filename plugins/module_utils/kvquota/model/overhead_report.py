@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Optional
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import labels, meta
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
     BINARY_SI,
     format_quantity,
@@ -127,10 +128,10 @@ def _shown_ratio(text):
 def _ratio_candidates(vmi, config, reported):
     """Overhead ratios the running pod may have been rendered with: the VMI's hotplug ratio label, none at all, and
     the ratio the difference implies (each to be verified by recomputing)."""
-    labels = (vmi.get("metadata") or {}).get("labels") or {}
+    hint = labels(vmi).get(HOTPLUG_RATIO_LABEL)
     candidates = []
-    if isinstance(labels.get(HOTPLUG_RATIO_LABEL), str):
-        candidates.append(labels[HOTPLUG_RATIO_LABEL])
+    if isinstance(hint, str):
+        candidates.append(hint)
     candidates.append(None)
     without = _overhead(vmi, dataclasses.replace(config, overhead_ratio=None))
     if without:
@@ -189,7 +190,7 @@ def likely_why(vmi, config, computed, reported, field):
 def compare(namespace, vmi, config, computed):
     """[OverheadDifference] of one running VMI: each reported overhead that differs from computed (the overhead
     kvquota's sizing gives the VMI with config, the cluster's configuration now) or cannot be read."""
-    name = (vmi.get("metadata") or {}).get("name")
+    name = meta(vmi).get("name")
     out = []
     for field, raw in reported_overheads(vmi):
         reported, problem = read_reported(raw)

@@ -41,7 +41,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import SELECTOR_OPERATORS, requirement_matches
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.kube_objects import (
+    SELECTOR_OPERATORS,
+    condition,
+    meta,
+    requirement_matches,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import (
     BINARY_SI,
     ceil_to,
@@ -152,8 +157,8 @@ def _parse_list(mapping, what):
 
 def quota_key(quota):
     """'namespace/name' of a quota."""
-    meta = quota.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace", ""), meta.get("name", ""))
+    quota_meta = meta(quota)
+    return "%s/%s" % (quota_meta.get("namespace", ""), quota_meta.get("name", ""))
 
 
 def quota_hard(quota):
@@ -444,10 +449,8 @@ def pod_resize_infeasible(pod):
     """Whether the kubelet found a pending resize of the pod impossible on its node (the first PodResizePending
     condition has reason Infeasible: IsPodResizeInfeasible). Quota then charges what the kubelet allocated and
     actuated, not a desired spec the pod will not get."""
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == RESIZE_PENDING_CONDITION:
-            return condition.get("reason") == RESIZE_INFEASIBLE
-    return False
+    pending = condition(pod, RESIZE_PENDING_CONDITION)
+    return pending is not None and pending.get("reason") == RESIZE_INFEASIBLE
 
 
 def _parsed(mapping, where):
@@ -460,8 +463,8 @@ def _parsed(mapping, where):
 
 def _pod_label(pod):
     """'pod namespace/name' for errors ('pod' when it has no name)."""
-    meta = pod.get("metadata") or {}
-    return "pod %s/%s" % (meta.get("namespace", ""), meta["name"]) if meta.get("name") else "pod"
+    pod_meta = meta(pod)
+    return "pod %s/%s" % (pod_meta.get("namespace", ""), pod_meta["name"]) if pod_meta.get("name") else "pod"
 
 
 def _pod_containers(pod, label):

@@ -380,10 +380,10 @@ def _set_extended(limit, desired, ledger, before_limit):
         # the map is kvquota's: the copies it seeded go (unless someone changed one since), and the map with them
         # when nothing else is left; an entry a project member added meanwhile stays, alone
         extended = dict((n, v) for n, v in extended.items() if seed.get(n) != v)
-    if idle and original and EXTENDED not in before_limit and not extended:
-        limit.pop(EXTENDED, None)
-    else:
-        limit[EXTENDED] = extended
+        if not extended:
+            limit.pop(EXTENDED, None)
+            return
+    limit[EXTENDED] = extended
 
 
 def _parse_json(text):
