@@ -31,6 +31,11 @@ description:
   - Harvester refuses a quota below usage (its namespace webhook). There the quota is written at its usage and
     what is still to give back stays in the ledger as the reservation C(<id>.held) (outcome
     C(held-at-usage)); O(expired=true) (the reaper) restores the base once usage dropped.
+  - Quota admission checks C(status.hard), which kube-controller-manager's quota controller lowers after
+    C(spec.hard) is restored; until it does, a pod created in the namespace is still admitted at the old limit.
+    So the module returns (and lifts the headroom fence) only once C(status.hard) of every quota it restored is
+    back down, re-reading only those quotas, up to O(api_outage_budget) + 60 s; past that it succeeds with a
+    warning naming the quotas, C(spec.hard) against C(status.hard) (the release stands).
   - Releasing an unknown or already released id changes nothing and says so.
   - With O(expired=true) it releases every reservation whose TTL has passed (the reaper); ones whose migrations
     or source pods are not over yet are reported as deferred, not failed.
@@ -118,6 +123,12 @@ deferred:
   returned: when O(expired=true)
   type: list
   elements: dict
+status_hard_wait_seconds:
+  description: How long the module waited for C(status.hard) to come back down to what it restored (quota
+    admission no longer granting the released headroom).
+  returned: when O(reservation_id) is given
+  type: float
+  sample: 0.4
 pending:
   description: Quotas not restored yet and why (migrations not final, source pods still counting, status.used not
     caught up yet).

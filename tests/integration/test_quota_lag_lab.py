@@ -6,7 +6,7 @@ status.hard, which kube-controller-manager copies from spec.hard. With the contr
 reservation written to spec.hard is not enforced: the executor must wait until status.hard shows it before it
 creates the batch's migrations (and then move the VM with no top-up), or, when it never does within
 api_outage_budget + 60 s, stop before any migration naming the quota, spec.hard against status.hard, and the fix.
-kvquota_reserve on its own returns only once status.hard shows what it wrote.
+kvquota_reserve on its own returns only once status.hard shows what it wrote, kvquota_release only once it is back down.
 
 Run as the least-privilege user, on a lab of its own (it freezes that lab's kube-controller-manager).
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/integration/test_quota_lag_lab.py
@@ -150,6 +150,40 @@ def test_kvquota_reserve_returns_only_once_the_quota_controller_enforces_it(lab,
         assert quota["status"]["hard"] == quota["spec"]["hard"] != base
         M.assert_ok(M.run_module("kvquota_release", {"reservation_id": rid}, user))
         assert M.quota(r, ns, "compute")["spec"]["hard"] == base
+        assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
+    finally:
+        faults.thaw("kube-controller-manager")
+        M.delete_namespace(r, ns)
+
+
+def test_kvquota_release_returns_only_once_the_quota_controller_lowered_status_hard(lab, emu, r, user, faults):
+    """Until status.hard is back down, admission still grants the headroom spec.hard no longer has: a release
+    that returned (and lifted the fence) at once would leave the tenant a window to take it."""
+    ns = "lag-release"
+    M.make_tenant(lab, ns)
+    base = dict(M.quota(r, ns, "compute")["spec"]["hard"])
+    rid = "lag-release-1"
+    try:
+        M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": rid, "vms": [{"namespace": ns, "name": "vm-1"}],
+                                                     "ttl": "1h", "api_outage_budget": 60}, user))
+        reserved = M.quota(r, ns, "compute")
+        assert reserved["status"]["hard"] == reserved["spec"]["hard"] != base
+        faults.freeze("kube-controller-manager")
+        try:
+            thread, box = module_in_background("kvquota_release", {"reservation_id": rid, "api_outage_budget": 60},
+                                               user)
+            M.wait(lambda: M.quota(r, ns, "compute")["spec"]["hard"] == base, 120, "spec.hard restored")
+            time.sleep(HELD_FROZEN)
+            # the fault is real: admission still checks the reserved status.hard, and the module has not returned
+            assert M.quota(r, ns, "compute")["status"]["hard"] == reserved["status"]["hard"]
+            assert thread.is_alive() and "result" not in box
+        finally:
+            faults.thaw("kube-controller-manager")
+        thread.join(300)
+        res = M.assert_ok(box.get("result"), "kvquota_release with the quota controller frozen for a while")
+        assert res["status_hard_wait_seconds"] >= HELD_FROZEN - 1, res
+        assert [q["outcome"] for q in res["quotas"]] == ["released"], res["quotas"]
+        assert M.quota(r, ns, "compute")["status"]["hard"] == base
         assert not [k for k in M.ledgers(r) if k.startswith(ns + "/")]
     finally:
         faults.thaw("kube-controller-manager")

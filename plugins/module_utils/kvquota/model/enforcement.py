@@ -9,7 +9,9 @@ controller copies spec.hard to status.hard. Normally that takes well under a sec
 restart the controller can lag while its watches reconnect: a reservation written then is refused at the old
 limit. So the executor waits until status.hard shows what it wrote before it starts migrations (unenforced),
 and reads a refusal whose limit is below the written spec.hard as that lag, not as pods larger than planned
-(lagging_refusals).
+(lagging_refusals). The same lag holds after a release: until status.hard is back down, admission still grants
+the headroom spec.hard no longer has, so a release waits for that too (restored_hard, unlowered) before it
+lifts the fence and says the headroom is gone.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -42,11 +44,14 @@ def enforce_timeout(outage_budget):
 
 
 def wait_enforced(read_quota, written, timeout, clock, sleep, poll=ENFORCE_POLL_SECONDS, on_read=None,
-                  alive=None):
+                  alive=None, behind=None):
     """Wait until admission enforces written ({(ns, quota): {name: Fraction}}): re-read (read_quota(ns, quota))
     only the quotas still behind, every poll seconds, up to timeout seconds. on_read(target, quota), if given,
-    sees every read; alive(), if given, is called between polls (it raises to stop). Returns (gaps, waited):
-    gaps {(ns, quota): unenforced(...)} still behind at the deadline (empty once everything is enforced)."""
+    sees every read; alive(), if given, is called between polls (it raises to stop). behind(quota, values): the
+    gaps of one quota (default unenforced: status.hard below what a reservation wrote; unlowered for a release).
+    Returns (gaps, waited): gaps {(ns, quota): behind(...)} still behind at the deadline (empty once everything
+    is enforced)."""
+    behind = unenforced if behind is None else behind
     pending = dict((target, values) for target, values in written.items() if values)
     began = clock()
     while True:
@@ -55,7 +60,7 @@ def wait_enforced(read_quota, written, timeout, clock, sleep, poll=ENFORCE_POLL_
             quota = read_quota(*target)
             if on_read is not None:
                 on_read(target, quota)
-            gap = unenforced(quota, pending[target])
+            gap = behind(quota, pending[target])
             if gap:
                 gaps[target] = gap
         waited = clock() - began
@@ -110,6 +115,46 @@ def unenforced(quota, written):
         enforced = _quantity(status.get(name), name) if name in status else None
         if enforced is None or enforced < required:
             gaps[name] = (required, enforced)
+    return gaps
+
+
+def restored_hard(release_items):
+    """{(namespace, quota): {name: Fraction}}: the spec.hard release results (kvquota_release's "quotas") lowered,
+    for the names whose "after" is below "before" on a quota the release changed. A name the release removed
+    from spec.hard (no limit) needs no waiting: absent."""
+    restored = {}
+    for item in release_items or ():
+        if not item.get("changed"):
+            continue
+        after = item.get("after") or {}
+        before = item.get("before") or {}
+        values = {}
+        for name in sorted(after):
+            value = _quantity(after[name], name)
+            was = _quantity(before.get(name), name) if name in before else None
+            if value is not None and was is not None and value < was:
+                values[name] = value
+        if values:
+            restored[(item["namespace"], item["quota"])] = values
+    return restored
+
+
+def unlowered(quota, restored):
+    """{name: (ceiling, enforced)} of the names of restored ({name: Fraction}) whose status.hard in quota (the
+    object read now) is still above the ceiling: the restored value, or the current spec.hard when that is higher
+    (another job reserved in the namespace since), or absent from status.hard. Empty once admission no longer
+    grants the released headroom. A name spec.hard no longer has limits nothing, so it needs nothing."""
+    spec = ((quota or {}).get("spec") or {}).get("hard") or {}
+    status = ((quota or {}).get("status") or {}).get("hard") or {}
+    gaps = {}
+    for name, value in sorted(restored.items()):
+        current = _quantity(spec.get(name), name) if name in spec else None
+        if current is None:
+            continue
+        ceiling = max(value, current)
+        enforced = _quantity(status.get(name), name) if name in status else None
+        if enforced is None or enforced > ceiling:   # absent: admission limits nothing of it yet
+            gaps[name] = (ceiling, enforced)
     return gaps
 
 

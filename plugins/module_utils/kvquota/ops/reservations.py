@@ -1129,7 +1129,7 @@ def _release(run, request, targets, raise_on_wait):
         return {"changed": False, "reservation_id": reservation_id, "quotas": [], "pending": [], "overuse": [],
                 "warnings": list(run.warnings), "diff": _diff([]),
                 "message": "no active reservation '%s' on any quota: nothing to release (already released or never "
-                           "made)" % reservation_id, "check_mode": run.check_mode}
+                           "made)" % reservation_id, "check_mode": run.check_mode, "status_hard_wait_seconds": 0.0}
     pending = list(targets)
     released_vms = {}   # namespace -> [{name, uid}] of the VMs whose reservation was given back there
     held_now = {}       # namespace -> ids of the remainders this release kept there (ledger.hold_at_usage)
@@ -1182,6 +1182,7 @@ def _release(run, request, targets, raise_on_wait):
         if not pending or not request.wait_for_pods or run.clock() >= deadline:
             break
         run.sleep(max(0.05, min(request.poll_interval, deadline - run.clock())))
+    lowered_after = _wait_lowered(run, reservation_id, results)
     # unfence only namespaces none of whose quotas still waits for this reservation
     unfenced = _unfence(run, dict((ns, vms) for ns, vms in released_vms.items()
                                   if not any(t[0] == ns for t in waiting)), reservation_id, held_now)
@@ -1195,6 +1196,7 @@ def _release(run, request, targets, raise_on_wait):
         "warnings": list(run.warnings),
         "diff": _diff(results),
         "check_mode": run.check_mode,
+        "status_hard_wait_seconds": lowered_after,
     }
     messages = []
     for item in results:
@@ -1214,6 +1216,27 @@ def _release(run, request, targets, raise_on_wait):
         err.details["result"] = result
         raise err
     return result
+
+
+def _wait_lowered(run, reservation_id, results):
+    """Wait until quota admission no longer grants what this release gave back: admission checks status.hard,
+    which the quota controller lowers after spec.hard, and a pod created in between is admitted at the old
+    limit. Only then is the fence lifted and the headroom reported gone. Waits up to enforcement.enforce_timeout
+    (the outage budget + the controller's relist), re-reading only the quotas still behind; past it, a warning
+    names them (the release stands: spec.hard is restored). Returns the seconds waited."""
+    restored = {} if run.check_mode else enforcement.restored_hard(results)
+    if not restored:
+        return 0.0
+    timeout = enforcement.enforce_timeout(getattr(run.cluster, "outage_budget", DEFAULT_OUTAGE_BUDGET))
+    gaps, waited = enforcement.wait_enforced(run.cluster.get_quota, restored, timeout, run.clock, run.sleep,
+                                             behind=enforcement.unlowered)
+    if gaps:
+        run.warn("reservation '%s' is released but quota admission still grants it %ds later: %s (admission checks "
+                 "status.hard, which kube-controller-manager's quota controller lowers after spec.hard; pods created "
+                 "until it does are admitted at the old limit); check that kube-controller-manager runs and syncs "
+                 "ResourceQuotas" % (reservation_id, int(waited),
+                                     "; ".join(enforcement.gaps_text(t, g) for t, g in sorted(gaps.items()))))
+    return round(waited, 2)
 
 
 def _fence_installed(run):

@@ -183,3 +183,48 @@ def test_wait_enforced_gives_the_gaps_at_its_deadline():
 def test_the_enforce_timeout_is_the_outage_budget_plus_a_controller_relist():
     assert e.enforce_timeout(60) == 60 + e.CONTROLLER_RELIST_SECONDS == 120
     assert e.enforce_timeout(0) == 60
+
+
+# -- after a release: status.hard back down ----------------------------------------------------------------------
+
+def test_restored_hard_takes_the_names_a_changed_release_lowered():
+    items = [{"namespace": "tenant-a", "quota": "compute", "changed": True,
+              "before": {"limits.cpu": "3", "limits.memory": "3Gi", "pods": "5", "requests.storage": "1Ti"},
+              "after": {"limits.cpu": "2", "limits.memory": "2Gi", "pods": "5"}},
+             {"namespace": "tenant-b", "quota": "compute", "changed": False,
+              "before": {"limits.cpu": "3"}, "after": {"limits.cpu": "2"}},
+             {"namespace": "tenant-c", "quota": "compute", "changed": True, "before": {"pods": "4"},
+              "after": {"pods": "4"}}]
+    # pods unchanged, requests.storage removed (no limit, nothing to wait for), tenant-b not written: only two names
+    assert e.restored_hard(items) == {T: {"limits.cpu": Fraction(2), "limits.memory": 2 * 1024 ** 3}}
+    assert e.restored_hard(None) == {} and e.restored_hard([]) == {}
+
+
+def test_unlowered_names_what_admission_still_grants_above_the_restored_spec():
+    restored = {"limits.cpu": Fraction(2), "limits.memory": Fraction(2 * 1024 ** 3)}
+    lagging = _quota({"limits.cpu": "2", "limits.memory": "2Gi"}, {"limits.cpu": "3", "limits.memory": "2Gi"})
+    assert e.unlowered(lagging, restored) == {"limits.cpu": (Fraction(2), Fraction(3))}
+    assert e.unlowered(_quota({"limits.cpu": "2", "limits.memory": "2Gi"},
+                              {"limits.cpu": "2", "limits.memory": "2Gi"}), restored) == {}
+    # another job reserved since: spec.hard is higher again, status.hard up to it is not this release's headroom
+    assert e.unlowered(_quota({"limits.cpu": "4", "limits.memory": "2Gi"},
+                              {"limits.cpu": "3", "limits.memory": "2Gi"}), restored) == {}
+    # status.hard without the name: admission limits nothing of it yet
+    assert e.unlowered(_quota({"limits.cpu": "2"}, {}), {"limits.cpu": Fraction(2)}) == \
+        {"limits.cpu": (Fraction(2), None)}
+    # spec.hard no longer limits the name: nothing to wait for
+    assert e.unlowered(_quota({"pods": "4"}, {"limits.cpu": "3", "pods": "4"}), {"limits.cpu": Fraction(2)}) == {}
+
+
+def test_wait_enforced_with_unlowered_waits_until_status_hard_is_back_down():
+    api = LaggingQuotas({T: ({"limits.cpu": "2"}, {"limits.cpu": "3"})}, {T: 3})
+    time_ = FakeTime()
+    gaps, waited = e.wait_enforced(api.get_quota, {T: {"limits.cpu": Fraction(2)}}, 30, time_.clock, time_.sleep,
+                                   poll=0.5, behind=e.unlowered)
+    assert gaps == {} and api.reads == {T: 3} and waited == 1.0
+    never = LaggingQuotas({T: ({"limits.cpu": "2"}, {"limits.cpu": "3"})}, {T: None})
+    later = FakeTime()
+    gaps, waited = e.wait_enforced(never.get_quota, {T: {"limits.cpu": Fraction(2)}}, 2, later.clock, later.sleep,
+                                   poll=0.5, behind=e.unlowered)
+    assert gaps == {T: {"limits.cpu": (Fraction(2), Fraction(3))}}
+    assert e.gaps_text(T, gaps[T]) == "tenant-a/compute: spec.hard limits.cpu=2, status.hard limits.cpu=3"
