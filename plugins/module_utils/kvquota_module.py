@@ -128,6 +128,7 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
     if not HAS_KUBERNETES:
         raise KvquotaError("the Python library 'kubernetes' is required", "pip install kubernetes")
     options = dict((name, value) for name, value in (options or {}).items() if value is not None)
+    discovered = {}
 
     def open_api_client():
         # kubernetes.core loads a kubeconfig into the process-wide default configuration and copies it: start
@@ -142,7 +143,10 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
         atexit.register(shutil.rmtree, private, True)
         shared, tempfile.tempdir = tempfile.tempdir, private
         try:
-            return k8s_client.get_api_client(**options).client.client
+            dynamic = k8s_client.get_api_client(**options).client
+            # the discovery's GET /version: which Kubernetes rules the quota evaluator follows
+            discovered["version"] = (getattr(dynamic, "version", None) or {}).get("kubernetes")
+            return dynamic.client
         except (CoreException, kubernetes.config.ConfigException, OSError, ValueError, TypeError, KeyError) as err:
             # not the API server's answer (those are the client's ApiException or urllib3's errors): nothing to
             # retry, the configuration is wrong
@@ -150,7 +154,9 @@ def connect(options, timeout=cluster_mod.DEFAULT_TIMEOUT, outage_budget=cluster_
         finally:
             tempfile.tempdir = shared
 
-    return cluster_mod.Cluster.open(open_api_client, timeout=timeout, outage_budget=outage_budget)
+    cluster = cluster_mod.Cluster.open(open_api_client, timeout=timeout, outage_budget=outage_budget)
+    cluster.server_version = discovered.get("version")
+    return cluster
 
 
 def _auth_option(options, name):

@@ -116,3 +116,11 @@ def test_pod_usage_is_what_the_quota_controller_charges(lab, r):
     finally:
         r.request("DELETE", "/api/v1/namespaces/%s" % ns)
         r.request("DELETE", "/apis/node.k8s.io/v1/runtimeclasses/%s" % runtime_class)
+
+
+def test_the_modules_connection_knows_the_api_servers_release(lab, r, user):
+    """What the connection's discovery read of GET /version, as the least-privilege identity: the release whose
+    quota rules the core follows for existing pods (quotas.pod_usage), on both ends of the tested range."""
+    cluster = M.connect({"kubeconfig": str(user)})
+    assert cluster.kubernetes_minor == _minor(r)
+    assert cluster.server_version["gitVersion"] == r.get("/version")["gitVersion"]

@@ -25,6 +25,7 @@ __metaclass__ = type
 import contextlib
 import json
 import random
+import re
 import socket
 import threading
 import time
@@ -283,6 +284,19 @@ def _q(text):
 # ---------------------------------------------------------------------------
 # the cluster
 
+
+def kubernetes_minor_of(version):
+    """The minor release of a GET /version answer: its "minor" ("37", or "37+" on some providers), else the second
+    number of its gitVersion ("v1.37.2-eks-..."); None for anything else. Only major 1 is known."""
+    if not isinstance(version, dict) or str(version.get("major") or "1").rstrip("+") != "1":
+        return None
+    for text, pattern in ((version.get("minor"), r"(\d+)\+?$"), (version.get("gitVersion"), r"v?1\.(\d+)\.")):
+        found = re.match(pattern, text) if isinstance(text, str) else None
+        if found:
+            return int(found.group(1))
+    return None
+
+
 class Cluster(object):
     """One API connection: raw JSON requests (request), and helpers built on it."""
 
@@ -309,6 +323,14 @@ class Cluster(object):
         self._count_lock = threading.Lock()
         self._facts = None
         self._resources = {}
+        # GET /version of the API server as the connection's discovery read it ({major, minor, gitVersion, ...});
+        # None: not known (the quota rules then follow Kubernetes 1.33 to 1.36, see quotas.pod_requests_limits)
+        self.server_version = None
+
+    @property
+    def kubernetes_minor(self):
+        """The API server's Kubernetes minor release (37 for 1.37), or None when not known."""
+        return kubernetes_minor_of(self.server_version)
 
     def _attach(self, api_client):
         self.api_client = api_client

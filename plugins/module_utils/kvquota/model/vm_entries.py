@@ -56,11 +56,12 @@ def live_migratable(vmi):
     return True, ""
 
 
-def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None):
+def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None, kubernetes_minor=None):
     """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
 
     Only Running VMIs would migrate; others are returned in a separate list. cache (a
-    dict) remembers launcher pods of identical VMIs across calls.
+    dict) remembers launcher pods of identical VMIs across calls. kubernetes_minor: the API server's minor
+    release, which rules quota charges the source pods by (quotas.pod_usage; None: those of 1.33 to 1.36).
     """
     cache = {} if cache is None else cache
     tracks = q.namespace_tracked_names(ns_quotas)
@@ -89,7 +90,7 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         facts = q.launcher_pod_facts(vmi, default_pc)
         if source_pod is not None and (source_pod.get("spec") or {}).get("priorityClassName"):
             facts = dict(facts, priority_class_name=source_pod["spec"]["priorityClassName"])
-        source = q.pod_usage(source_pod) if source_pod is not None else None
+        source = q.pod_usage(source_pod, kubernetes_minor) if source_pod is not None else None
         blocked = None
         if error is not None:
             blocked = input_block(namespace, name, error)
@@ -216,5 +217,6 @@ def describe_namespaces(snapshot, config, default_pc):
         vmis = (snapshot.vmis or {}).get(namespace) or []
         pods = (snapshot.pods or {}).get(namespace) or []
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
-            namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache)
+            namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache,
+            snapshot.kubernetes_minor)
     return vms_by_ns, idle_by_ns

@@ -568,7 +568,8 @@ class BatchRunner(object):
                 for pod in claims:
                     # only the names the pin charges: a name quota derives for the pod alone (count/pods) is no growth
                     over = dict((name, values) for name, values in headroom_mod.grown_over_pin(
-                        quotas_mod.pod_usage(pod), pin).items() if pin["charge"].get(name))
+                        quotas_mod.pod_usage(pod, getattr(self.cluster, "kubernetes_minor", None)), pin).items()
+                        if pin["charge"].get(name))
                     if over:
                         grown.append({"namespace": namespace, "name": vm, "reason": (
                             "%s/%s: its target pod %s charges %s (%s charge: the VM's input changed after the run's "

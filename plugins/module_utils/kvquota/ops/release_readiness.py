@@ -401,6 +401,7 @@ class UsageFacts:
     sources: tuple      # (pod ref, the pod or None) of the reservation's recorded source pods (OwnFacts.sources)
     pods: tuple         # its pods
     pvcs: tuple = None  # its PVCs, when a PVC resource is over (None: not read, or not readable)
+    kubernetes_minor: int = None  # the API server's minor release: the rules quota charges a pod by (pod_usage)
 
 
 def _kubevirt_list(cluster, plural, namespace):
@@ -425,10 +426,10 @@ def read_usage(cluster, own, namespace, names):
                                     "list persistentvolumeclaims in namespace %s" % namespace))
         except ForbiddenError as err:
             problem = err.message
-    return UsageFacts(vmis, vmims, sources, pods, pvcs), problem
+    return UsageFacts(vmis, vmims, sources, pods, pvcs, getattr(cluster, "kubernetes_minor", None)), problem
 
 
-def _source_charges(sources):
+def _source_charges(sources, kubernetes_minor=None):
     """{VMI uid: ResourceList} what each recorded source pod of the reservation charged while it ran (pod_usage of it
     as if still running: its spec and what the kubelet last reported of an in-place resize; the pod may have completed
     since), by the VMI uid of its controller ownerReference; pods gone or replaced are left out."""
@@ -439,7 +440,7 @@ def _source_charges(sources):
         owner = launcher_owner(pod)
         if owner is not None:
             running = dict(pod, status=dict(pod.get("status") or {}, phase="Running"))
-            result[owner[1]] = quotas_mod.pod_usage(running)
+            result[owner[1]] = quotas_mod.pod_usage(running, kubernetes_minor)
     return result
 
 
@@ -466,7 +467,7 @@ def usage_now(quota, ledger, entry, namespace, names, facts, now):
         if ownership.uid_of(vmim) and ownership.uid_of(vmim) not in recorded:
             foreign.setdefault((vmim.get("spec") or {}).get("vmiName"), vmim)
     reserved = dict((item["uid"], item) for item in ref_items(entry.refs, "vms", namespace, True) if item.get("uid"))
-    sources = _source_charges(facts.sources)
+    sources = _source_charges(facts.sources, facts.kubernetes_minor)
     result = {"charged": {}, "known": set(), "settling": {}, "settling_pods": [], "objects": []}
     since = entry.created
 
@@ -481,7 +482,7 @@ def usage_now(quota, ledger, entry, namespace, names, facts, now):
         if not quotas_mod.quota_matches_pod(quota, quotas_mod.facts_of_pod(pod)):
             continue
         counts = pod_counts(pod, now)
-        charge = quotas_mod.pod_usage(pod) if counts else {quotas_mod.POD_COUNT: Fraction(1)}
+        charge = quotas_mod.pod_usage(pod, facts.kubernetes_minor) if counts else {quotas_mod.POD_COUNT: Fraction(1)}
         result["charged"] = add(result["charged"], charge)
         if not counts or not any(mask(charge, names).values()):
             continue

@@ -188,6 +188,7 @@ class Snapshot:
     migration_events: dict = field(default_factory=dict)  # {(namespace, migration): verified FailedCreate Events}
     kubevirt: dict = None                               # the KubeVirt CR, or None
     harvester_settings: dict = None                     # {name: setting}; None: Harvester not installed
+    kubernetes_minor: int = None                        # the API server's minor release; None: not known
     aaq_quotas: dict = None                             # {namespace: [ApplicationAwareResourceQuota]}; None: no AAQ
     priority_classes: list = None                       # [PriorityClass]; None: not readable
     rancher_projects: list = None                       # [Project]; None: not visible from this cluster
@@ -417,6 +418,7 @@ def _read(cluster, scope, options, pool):
         migration_events=refusals,
         kubevirt=kubevirts[0] if kubevirts else None,
         harvester_settings=harvester_settings,
+        kubernetes_minor=getattr(cluster, "kubernetes_minor", None),
         aaq_quotas=aaq_quotas,
         priority_classes=priority_classes,
         rancher_projects=rancher_projects,

@@ -1332,3 +1332,47 @@ def test_a_snapshot_is_a_frozen_record_of_known_fields():
     with pytest.raises(ValueError) as err:
         Snapshot.of({"vmis": {}, "qoutas": {}})
     assert "qoutas" in str(err.value)
+
+
+# -- the cluster's Kubernetes release: which rules quota charges the source pods by ---------------------------
+
+@pytest.mark.parametrize("version, minor", [
+    ({"major": "1", "minor": "37", "gitVersion": "v1.37.2"}, 37),
+    ({"major": "1", "minor": "35+", "gitVersion": "v1.35.4-eks-1a2b3c"}, 35),
+    ({"major": "1", "minor": "", "gitVersion": "v1.34.1+rke2r1"}, 34),
+    ({"major": "2", "minor": "0", "gitVersion": "v2.0.0"}, None),
+    ({"major": "1", "minor": "x", "gitVersion": "unknown"}, None),
+    ({}, None), (None, None), ("v1.37.2", None)])
+def test_the_kubernetes_minor_release_is_read_from_the_version_answer(version, minor):
+    cluster = C.Cluster(None)
+    cluster.server_version = version
+    assert cluster.kubernetes_minor == minor
+
+
+def test_the_inventory_carries_the_api_servers_release():
+    cluster = FakeCluster(_objects(2, 1, nodes=1), missing=["settings", "applicationawareresourcequotas"])
+    assert inv.read_inventory(cluster, {"nodes": ["n0"]}).kubernetes_minor is None
+    cluster.server_version = {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
+    assert inv.read_inventory(cluster, {"nodes": ["n0"]}).kubernetes_minor == 37
+
+
+def test_a_source_pod_is_charged_by_the_rules_of_the_clusters_release():
+    # two containers resized in opposite directions, both pending (test_quotas_resize RELEASE_RULES): quota charges
+    # 2 + 2 cpu on 1.33 to 1.36 and max(1 + 2, 2 + 1) = 3 on 1.37
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import vm_entries
+    vmi = make_vmi("vm-1", "tenant-a")
+    snap = snapshot({"tenant-a": ([make_quota("compute", "tenant-a", {"requests.cpu": "20"})], [vmi])})
+    [source] = snap["pods"]["tenant-a"]
+    source["spec"]["containers"] = [{"name": "compute", "resources": {"requests": {"cpu": "1"}}},
+                                    {"name": "helper", "resources": {"requests": {"cpu": "2"}}}]
+    source["spec"]["initContainers"] = []
+    source["status"]["containerStatuses"] = [
+        {"name": "compute", "allocatedResources": {"cpu": "2"}, "resources": {"requests": {"cpu": "2"}}},
+        {"name": "helper", "allocatedResources": {"cpu": "1"}, "resources": {"requests": {"cpu": "1"}}}]
+    config = config_from_cluster(snap["kubevirt"])
+    charged = {}
+    for minor in (None, 36, 37):
+        vms, _idle = vm_entries.describe_namespaces(Snapshot.of(dict(snap, kubernetes_minor=minor)), config, None)
+        [entry] = vms["tenant-a"]
+        charged[minor] = entry["source"]["requests.cpu"]
+    assert charged == {None: 4, 36: 4, 37: 3}

@@ -329,6 +329,8 @@ def test_connect_makes_only_kubernetes_cores_discovery_requests(server):
     assert server.paths() == [("GET", "/version"), ("GET", "/apis")]
     assert all(header_values(request["headers"], "Authorization") == ["Bearer t"] for request in server.sent)
     assert cluster.request_count == 0   # the core's own requests start after connect
+    # the discovery's GET /version tells which Kubernetes rules quota follows; nothing more is asked for it
+    assert cluster.server_version["gitVersion"] == "v1.33.13" and cluster.kubernetes_minor == 33
 
 
 def test_a_blip_at_connect_is_ridden_through(server):
