@@ -593,30 +593,70 @@ def test_interrupted_runs_converge_when_run_again(lab, admin, cl, delay):
 # ---------------------------------------------------------------------------
 # Harvester (the emulator's quota scaling): the opt-out keeps its deltas off our reservation
 
-def test_harvester_opt_out_refused_by_a_rancher_lock_down_changes_nothing(lab, admin, cl, ns, rancher):
-    """Whether Harvester's bundled Rancher locks its quotas is not established: if it does, the opt-out (a write
-    of the quota) is refused, and the reservation must fail before the namespace annotation is written, with
-    the reason and the fix, leaving no ledger."""
+def test_harvester_under_rancher_lock_down_reserves_through_the_namespace_alone(lab, admin, cl, ns, rancher):
+    """Rancher 2.14.6 / 2.15.2's lock-down refuses every write of a Rancher-labelled quota but Rancher's: the
+    opt-out is refused, and so is Harvester's own scaling (it writes that quota directly). The reservation goes on
+    through the namespace's Rancher limit alone, during a real migration: Harvester's deltas never land (no
+    stacking: spec.hard is never above base + reservation), and the release restores quota and annotation byte for
+    byte with nothing else to put back."""
+    from kvqlab import scenarios
     custom = client.CustomObjectsApi(lab.api_client(admin=True))
     rancher.set_knobs(lab, harvester="true")
     custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
         "apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting", "metadata": {"name": "server-version"},
-        "value": "v1.6.0"})
+        "value": "v1.9.0"})
     try:
         raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
         name = _rancher_namespace(lab, admin, ns, raw)
+        vm = {"name": "vm-a", "namespace": ns, "cpu": 1, "memory": "1Gi", "node": "node-1"}
+        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachines", scenarios.vm_object(vm))
+
+        def running():
+            try:
+                vmi = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstances", "vm-a")
+            except ApiException:
+                return None
+            return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
+        kvqlab.wait_for(running, 60, "the emulator to run vm-a")
         before = raw_quota(admin, ns, name)
+        assert before["spec"]["hard"] == {"limits.cpu": "4", "limits.memory": "8Gi"}
         rancher.set_knobs(lab, rancher_lockdown=True)
         rancher.wait_lockdown(lab, True)
-        with pytest.raises(KvquotaError) as err:
-            V.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2"}}, "lab-test", "drain node-1", 600,
-                      rancher_sync_timeout=10)
-        assert "cannot set Harvester's opt-out" in err.value.message and "nothing was changed" in err.value.message
-        assert "lock-down" in err.value.fix
-        assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
+
+        result = V.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2", "limits.memory": "3Gi"}}, "lab-test",
+                           "drain node-1", 600, refs={"migrations": [{"name": "mig-a"}]}, rancher_sync_timeout=30)
+        assert result["quotas"][0]["backend"] == "harvester"
+        [warning] = [w for w in result["warnings"] if "Rancher's quota lock-down" in w]
+        assert "Harvester's own scaling" in warning, warning
+        assert not [w for w in result["warnings"] if "kvquota opts it out" in w], result["warnings"]
+        reserved = {"limits.cpu": "6", "limits.memory": "11Gi"}
+        quota = raw_quota(admin, ns, name)
+        assert SKIP not in (quota["metadata"].get("annotations") or {})
+        assert quota["spec"]["hard"] == reserved
+
+        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstancemigrations", {
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "mig-a", "namespace": ns}, "spec": {"vmiName": "vm-a"}})
+        seen = []
+
+        def succeeded():
+            seen.append(raw_quota(admin, ns, name))
+            m = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstancemigrations",
+                                                    "mig-a")
+            return m if (m.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+        migration = kvqlab.wait_for(succeeded, 60, "the migration of vm-a")
+        assert migration["status"]["phase"] == "Succeeded"
+        # Harvester's scaling was refused all along: no delta annotation, spec.hard never above the reservation
+        assert all(q["spec"]["hard"] == reserved for q in seen), [q["spec"]["hard"] for q in seen]
+        assert not [k for q in seen for k in (q["metadata"].get("annotations") or {})
+                    if k.startswith("harvesterhci.io/migrating")]
+
+        result = V.release(cl, "node-1", timeout=60, poll_interval=0.3, rancher_sync_timeout=30)
+        assert result["quotas"][0]["outcome"] == "released"
         after = raw_quota(admin, ns, name)
         assert after["spec"]["hard"] == before["spec"]["hard"]
-        assert SKIP not in (after["metadata"].get("annotations") or {})
+        assert (after["metadata"].get("annotations") or {}) == (before["metadata"].get("annotations") or {})
+        assert raw_namespace(admin, ns)["metadata"]["annotations"][RANCHER_QUOTA] == raw
         assert ledger(admin, after) is None
     finally:
         rancher.set_knobs(lab, rancher_lockdown=None)

@@ -295,6 +295,86 @@ def test_harvester_blocks_when_it_is_already_scaling():
     assert backend.blockers(busy, namespace(), L.new_ledger("tenant-a", "default-abcde")) == []
 
 
+def test_harvester_v19_compensation_counts_as_scaling_and_its_resync_flag_does_not():
+    # Harvester v1.9 (PR 10197): harvesterhci.io/migratingCompensation holds +128Mi slack after a refusal; the flag
+    # harvesterhci.io/migratingScalingResyncNeeded stays on the quota as "false" once synced
+    backend = harvester.HarvesterOwner(rancher_owner.RancherOwner())
+    compensated = quota(labels=RANCHER_LABELS, annotations={
+        "harvesterhci.io/migratingCompensation": '{"limits.memory":"1152Mi"}',
+        "harvesterhci.io/migratingScalingResyncNeeded": "false"})
+    problems = backend.blockers(compensated, namespace(), L.new_ledger("tenant-a", "default-abcde"))
+    assert len(problems) == 1 and "migratingCompensation" in problems[0], problems
+    assert "ResyncNeeded" not in problems[0]
+    flag_only = quota(labels=RANCHER_LABELS, annotations={"harvesterhci.io/migratingScalingResyncNeeded": "false"})
+    assert backend.blockers(flag_only, namespace(), L.new_ledger("tenant-a", "default-abcde")) == []
+
+
+class RefusingIO(object):
+    """What reservations' run gives an owner's guard: a cluster whose quota update an admission control refuses."""
+    attempts = 3
+
+    def __init__(self, q, refusal):
+        self.warnings = []
+        self.writes = []
+        io = self
+
+        class Cluster(object):
+            def get_quota(self, namespace, name):
+                return json.loads(json.dumps(q))
+
+            def replace(self, body, what):
+                io.writes.append(what)
+                raise refusal
+        self.cluster = Cluster()
+
+    def sleep(self, seconds):
+        pass
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+
+LOCKDOWN_REFUSAL = ('an admission webhook refused to update resourcequota default-abcde in namespace tenant-a '
+                    '(Harvester opt-out): admission webhook "rancher.cattle.io.resourcequotas" denied the request: '
+                    'users are forbidden from changing resources managed by Rancher')
+
+
+def test_harvester_under_rancher_lock_down_reserves_through_the_namespace_alone():
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
+    backend = harvester.HarvesterOwner(rancher_owner.RancherOwner())
+    q = quota(labels=RANCHER_LABELS)
+    ns = namespace({rancher_owner.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW})
+    ledger, writes = step(backend, q, ns, "n1", {"limits.cpu": "1"})
+    io = RefusingIO(q, KvquotaError(LOCKDOWN_REFUSAL, "read the webhook's message"))
+    backend.guard(io, ("tenant-a", "default-abcde"), ledger)     # no error: the reservation goes on
+    assert io.writes == ["update resourcequota default-abcde in namespace tenant-a (Harvester opt-out)"]
+    assert backend.locked_down
+    [warning] = io.warnings
+    assert "Rancher's quota lock-down" in warning and "Harvester's own scaling" in warning
+    # the namespace's Rancher limit carries the reservation, the quota itself is not written
+    assert set(writes) == {"namespace"}
+    # nothing to put back on release: the opt-out was never written
+    released, _ignored = L.release(ledger, "n1", T0)
+    assert backend.after_release(q, released) is None
+
+
+@pytest.mark.parametrize("refusal", [
+    'an admission policy refused to update resourcequota default-abcde in namespace tenant-a (Harvester opt-out): '
+    'ValidatingAdmissionPolicy \'platform-quotas\' denied request: quotas are frozen during the change window',
+    'the API server refused to update resourcequota default-abcde: managed by Rancher'])
+def test_harvester_opt_out_refused_otherwise_still_fails_the_reservation(refusal):
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import KvquotaError
+    backend = harvester.HarvesterOwner(rancher_owner.RancherOwner())
+    q = quota(labels=RANCHER_LABELS)
+    ledger, _writes = step(backend, q, namespace({rancher_owner.RANCHER_QUOTA_ANNOTATION: RANCHER_RAW}), "n1",
+                           {"limits.cpu": "1"})
+    io = RefusingIO(q, KvquotaError(refusal, "fix"))
+    with pytest.raises(KvquotaError) as err:
+        backend.guard(io, ("tenant-a", "default-abcde"), ledger)
+    assert "cannot set Harvester's opt-out" in err.value.message and "nothing was changed" in err.value.message
+    assert not backend.locked_down and io.warnings == []
+
+
 # ---------------------------------------------------------------------------
 # property: any reserve/release sequence through Rancher ends at the original namespace
 

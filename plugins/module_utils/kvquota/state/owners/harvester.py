@@ -5,7 +5,15 @@
 really holds spec.hard (Rancher's or the plain one) and opts the quota out of Harvester's scaling
 (harvesterhci.io/skipResourceQuotaAutoScaling: "true") for as long as a reservation is active, putting the
 previous value (or its absence) back exactly on the final release: in the same write as spec.hard on a plain
-quota (render), or as a write of the quota of its own before the owner's value (guard, unguard)."""
+quota (render), or as a write of the quota of its own before the owner's value (guard, unguard).
+
+Under Rancher's quota lock-down (Rancher 2.14.6 / 2.15.2, rancher/webhook 1797/1798) the opt-out cannot be
+written: the webhook refuses every write of a Rancher-labelled quota by anyone but Rancher. It refuses Harvester's
+own scaling just as well (Harvester writes that quota directly as its service account, with its per-migration
+deltas and v1.9's compensation as annotations in the same write), so there is nothing to opt out of: the
+reservation goes on through the namespace's Rancher limit alone (guard), and the two cannot stack. Harvester
+annotations found on such a quota are left-overs nobody can remove but an administrator (and Harvester's namespace
+webhook refuses the namespace's limit to change while they are there): the quota is blocked, named (blockers)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -29,7 +37,13 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.
 
 HARVESTER = "harvester"
 HARVESTER_SKIP_ANNOTATION = "harvesterhci.io/skipResourceQuotaAutoScaling"
-HARVESTER_MIGRATING_PREFIXES = ("harvesterhci.io/migratingUID-", "harvesterhci.io/migrating-")
+# per-migration deltas (migratingUID-<VMI UID>; migrating-<VM> before v1.5) and v1.9's memory compensation after a
+# refusal (PR 10197); not harvesterhci.io/migratingScalingResyncNeeded, a flag v1.9 leaves on the quota as "false"
+HARVESTER_MIGRATING_PREFIXES = ("harvesterhci.io/migratingUID-", "harvesterhci.io/migrating-",
+                                "harvesterhci.io/migratingCompensation")
+# what Rancher's webhook says when it refuses a write of a quota it manages ("... are forbidden from changing
+# resources managed by Rancher"; the lab's emulation says "... are managed by Rancher")
+RANCHER_LOCKDOWN_TEXT = "managed by Rancher"
 HARVESTER_MIN_VERSION = (1, 4, 2)
 
 
@@ -73,6 +87,7 @@ class HarvesterOwner(QuotaOwner):
         super(HarvesterOwner, self).__init__(notes)
         self.inner = inner
         self.version = version
+        self.locked_down = False   # the opt-out was refused by Rancher's quota lock-down (guard)
 
     @property
     def written_on(self):
@@ -100,8 +115,10 @@ class HarvesterOwner(QuotaOwner):
 
     def describe(self):
         data = self.inner.describe()
-        data.update(backend=self.name, owner=self.inner.name, notes=list(self.inner.notes) + list(self.notes),
-                    harvester_version=self.version)
+        # under the lock-down the opt-out note is not true: guard's warning says what happened instead
+        own = [] if self.locked_down else list(self.notes)
+        data.update(backend=self.name, owner=self.inner.name, notes=list(self.inner.notes) + own,
+                    harvester_version=self.version, rancher_lockdown=self.locked_down)
         return data
 
     def durable_hard(self, quota, namespace):
@@ -126,7 +143,9 @@ class HarvesterOwner(QuotaOwner):
         if migrating and not opted_out:
             problems.append(
                 "Harvester is already scaling %s for migrations in progress (%s); opting out now would leave its "
-                "deltas behind" % (_ref(quota), ", ".join(migrating)))
+                "deltas behind (under Rancher's quota lock-down Harvester cannot remove them itself, and its "
+                "namespace webhook refuses any change of the namespace's limit while they are there: an "
+                "administrator removes them)" % (_ref(quota), ", ".join(migrating)))
         return problems
 
     def prepare(self, quota, namespace, ledger):
@@ -174,29 +193,36 @@ class HarvesterOwner(QuotaOwner):
             "previous value back on release" % HARVESTER_SKIP_ANNOTATION], facts.get("harvester_version"))
 
     def guard(self, io, target, ledger):
-        """Set the opt-out on the quota after the ledger recorded its previous value (owner not the quota). A
-        refused write (Rancher 2.14+ refuses any write of a Rancher-labelled quota but Rancher's) fails the
+        """Set the opt-out on the quota after the ledger recorded its previous value (owner not the quota).
+
+        Refused by Rancher's quota lock-down (the refusal says the quota is managed by Rancher): Harvester's own
+        scaling of the quota is refused the same way, so the reservation goes on through the namespace's Rancher
+        limit alone, with a warning, and nothing is to be put back on release. Any other refusal fails the
         reservation before the owner's value is written, naming why."""
         if not self.guards_the_quota:
             return
-
-        def write(body):
-            try:
-                return io.cluster.replace(body, "update resourcequota %s in namespace %s (Harvester opt-out)"
-                                          % (target[1], target[0]))
-            except (ConflictError, ForbiddenError):
-                raise
-            except KvquotaError as err:
-                raise KvquotaError(
-                    "cannot set Harvester's opt-out %s on quota %s/%s: %s. Without it Harvester adds its own "
-                    "migration deltas on top of the reservation; nothing was changed"
-                    % (HARVESTER_SKIP_ANNOTATION, target[0], target[1], err.message),
-                    "let the collection's identity update this quota (a Rancher quota lock-down must exempt it), "
-                    "or set %s: \"true\" on the quota yourself for the maintenance and re-run"
-                    % HARVESTER_SKIP_ANNOTATION)
-        conditional_update(lambda: io.cluster.get_quota(*target), lambda quota: self.before_expand(quota, ledger),
-                           write, attempts=io.attempts, what="set the Harvester opt-out on %s/%s" % target,
-                           sleep=io.sleep)
+        try:
+            conditional_update(lambda: io.cluster.get_quota(*target), lambda quota: self.before_expand(quota, ledger),
+                               lambda body: io.cluster.replace(body, "update resourcequota %s in namespace %s "
+                                                               "(Harvester opt-out)" % (target[1], target[0])),
+                               attempts=io.attempts, what="set the Harvester opt-out on %s/%s" % target,
+                               sleep=io.sleep)
+        except (ConflictError, ForbiddenError):
+            raise
+        except KvquotaError as err:
+            if rancher_lockdown(err):
+                self.locked_down = True
+                io.warn("quota %s/%s: Rancher's quota lock-down refuses Harvester's opt-out %s, and Harvester's own "
+                        "scaling of the quota just as well; the reservation is made through the namespace's Rancher "
+                        "limit alone (%s)" % (target[0], target[1], HARVESTER_SKIP_ANNOTATION, err.message))
+                return
+            raise KvquotaError(
+                "cannot set Harvester's opt-out %s on quota %s/%s: %s. Without it Harvester adds its own "
+                "migration deltas on top of the reservation; nothing was changed"
+                % (HARVESTER_SKIP_ANNOTATION, target[0], target[1], err.message),
+                "let the collection's identity update this quota (an admission policy of the platform must exempt "
+                "it), or set %s: \"true\" on the quota yourself for the maintenance and re-run"
+                % HARVESTER_SKIP_ANNOTATION)
 
     def unguard(self, io, target, idle_ledger):
         """Put the opt-out back as it was, before the final restore (owner not the quota)."""
@@ -211,6 +237,14 @@ class HarvesterOwner(QuotaOwner):
 
     def wait_applied(self, io, state, ledger):
         return self.inner.wait_applied(io, state, ledger)
+
+
+def rancher_lockdown(err):
+    """Whether err is Rancher's quota lock-down refusing a write (an admission webhook's or policy's refusal that
+    says the quota is managed by Rancher), not RBAC, a conflict or another policy."""
+    message = getattr(err, "message", None) or str(err)
+    return message.startswith(("an admission webhook refused", "an admission policy refused")) and \
+        RANCHER_LOCKDOWN_TEXT in message
 
 
 def _restore_skip(quota, ledger):
