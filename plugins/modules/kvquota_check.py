@@ -21,6 +21,9 @@ description:
     overhead-ratio increase), VMs that cannot live-migrate, migrations already Pending with
     C(migrationRejectedByResourceQuota), expired or orphaned reservations, Rancher project limits too small
     for the expansion. Notes Harvester's quota scaling and AAQ when present.
+  - With AAQ (application-aware-quota) installed, says per namespace which of its quotas cover it and whether they
+    need expansion for a migration, from the VMI calculator mode of the AAQ CR (RV(aaq)). kvquota reads AAQ's
+    objects and never writes them; the native ResourceQuotas of the namespace are planned and expanded as before.
   - Plans the migration batches (respecting C(parallelMigrationsPerCluster),
     C(parallelOutboundMigrationsPerNode) and an optional per-namespace cap) that the roles then follow.
   - With O(node_capacity), every batch's target pods must also fit the free capacity (allocatable C(cpu),
@@ -329,6 +332,46 @@ capacity:
     nodes:
       node-2: {schedulable: true, free: {pods: "108", requests.cpu: 63595m, requests.memory: 251Gi}}
     not_modelled: node affinity and nodeSelector, taints and tolerations, ...
+aaq:
+  description:
+    - Null when AAQ (application-aware-quota, API group C(aaq.kubevirt.io)) is not served or its quotas are not
+      readable. Read only; kvquota never writes an AAQ object.
+    - C(mode), the VMI calculator mode of the AAQ CR (C(aaqs.aaq.kubevirt.io),
+      C(spec.configuration.vmiCalculatorConfiguration.configName); AAQ's controller uses V(VmiPodUsage) when it is
+      empty), null when no AAQ CR is readable; C(mode_read_from), where it was read.
+    - C(migration_charge), what AAQ charges a migration's target pod. V(growth) for V(VmiPodUsage),
+      V(VirtualResources), V(DedicatedVirtualResources) and V(GuestEffectiveResources) (only what the target pod adds
+      over its source). V(source_and_target) for V(IgnoreVmiCalculator) (both launcher pods count whole). V(unknown)
+      when the mode is not known.
+    - C(namespaces), per namespace in scope that an AAQ object covers (others are left out). C(quotas) is a list of
+      C(kind) (V(ApplicationAwareResourceQuota) in the namespace, or V(ApplicationAwareClusterResourceQuota) whose
+      C(spec.selector) selects it), C(namespace) and C(name). C(gated) says whether the AAQ CR's
+      C(spec.namespaceSelector) (default label key C(application-aware-quota/enable-gating)) makes AAQ gate its
+      pods; null when not known. C(needs_expansion) is false when AAQ charges only the growth or does not gate the
+      namespace. It is true when a migration is charged source and target. kvquota does not expand AAQ quotas, so
+      AAQ's gate may hold the target pod; a finding C(aaq_migration_charged_twice) says so. It is null when the mode
+      is not known. C(reason) says why. C(fix) is the mode to switch to (on the HyperConverged CR when HCO manages
+      AAQ), else null.
+    - C(native_quotas), the native ResourceQuotas of the namespace a target pod is charged against. AAQ does not
+      relieve them, so they are planned and expanded as before (see RV(namespaces)).
+  returned: always
+  type: dict
+  sample:
+    mode: GuestEffectiveResources
+    mode_read_from: AAQ aaq-kubevirt-hyperconverged spec.configuration.vmiCalculatorConfiguration.configName
+    migration_charge: growth
+    namespaces:
+      tenant-a:
+        quotas:
+          - {kind: ApplicationAwareResourceQuota, namespace: tenant-a, name: vm-quota}
+          - {kind: ApplicationAwareClusterResourceQuota, namespace: null, name: tenant-wide}
+        gated: true
+        needs_expansion: false
+        reason: "AAQ's mode GuestEffectiveResources (...) charges a migration's target pod only its growth over its
+          source: these AAQ quotas need no expansion"
+        fix: null
+        native_quotas: [compute]
+  version_added: 1.0.0
 summary:
   description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers, VMs blocked alone
     (C(blocked_vms)) and VMs whose reported memory overhead differs (C(overhead_differences)).

@@ -44,15 +44,21 @@ MISC = "u-misc"
 RWO = "u-rwo"
 PVCS = "u-pvcs"
 RANCHER = "c-tenant"
-AAQ_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "applicationawareresourcequotas.aaq.kubevirt.io"},
-    "spec": {"group": "aaq.kubevirt.io", "scope": "Namespaced",
-             "names": {"plural": "applicationawareresourcequotas", "singular": "applicationawareresourcequota",
-                       "kind": "ApplicationAwareResourceQuota"},
-             "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                           "schema": {"openAPIV3Schema": {"type": "object",
-                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+def _aaq_crd(kind, plural, scope):
+    """An AAQ CRD (group, version, names and scope as AAQ v1.8.0's crds_generated.go; schema left open)."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": plural + ".aaq.kubevirt.io"},
+            "spec": {"group": "aaq.kubevirt.io", "scope": scope,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                     "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+# kvquota_check lists all three when AAQ is served (the quotas, the cluster quotas, the AAQ CR's mode)
+AAQ_CRDS = (_aaq_crd("ApplicationAwareResourceQuota", "applicationawareresourcequotas", "Namespaced"),
+            _aaq_crd("ApplicationAwareClusterResourceQuota", "applicationawareclusterresourcequotas", "Cluster"),
+            _aaq_crd("AAQ", "aaqs", "Cluster"))
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +136,8 @@ def _pvc_capture(lab, user):
 def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     user = lab.lab.user_kubeconfig
     # AAQ is recognised (listed) when its API is served: serve it, as on a cluster with AAQ installed
-    lab.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", AAQ_CRD)
+    for crd in AAQ_CRDS:
+        lab.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     M.make_tenant(lab.lab, PLAIN, vms=2)
     # a quota scoped to a priority class (no VM pod has it): the inventory then reads the PriorityClasses
     lab.rest.create("/api/v1/namespaces/%s/resourcequotas" % PLAIN, {

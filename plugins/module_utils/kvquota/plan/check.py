@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import rancher, registry
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import aaq as aaq_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import cluster_settings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import findings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit
@@ -272,8 +273,9 @@ def overhead_differences(scope_plan):
             for vm in ns_plan.vms for difference in vm.get("overhead_differences") or ()]
 
 
-def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
-    """(namespace report, [(quota, plan, fixes)]) of one namespace: its findings, rendered."""
+def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now, aaq_entry=None):
+    """(namespace report, [(quota, plan, fixes)]) of one namespace: its findings, rendered. aaq_entry: the
+    namespace's entry of aaq.aaq_report (None: no AAQ object covers it)."""
     namespace = ns_plan.name
     quota_reports, blockers, warnings, fixes = [], [], [], []
     for quota_plan in ns_plan.quota_plans:
@@ -294,7 +296,7 @@ def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now):
             ledger_audit.ledger_findings(namespace, ns_plan.ns_obj, ns_plan.raw_quotas, now, vmims,
                                          (snapshot.pods or {}).get(namespace) or (), schedule_plan.facts,
                                          options.get("orphan_grace_seconds", 3600), snapshot.ledgers or {}),
-            ((), findings.aaq_namespace_warnings(namespace, snapshot.aaq_quotas))):
+            ((), aaq_mod.namespace_findings(namespace, aaq_entry))):
         blockers.extend(more_blockers)
         warnings.extend(more_warnings)
 
@@ -315,11 +317,14 @@ def evaluate(snapshot, options=None, scope_plan=None):
     planned = scope_plan or plan(snapshot, options)
     cluster_warnings = findings.cluster_warnings(snapshot, scheduling.oversized_vms(planned.movers, planned.limits[2]))
 
+    aaq = aaq_mod.aaq_report(snapshot, planned.namespaces)
+    aaq_entries = (aaq or {}).get("namespaces") or {}
     ns_reports = {}
     plans_by_ns = {}
     all_fixes = []
     for namespace, ns_plan in sorted(planned.namespaces.items()):
-        ns_reports[namespace], plans_by_ns[namespace] = _report_namespace(snapshot, options, ns_plan, planned, policy, now)
+        ns_reports[namespace], plans_by_ns[namespace] = _report_namespace(snapshot, options, ns_plan, planned, policy,
+                                                                          now, aaq_entries.get(namespace))
         all_fixes.extend(ns_reports[namespace]["fixes"])
 
     cluster_blockers = findings.rancher_project_findings(snapshot, plans_by_ns, len(planned.keys))
@@ -330,6 +335,8 @@ def evaluate(snapshot, options=None, scope_plan=None):
     report = render.assemble(snapshot, planned.config, planned.limits, planned.keys, planned.batches, ns_reports,
                              blockers, warnings, all_fixes, findings.overall_verdict(blockers, counts), counts)
     report["capacity"] = capacity_report(planned.capacity)
+    # AAQ's quotas per namespace, read only: whether its mode charges a migration only its growth (plan/aaq.py)
+    report["aaq"] = aaq
     # the VMs blocked alone: each is also a warning of its namespace; the other VMs are planned without them
     report["blocked_vms"] = blocked_vms(planned)
     report["summary"]["blocked_vms"] = len(report["blocked_vms"])

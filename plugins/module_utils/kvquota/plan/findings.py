@@ -104,8 +104,9 @@ def cluster_warnings(snapshot, oversized):
     if aaq is not None:
         warnings.append(finding(
             "aaq_present", None,
-            "application-aware-quota (AAQ) is installed: ApplicationAwareResourceQuotas charge a migration only "
-            "its growth and need no expansion; native ResourceQuotas still charge the whole target pod",
+            "application-aware-quota (AAQ) is installed: kvquota reads its quotas and never writes them (see aaq in "
+            "the result: per namespace, whether AAQ's mode charges a migration only its growth); native "
+            "ResourceQuotas still charge the whole target pod",
             None))
 
     for vm, names in oversized:
@@ -230,16 +231,6 @@ def migration_findings(namespace, vmims, migration_events, vms, raw_quotas):
             migration=rejection["migration"], vm=rejection["vmi"],
             shortfall=dict((name, format_resource_list(rl)) for name, rl in shortfall.items()) or None))
     return blockers, warnings
-
-
-def aaq_namespace_warnings(namespace, aaq):
-    """A warning when the namespace has ApplicationAwareResourceQuotas (aaq: the snapshot's aaq_quotas)."""
-    if aaq is None or not aaq.get(namespace):
-        return []
-    return [finding(
-        "aaq_present", namespace,
-        "namespace has %d ApplicationAwareResourceQuota(s): they need no expansion for migrations"
-        % len(aaq[namespace]), None)]
 
 
 def refused_shortfall(vm, quotas, named=()):

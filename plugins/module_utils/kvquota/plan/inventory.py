@@ -49,6 +49,8 @@ VMI_NODE_LABEL = "kubevirt.io/nodeName"
 
 HARVESTER_SETTINGS = ("harvesterhci.io", "v1beta1", "settings")
 AAQ_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareresourcequotas")
+AAQ_CLUSTER_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareclusterresourcequotas")
+AAQ_CONFIGS = ("aaq.kubevirt.io", "v1alpha1", "aaqs")   # the AAQ CR (cluster scope): its VMI calculator mode
 RANCHER_PROJECTS = ("management.cattle.io", "v3", "projects")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
 
@@ -190,6 +192,8 @@ class Snapshot:
     harvester_settings: dict = None                     # {name: setting}; None: Harvester not installed
     kubernetes_minor: int = None                        # the API server's minor release; None: not known
     aaq_quotas: dict = None                             # {namespace: [ApplicationAwareResourceQuota]}; None: no AAQ
+    aaq_cluster_quotas: list = None                     # [ApplicationAwareClusterResourceQuota]; None: not read
+    aaq_configs: list = None                            # [AAQ] (aaqs.aaq.kubevirt.io); None: not read
     priority_classes: list = None                       # [PriorityClass]; None: not readable
     rancher_projects: list = None                       # [Project]; None: not visible from this cluster
     namespaces_all: list = None                         # every Namespace, when Rancher projects are (their sums)
@@ -383,6 +387,15 @@ def _read(cluster, scope, options, pool):
                     "list ApplicationAwareResourceQuotas", page, notes)
     aaq_quotas = None if aaq is None else dict(
         (ns, items) for ns, items in _by_namespace(aaq).items() if ns in covered)
+    # and, where AAQ is served, its CR (the VMI calculator mode, which namespaces it gates) and its cluster quotas
+    # (which select namespaces by label and annotation): read only, for the report (plan/aaq.py)
+    aaq_configs = aaq_cluster_quotas = None
+    if aaq is not None:
+        aaq_configs = _optional(cluster, groups, AAQ_CONFIGS[0], AAQ_CONFIGS[1], AAQ_CONFIGS[2],
+                                "list AAQ (aaqs.aaq.kubevirt.io)", page, notes)
+        aaq_cluster_quotas = _optional(cluster, groups, AAQ_CLUSTER_QUOTAS[0], AAQ_CLUSTER_QUOTAS[1],
+                                       AAQ_CLUSTER_QUOTAS[2], "list ApplicationAwareClusterResourceQuotas", page,
+                                       notes)
 
     # PriorityClasses: only when a quota is scoped by priority class (globalDefault matters).
     priority_classes = None
@@ -420,6 +433,8 @@ def _read(cluster, scope, options, pool):
         harvester_settings=harvester_settings,
         kubernetes_minor=getattr(cluster, "kubernetes_minor", None),
         aaq_quotas=aaq_quotas,
+        aaq_cluster_quotas=aaq_cluster_quotas,
+        aaq_configs=aaq_configs,
         priority_classes=priority_classes,
         rancher_projects=rancher_projects,
         namespaces_all=all_namespaces if rancher_projects is not None else None,
