@@ -62,8 +62,11 @@ description:
   - With O(mode=follow) it creates no migration. It follows the VirtualMachineInstanceMigrations that others
     create in a scope (O(nodes) and/or O(namespaces); neither is the whole cluster) - KubeVirt's evacuation
     controller after a C(kubectl drain) or a platform upgrade's drain, its workload updater, a person -
-    recognised by UID, never by label. Each poll it takes, oldest first, the migrations not admitted yet that
-    KubeVirt will run next within its parallel limits (C(parallelMigrationsPerCluster),
+    recognised by UID, never by label. Each poll it takes, in KubeVirt's order (by the migration's
+    C(spec.priority), C(system-critical) evacuations and workload updates first, then C(user-triggered),
+    C(system-maintenance), and those without one; oldest first within a priority; an unknown value counts as
+    none), the migrations not admitted yet that KubeVirt will run next within its parallel limits
+    (C(parallelMigrationsPerCluster),
     C(parallelOutboundMigrationsPerNode) of the KubeVirt CR, minus the migrations in flight) as one group,
     reserves for them just in time (reservation C(<prefix>-f<n>), its refs recording the migrations' UIDs),
     tops up from admission refusals and releases each group's reservation once its source pods are gone, as in

@@ -12,6 +12,11 @@ reserved ahead of admission plus one group awaiting its release (2 x parallelOut
 a reservation for every queued migration; at the end every migration succeeded, every quota is at its base, no
 ledger is left.
 
+With KubeVirt v1.9.0 (MigrationPriorityQueue GA, issue 27): a tenant's own migration (no spec.priority) waits,
+refused by quota, older than the system-critical evacuation migrations of a drain that then wait with it; follow
+mode reserves for the evacuation ones first (KubeVirt's order: priority, then age), the emulated KubeVirt admits
+them first, and the tenant's migration runs later, still followed to the end.
+
 Run: KVQ_LAB_REQUIRED=1 python3 -m pytest -q -p no:cacheprovider tests/integration/test_follow_lab.py
 """
 
@@ -165,6 +170,91 @@ def test_follow_beside_kubectl_drain_reserves_just_in_time_and_restores_every_qu
         assert sampler.samples > 10
         assert sampler.peak["pods"] <= 2 * PER_NODE and sampler.peak["limits.memory"] <= 2 * PER_NODE, sampler.peak
         assert sampler.peak["pods"] > 0, "no reservation was ever seen"
+        for ns in namespaces:
+            M.wait(lambda ns=ns: M.quota(r, ns, "q")["spec"]["hard"] == base[ns], 30, "quota %s at its base" % ns)
+        assert [key for key in M.ledgers(r) if key.split("/")[0] in namespaces] == []
+    finally:
+        lab.kubectl("uncordon", source, check=False)
+        scenarios.delete(lab, sc)
+
+
+def test_follow_reserves_for_system_critical_evacuations_before_an_older_user_migration(lab, emu, r, user):
+    """KubeVirt v1.9.0 runs pending migrations by spec.priority, then oldest first (pkg/util/migrations/migrations.go
+    PriorityFromMigration, pkg/virt-controller/watch/migration/migration.go reEnqueueHighestPriorityPendingMigrations):
+    the evacuation controller's are system-critical (drain/evacuation/evacuation.go GenerateNewMigration), a user's
+    own has none (the create admitter refuses it from anyone but virt-controller). The room follow mode reserves
+    first goes to evacuation migrations, though the user's migration is older."""
+    tag = secrets.token_hex(2)
+    counts = (3, 2)
+    sc, namespaces = scenario(tag, counts, version="1.9.0", gates=())
+    scenarios.apply(lab, sc, timeout=180)
+    source = "fl-%s-src" % tag
+    outcome, drained = {}, {}
+    try:
+        base, _units = tighten(r, namespaces, counts)
+        own = M.create_vmim(r, namespaces[0], "vm-1", name="tenant-own")     # the VMs are vm-1 .. vm-n
+        M.wait(lambda: M.rejected(M.vmim(r, namespaces[0], own)), 60, "the user's migration refused by quota")
+        assert "priority" not in M.vmim(r, namespaces[0], own)["spec"]
+        time.sleep(1.2)      # creationTimestamp has seconds: the user's migration is strictly the oldest
+
+        def evacuations():
+            return [m for ns in namespaces
+                    for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
+                    if m["metadata"]["name"].startswith("kubevirt-evacuation-")]
+
+        drainer = threading.Thread(target=lambda: drained.update(out=kubectl_drain(lab, source, timeout=300)),
+                                   daemon=True)
+        drainer.start()
+        # every other VM gets a system-critical evacuation migration, refused by quota like the user's: they all wait
+        M.wait(lambda: len(evacuations()) == sum(counts) - 1 and all(M.rejected(m) for m in evacuations()), 120,
+               "the evacuation migrations refused by quota")
+        assert all(m["spec"].get("priority") == "system-critical" for m in evacuations())
+        assert M.phase(M.vmim(r, namespaces[0], own)) == "Pending"
+
+        def follow():
+            outcome["result"] = M.run_module("kvquota_migrate", {
+                "mode": "follow", "nodes": [source], "follow_until": "nodes_schedulable", "deadline_seconds": 400,
+                "poll_interval": 0.5, "top_up_settle_seconds": 20, "ttl": "30m"}, user, timeout=600)
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        drainer.join(360)
+        assert not drainer.is_alive(), "kubectl drain did not end"
+        code, out = drained["out"]
+        assert code == 0, out
+        lab.kubectl("uncordon", source)
+        follower.join(200)
+        assert not follower.is_alive(), "kvquota_migrate did not end after the node was uncordoned"
+
+        result = M.assert_ok(outcome["result"], "kvquota_migrate mode=follow")
+        print("\n".join(result["progress"]))
+        groups = [line for line in result["progress"] if ": following " in line]
+        assert groups, result["progress"]
+        first = groups[0].split(": following ", 1)[1].split(" (parallel limits", 1)[0].split(", ")
+        # the first room reserved is for PER_NODE evacuation migrations, not for the older user's migration
+        assert len(first) == PER_NODE and all("/kubevirt-evacuation-" in name for name in first), groups[0]
+        ours = "%s/%s" % (namespaces[0], own)
+        assert ours not in groups[0]
+        migrations = {}
+        for ns in namespaces:
+            for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]:
+                migrations["%s/%s" % (ns, m["metadata"]["name"])] = m
+        assert len(migrations) == sum(counts) and all(m["status"]["phase"] == "Succeeded" for m in migrations.values())
+        # a later group that follows the user's migration lists it after any evacuation migration it follows too
+        for line in groups:
+            named = line.split(": following ", 1)[1].split(" (parallel limits", 1)[0].split(", ")
+            assert ours not in named or named[-1] == ours, line
+        # KubeVirt's admissions (target pod created), for the record: it too hands a slot to a higher priority
+        # migration first, but one that is waiting out a quota refusal's back-off holds none (the apiserver's quota
+        # cache can refuse it just after the reservation), and then the user's migration may run in the room first
+        # (follow mode adopts it there and gives the evacuation migration back to the queue)
+        admitted = sorted((float(m["metadata"]["annotations"]["kvqlab.io/scheduling-since"]), k)
+                          for k, m in migrations.items())
+        print("admitted in this order: %s" % ", ".join(k for _t, k in admitted))
+        assert result["ended_by"] == "nodes %s schedulable" % source and result["reservations_held"] == []
+        assert result["migrations_created"] == []
+        vmis = [v for ns in namespaces for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]]
+        assert all(v["status"]["nodeName"] != source for v in vmis)
         for ns in namespaces:
             M.wait(lambda ns=ns: M.quota(r, ns, "q")["spec"]["hard"] == base[ns], 30, "quota %s at its base" % ns)
         assert [key for key in M.ledgers(r) if key.split("/")[0] in namespaces] == []

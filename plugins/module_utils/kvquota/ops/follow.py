@@ -6,9 +6,13 @@
 It creates no migration. Each poll it lists the scope's VirtualMachineInstanceMigrations that are not final,
 whoever created them (KubeVirt's evacuation controller after an eviction, its workload updater, a person);
 identity is the UID, never a label. Of those not admitted yet (no target pod) and not followed already, it takes,
-oldest first, as many as KubeVirt will run next within its parallel limits (parallelMigrationsPerCluster and
-parallelOutboundMigrationsPerNode of the KubeVirt CR, minus the migrations in flight: admitted ones and those of
-its own groups not admitted yet), never a reservation for every queued migration at once. Those form a group:
+in the order KubeVirt's migration priority queue runs them (spec.priority, GA in v1.9: the system-critical ones of
+the evacuation controller and the workload updater first, then user-triggered ones (hotplug, volume update), then
+system-maintenance ones (descheduler evictions), then those without one, a user's own; oldest first within a
+priority; queue_priority), as many as KubeVirt will run next within its parallel limits
+(parallelMigrationsPerCluster and parallelOutboundMigrationsPerNode of the KubeVirt CR, minus the migrations in
+flight: admitted ones and those of its own groups not admitted yet), never a reservation for every queued migration
+at once. The priority only orders; what is reserved is sized from the VMs. Those form a group:
 its reservation "<prefix>-f<n>" is made by the batch runner exactly as in drive mode (headroom.batch_headroom,
 reservations.reserve, refs recording the followed migrations' UIDs), waited for in status.hard, topped up from
 admission refusals, and released once the group's source pods are gone. A namespace that still has a followed
@@ -68,6 +72,34 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.k
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
 FAST_POLL_SECONDS = 0.5
 
+# KubeVirt's queue priorities of a migration's spec.priority (v1.9.0 pkg/util/migrations/migrations.go QueuePriority*,
+# PriorityFromMigration): a string, matched exactly; absent (before v1.7, or the gate off) or anything else is
+# QueuePriorityDefault.
+QUEUE_PRIORITIES = {"system-critical": 100, "user-triggered": 50, "system-maintenance": 20}
+QUEUE_PRIORITY_DEFAULT = 0
+
+
+def queue_priority(vmim):
+    """The place of a migration in KubeVirt's queue of pending migrations, as KubeVirt's PriorityFromMigration reads
+    spec.priority: system-critical (evacuation, workload updater) 100, user-triggered (hotplug, volume update) 50,
+    system-maintenance (descheduler evictions) 20, else 0. Whoever wrote the field (virt-api lets only
+    virt-controller set it, but not every cluster runs that webhook), a value of another type, case or spelling is
+    the default: never above a known class, never an error. It orders the queue only; amounts come from the VMs."""
+    spec = vmim.get("spec") if isinstance(vmim, dict) else None
+    value = spec.get("priority") if isinstance(spec, dict) else None
+    if not isinstance(value, (str, type(u""))):
+        return QUEUE_PRIORITY_DEFAULT
+    return QUEUE_PRIORITIES.get(value, QUEUE_PRIORITY_DEFAULT)
+
+
+def queue_order(vmim):
+    """Sort key of KubeVirt's order of pending migrations: priority first (highest first), then the oldest (its
+    priority queue serves equal priorities in the order they were added, that is created), then namespace and name
+    for a stable order."""
+    meta = _meta(vmim)
+    return (-queue_priority(vmim), meta.get("creationTimestamp") or "", meta.get("namespace") or "",
+            natural(meta.get("name") or ""))
+
 
 def source_node(vmim, vmis):
     """The node a migration moves its VM off: its migrationState's sourceNode, else the VMI's node (None when the
@@ -80,14 +112,16 @@ def source_node(vmim, vmis):
 
 
 def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_namespaces=(), rooms=None, skip=()):
-    """The migrations KubeVirt will run next that need a reservation now, oldest first: of vmims (every migration
+    """The migrations KubeVirt will run next that need a reservation now, in KubeVirt's order (queue_order: by
+    spec.priority, system-critical first, then oldest first): of vmims (every migration
     of the cluster), those in scope (scope(vmim, node) -> bool), not final, not admitted (no target pod), not
     followed (UIDs in followed), whose VMI exists, not of a namespace in blocked_namespaces, within the free
     slots: per_cluster and per_node (per source node) minus the migrations in flight, that is admitted and not
     final, or followed and not final, and minus rooms ({namespace: (source node, count)}: reserved rooms that as
     many of the namespace's queued migrations will take, see Follower._free_rooms; those migrations need no
     reservation of their own). skip: UIDs of migrations never to reserve for (still counted in flight once
-    admitted, as KubeVirt counts them). One migration per VMI. Pure."""
+    admitted, as KubeVirt counts them). One migration per VMI. A migration whose source node is at its limit leaves
+    the slot to the next one in that order, as KubeVirt puts it back with a delay and handles the next. Pure."""
     flying, covered = {}, {}
     for namespace, (node, count) in (rooms or {}).items():
         flying[node] = flying.get(node, 0) + count
@@ -100,9 +134,7 @@ def pick_next(vmims, vmis, followed, per_cluster, per_node, scope, blocked_names
             flying[node] = flying.get(node, 0) + 1
     free = per_cluster - sum(flying.values())
     candidates = sorted((v for v in vmims if migration_phase(v) not in FINAL_MIGRATION_PHASES and never_admitted(v)
-                         and uid_of(v) not in followed and uid_of(v) not in skip),
-                        key=lambda v: (_meta(v).get("creationTimestamp") or "", _meta(v).get("namespace"),
-                                       natural(_meta(v).get("name") or "")))
+                         and uid_of(v) not in followed and uid_of(v) not in skip), key=queue_order)
     chosen, vms = [], set()
     for vmim in candidates:
         if free <= 0:
@@ -603,4 +635,4 @@ class Follower(object):
                    group.final_at - group.started, int(elapsed)))
 
 
-__all__ = ["Follower", "pick_next", "idle_in_scope", "source_node"]
+__all__ = ["Follower", "pick_next", "idle_in_scope", "source_node", "queue_priority", "queue_order"]

@@ -382,6 +382,11 @@ class Emulator(EvacuationMixin):
             return None
         return left
 
+    def waiting_out(self, key):
+        """Whether key waits out a back-off now (backing_off without forgetting an expired one)."""
+        t = self.next_try.get(key)
+        return t is not None and t[0] > time.monotonic() and self.quota_gen.get(key[1], 0) == t[1]
+
     def forget(self, key):
         self.attempts.pop(key, None)
         self.next_try.pop(key, None)
@@ -988,6 +993,11 @@ class Emulator(EvacuationMixin):
                 return 2.0
             if sum(1 for n in flying.values() if n == source) >= cfg["parallelOutboundMigrationsPerNode"]:
                 return 2.0
+            ahead = self.outranked_by(m, source, flying, cfg, self.waiting_out)
+            if ahead:
+                # KubeVirt's priority queue hands the slot to a higher priority migration first (evacuation.py)
+                vclog.debug("migration %s/%s waits: %s has a higher priority", ns, name, ahead)
+                return 1.0
             refused = self.ensure_target_backend_pvc(m, vmi)
             if refused:
                 # virt-controller re-enqueues the migration (handleBackendStorage failed) before any target pod

@@ -16,9 +16,10 @@ pkg/virt-controller/watch/vmi/lifecycle.go setLauncherContainerInfo, pkg/virt-ha
   MigrationPriorityQueue feature gate: only min(parallelMigrationsPerCluster - running,
   parallelOutboundMigrationsPerNode - running from this node) of them (running: a phase past Pending that is not
   final; re-checked after 5 s when no slot is free). With it: every candidate at once, spec.priority
-  system-critical; the migration controller holds them Pending until admitted. The gate exists from v1.7
-  (Alpha, opt-in through developerConfiguration.featureGates), Beta in v1.8 (still opt-in), GA in v1.9 (always on).
-  Migrations: generateName kubevirt-evacuation-, annotation kubevirt.io/evacuationMigration = node name.
+  system-critical (system-maintenance when the VMI's annotation kubevirt.io/eviction-source is "descheduler",
+  v1.9.0 GenerateNewMigration); the migration controller holds them Pending until admitted. The gate exists from
+  v1.7 (Alpha, opt-in through developerConfiguration.featureGates), Beta in v1.8 (still opt-in), GA in v1.9
+  (always on). Migrations: generateName kubevirt-evacuation-, annotation kubevirt.io/evacuationMigration = node name.
   virt-handler clears status.evacuationNodeName when the target takes over.
 - VMI controller: a running VMI whose launcher pod image differs from the current launcher image gets the label
   kubevirt.io/outdatedLauncherImage "" (removed otherwise); status.launcherContainerImageVersion = pod image.
@@ -28,7 +29,17 @@ pkg/virt-controller/watch/vmi/lifecycle.go setLauncherContainerInfo, pkg/virt-ha
   migrations (generateName kubevirt-workload-update-, annotation kubevirt.io/workloadUpdateMigration "") for
   max(0, parallelMigrationsPerCluster - running) of them, Pending ones not counted as running (kubevirt
   issue 16353); else with Evict, batchEvictionSize (default 10) launcher pod evictions every
-  batchEvictionInterval (default 1m). Re-run while outdated VMIs remain.
+  batchEvictionInterval (default 1m). Re-run while outdated VMIs remain. With the priority queue gate, spec.priority
+  system-critical, user-triggered while a hotplug or volume update is in progress (VMI condition HotVCPUChange,
+  or HotMemoryChange / MigrationRequired / VolumesChange True; v1.9.0 workload-updater.go isHotplugInProgress).
+- Migration priority queue (v1.9.0 pkg/util/migrations/migrations.go PriorityFromMigration,
+  pkg/virt-controller/watch/migration/migration.go reEnqueueHighestPriorityPendingMigrations and
+  handleTargetPodCreation, controller-runtime priorityqueue less): a pending migration's queue priority is 100
+  system-critical, 50 user-triggered, 20 system-maintenance, 0 without one or with any other value; when slots
+  free, the highest priority pending migrations are handled first (equal ones in the order queued), and one held
+  by a parallel limit is put back with a delay (1 s system-critical, 3 s user-triggered, 5 s else) while the next
+  is handled. A migration refused (quota) is retried with its rate limiter's back-off and holds no slot meanwhile.
+  The create admitter lets only virt-controller set spec.priority (not emulated: the lab's CRD takes any value).
 """
 import random
 import time
@@ -47,6 +58,24 @@ LAUNCHER_REPOSITORY = render.LAUNCHER_IMAGE.rsplit(":", 1)[0]
 DEFAULT_LAUNCHER_TAG = render.LAUNCHER_IMAGE.rsplit(":", 1)[1]
 UPDATER_THROTTLE_SECONDS = 5.0   # KubeVirt's defaultThrottleInterval for the workload updater's migration events
 NOT_RUNNING_PHASES = ("", None, "Pending", "Failed", "Succeeded", "WaitingForSync", "Synchronizing")
+EVICTION_SOURCE_ANNOTATION = "kubevirt.io/eviction-source"
+QUEUE_PRIORITIES = {"system-critical": 100, "user-triggered": 50, "system-maintenance": 20}
+
+
+def migration_priority(m):
+    """KubeVirt's PriorityFromMigration: the queue priority of spec.priority (0 when absent or unknown)."""
+    value = (m.get("spec") or {}).get("priority")
+    return QUEUE_PRIORITIES.get(value, 0) if isinstance(value, str) else 0
+
+
+def hotplug_in_progress(vmi):
+    """The workload updater's isHotplugInProgress or isVolumesUpdateInProgress."""
+    for c in (vmi.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "HotVCPUChange":
+            return True
+        if c.get("type") in ("HotMemoryChange", "MigrationRequired", "VolumesChange") and c.get("status") == "True":
+            return True
+    return False
 
 
 def version_tuple(text):
@@ -225,9 +254,54 @@ class EvacuationMixin:
                                  "annotations": {EVACUATION_ANNOTATION: node}},
                     "spec": {"vmiName": vmi["metadata"]["name"]}}
             if priority:
-                body["spec"]["priority"] = "system-critical"
+                source = (vmi["metadata"].get("annotations") or {}).get(EVICTION_SOURCE_ANNOTATION)
+                body["spec"]["priority"] = "system-maintenance" if source == "descheduler" else "system-critical"
             self.create_controller_migration(vmi, body, "Created Migration %s")
         return retry
+
+    # ------------------------------------------------------------ virt-controller: migration priority queue
+    def outranked_by(self, m, source, flying, cfg, waiting_out):
+        """With the priority queue: the first pending migration of higher priority than m that KubeVirt hands the
+        free slot m would take (m's source node's or the cluster's last) before m, or None. Such a one counts only
+        while it could be admitted now: not final, no target pod, not in flight, its VMI running and live-migratable
+        with no other migration in flight, not waiting out a refusal's back-off (waiting_out(key) -> bool). flying:
+        {uid: source node} in flight, m excluded."""
+        if not self.priority_queue_enabled():
+            return None
+        mine = migration_priority(m)
+        ahead = []
+        for other in self.vmims.list():
+            md, st = other["metadata"], other.get("status") or {}
+            if md["uid"] == m["metadata"]["uid"] or md["uid"] in flying or md.get("deletionTimestamp"):
+                continue
+            if st.get("phase") not in (None, "", "Pending") or migration_priority(other) <= mine:
+                continue
+            vmi = self.vmis.get(md["namespace"], (other.get("spec") or {}).get("vmiName") or "")
+            if vmi is None or (vmi.get("status") or {}).get("phase") != "Running" or any(
+                    c.get("type") == "LiveMigratable" and c.get("status") == "False"
+                    for c in (vmi.get("status") or {}).get("conditions") or []):
+                continue   # sync_vmim fails such a migration
+            if self.target_pod(other) is not None or waiting_out(("vmim", md["namespace"], md["name"])):
+                continue
+            if any(o["metadata"]["uid"] != md["uid"] and (o.get("status") or {}).get("phase") not in NOT_RUNNING_PHASES
+                   for o in self.vmims.by_index("vmi", "%s/%s" % (md["namespace"], vmi["metadata"]["name"]))):
+                continue
+            ahead.append((-migration_priority(other), md.get("creationTimestamp") or "", md["namespace"], md["name"],
+                          (vmi.get("status") or {}).get("nodeName")))
+        taken, per_node = len(flying), {}
+        for node in flying.values():
+            per_node[node] = per_node.get(node, 0) + 1
+        for _prio, _created, ns, name, node in sorted(ahead):
+            if taken >= cfg["parallelMigrationsPerCluster"]:
+                break
+            if per_node.get(node, 0) >= cfg["parallelOutboundMigrationsPerNode"]:
+                continue
+            taken += 1
+            per_node[node] = per_node.get(node, 0) + 1
+            if taken >= cfg["parallelMigrationsPerCluster"] or per_node.get(source, 0) >= \
+                    cfg["parallelOutboundMigrationsPerNode"]:
+                return "%s/%s" % (ns, name)
+        return None
 
     def create_controller_migration(self, vmi, body, event_fmt):
         ns = vmi["metadata"]["namespace"]
@@ -333,7 +407,7 @@ class EvacuationMixin:
                                  "annotations": {WORKLOAD_UPDATE_ANNOTATION: ""}},
                     "spec": {"vmiName": vmi["metadata"]["name"]}}
             if self.priority_queue_enabled():
-                body["spec"]["priority"] = "system-critical"
+                body["spec"]["priority"] = "user-triggered" if hotplug_in_progress(vmi) else "system-critical"
             self.create_controller_migration(vmi, body, "Created Migration %s for automated workload update")
         if evictable:
             self.evict_outdated(evictable, strategy)

@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""follow.py and executor_config.py: which migrations KubeVirt runs next (parallel limits, oldest first, identity by
-UID), when a scope is idle, the configuration's checks, and a follow run against a fake cluster whose KubeVirt
-admits a migration only once a reservation recorded its UID: no migration created, never more reserved at once
-than the parallel limits allow, every reservation released, resumed from the ledgers after an interruption."""
+"""follow.py and executor_config.py: which migrations KubeVirt runs next (parallel limits, priority then age,
+identity by UID), when a scope is idle, the configuration's checks, and a follow run against a fake cluster whose
+KubeVirt admits a migration only once a reservation recorded its UID: no migration created, never more reserved at
+once than the parallel limits allow, every reservation released, resumed from the ledgers after an
+interruption."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -26,12 +27,18 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.timeutil import format_time
 
 
-def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None):
+_ABSENT = object()
+
+
+def vmim(ns, name, vmi, uid, created, phase="Pending", source=None, target_pod=None, priority=_ABSENT):
     status = {"phase": phase}
     if source or target_pod:
         status["migrationState"] = dict(sourceNode=source, targetPod=target_pod)
+    spec = {"vmiName": vmi}
+    if priority is not _ABSENT:
+        spec["priority"] = priority
     return {"metadata": {"namespace": ns, "name": name, "uid": uid, "creationTimestamp": created},
-            "spec": {"vmiName": vmi}, "status": status}
+            "spec": spec, "status": status}
 
 
 def vmi(ns, name, node, **status):
@@ -76,6 +83,82 @@ def test_a_namespace_waiting_for_admission_scope_and_missing_vmis_are_skipped():
     def on_n1(_obj, node):
         return node == "n1"
     assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 5, 2, on_n1, ["a"])] == ["u2"]
+
+
+# KubeVirt v1.9.0 orders pending migrations by spec.priority (issue 27). Expected orders from its code:
+# - pkg/util/migrations/migrations.go PriorityFromMigration: "system-critical" 100, "user-triggered" 50,
+#   "system-maintenance" 20; absent or any other value QueuePriorityDefault 0 (an exact match of the string).
+# - pkg/virt-controller/watch/migration/migration.go reEnqueueHighestPriorityPendingMigrations (pendings sorted by
+#   that priority, highest first) and the controller-runtime priority queue it feeds (vendor/sigs.k8s.io/
+#   controller-runtime/pkg/controller/priorityqueue/priorityqueue.go less: priority, then the order added, that is
+#   creation for migrations added as they are created); handleTargetPodCreation: a migration at the per-node limit is
+#   put back with a delay and the next one is handled, so it does not hold the cluster's slots.
+# - drain/evacuation/evacuation.go GenerateNewMigration: system-critical (system-maintenance when the VMI's eviction
+#   came from the descheduler); workload-updater/workload-updater.go: system-critical, user-triggered while a hotplug
+#   or volume update is in progress; virt-api rest/lifecycle.go (virtctl migrate) and a user's own VMIM: none (the
+#   migration create admitter refuses spec.priority from anyone but virt-controller).
+
+def _vmis(*specs):
+    return dict(((v["metadata"]["namespace"], v["metadata"]["name"]), v) for v in [vmi(*s) for s in specs])
+
+
+def test_kubevirt_runs_system_critical_migrations_first_then_by_priority_then_oldest():
+    vmis = _vmis(*[("t%d" % i, "vm-%d" % i, "n%d" % i) for i in range(1, 7)])
+    queue = [vmim("t1", "kubevirt-migrate-vm-1", "vm-1", "u-user", "2026-11-24T10:00:00Z"),          # virtctl migrate
+             vmim("t2", "kubevirt-evacuation-b", "vm-2", "u-desched", "2026-11-24T10:00:01Z",
+                  priority="system-maintenance"),                                                   # descheduler
+             vmim("t3", "kubevirt-workload-update-c", "vm-3", "u-hotplug", "2026-11-24T10:00:02Z",
+                  priority="user-triggered"),                                                       # hotplug
+             vmim("t4", "kubevirt-evacuation-d", "vm-4", "u-evac-late", "2026-11-24T10:00:04Z",
+                  priority="system-critical"),
+             vmim("t5", "kubevirt-workload-update-e", "vm-5", "u-update", "2026-11-24T10:00:03Z",
+                  priority="system-critical"),                                                      # launcher update
+             vmim("t6", "user-2", "vm-6", "u-user-late", "2026-11-24T10:00:05Z")]
+    order = ["u-update", "u-evac-late", "u-hotplug", "u-desched", "u-user", "u-user-late"]
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 6, 2, everything)] == order
+    # two free slots go to the system-critical ones, though the user's migration is older than both
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 2, 2, everything)] == order[:2]
+    assert [f.queue_priority(v) for v in queue] == [0, 20, 50, 100, 100, 0]
+
+
+@pytest.mark.parametrize("value", [None, "", "System-Critical", "system-critical ", "critical", "1000", 1000, 100,
+                                   -1, 1.5, True, ["system-critical"], {"name": "system-critical"}])
+def test_a_priority_kubevirt_does_not_know_counts_as_its_default(value):
+    """Garbage, another case, a number (even QueuePriorityRunning's 1000) or another type: PriorityFromMigration's
+    default 0, never above a known class and never an error."""
+    vmis = _vmis(("t1", "vm-1", "n1"), ("t2", "vm-2", "n2"), ("t3", "vm-3", "n3"))
+    queue = [vmim("t1", "tenant", "vm-1", "u-odd", "2026-11-24T10:00:00Z", priority=value),
+             vmim("t2", "evac", "vm-2", "u-evac", "2026-11-24T10:00:02Z", priority="system-maintenance"),
+             vmim("t3", "user", "vm-3", "u-user", "2026-11-24T10:00:01Z")]
+    assert f.queue_priority(queue[0]) == 0
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 3, 2, everything)] == \
+        ["u-evac", "u-odd", "u-user"]
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 1, 2, everything)] == ["u-evac"]
+    assert f.queue_priority({"metadata": {}, "spec": None}) == 0 and f.queue_priority({}) == 0
+
+
+def test_a_higher_priority_migration_at_its_nodes_limit_leaves_the_slot_to_another_node():
+    vmis = _vmis(("a", "vm-1", "n1"), ("a", "vm-2", "n1"), ("b", "vm-3", "n2"), ("b", "vm-4", "n2"))
+    queue = [vmim("a", "running", "vm-1", "u-run", "t0", phase="Running", source="n1", target_pod="p"),
+             vmim("a", "evac", "vm-2", "u-evac", "t2", priority="system-critical"),
+             vmim("b", "user", "vm-3", "u-user", "t1"),
+             vmim("b", "update", "vm-4", "u-upd", "t3", priority="user-triggered")]
+    # n1 is at parallelOutboundMigrationsPerNode 1: its system-critical migration waits, n2's go in priority order
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 5, 1, everything)] == ["u-upd"]
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 5, 2, everything)] == \
+        ["u-evac", "u-upd", "u-user"]
+
+
+def test_a_tenants_priority_cannot_outrank_system_critical_migrations_of_other_namespaces():
+    """A tenant's migration is at most system-critical (where the webhook lets a user set it at all): it ties with
+    evacuations and the older goes first, as in KubeVirt; any other value is the default."""
+    vmis = _vmis(("tenant", "vm-1", "n1"), ("tenant", "vm-2", "n2"), ("other", "vm-3", "n3"))
+    queue = [vmim("tenant", "a", "vm-1", "u-a", "2026-11-24T10:00:02Z", priority="system-critical"),
+             vmim("tenant", "b", "vm-2", "u-b", "2026-11-24T10:00:00Z", priority=10 ** 9),
+             vmim("other", "evac", "vm-3", "u-evac", "2026-11-24T10:00:01Z", priority="system-critical")]
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 1, 2, everything)] == ["u-evac"]
+    assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 3, 2, everything)] == \
+        ["u-evac", "u-a", "u-b"]
 
 
 def test_idle_means_no_migration_and_no_vmi_marked_in_scope():
