@@ -22,6 +22,12 @@ reserved VMs in drive and follow mode (the maintenance_window role beside `kubec
 window. One that is not contained is followed by the administrator's forced cleanup (reset), so that the next
 attacks start from the base.
 
+Issue 27's attacks go after Rancher 2.14's `extended` limits and KubeVirt 1.9's memory overhead report: a project
+member rewriting the extended map kvquota started in its namespace's annotation (rancher-extended), and hostile
+values in a VMI's status.memory.memoryOverhead / status.migrationState.targetMemoryOverhead (hostile-memory-overhead;
+written by the administrator in the lab, whose VMI has a status subresource the edit role cannot write, where on
+KubeVirt the edit tenant can).
+
 Checked for every attack:
 - the drain completes, or fails only where it must (headroom taken without the fence, our migration deleted by
   the tenant) with a message naming the cause, and a re-run or the reaper then converges;
@@ -93,6 +99,7 @@ FINAL = ("Succeeded", "Failed")
 BOUNDED = {"node_maintenance_release_timeout": 60, "node_maintenance_rescue_release_timeout": 20,
            "node_maintenance_poll_interval": 1}
 RUN_TIMEOUT = 600
+QUICK = False   # --quick: an attack with several drains may run only the one that matters most (see ATTACKS)
 
 
 log = logger("tenant")
@@ -269,8 +276,9 @@ class Campaign(object):
         return out
 
     # -- playbook runs ------------------------------------------------------------------------------
-    def start(self, extra_vars, name="node_maintenance"):
-        """ansible-playbook as the least-privilege lab user, in its own process group."""
+    def start(self, extra_vars, name="node_maintenance", playbook=None):
+        """ansible-playbook as the least-privilege lab user, in its own process group (playbook: a path instead of
+        the collection's playbooks/<name>.yml)."""
         self.runs += 1
         tag = "%s-%d" % (name, self.runs)
         vars_file = self.dir / ("%s.vars.json" % tag)
@@ -285,7 +293,7 @@ class Campaign(object):
             "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
             "ANSIBLE_RETRY_FILES_ENABLED": "0", "PYTHONUNBUFFERED": "1",
         })
-        cmd = ["ansible-playbook", str(REPO / "playbooks" / ("%s.yml" % name)), "-e", "@%s" % vars_file]
+        cmd = ["ansible-playbook", str(playbook or REPO / "playbooks" / ("%s.yml" % name)), "-e", "@%s" % vars_file]
         with open(str(out_file), "w") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(self.dir),
                                     start_new_session=True)
@@ -938,6 +946,375 @@ def attack_rancher_annotation(c, attack):
     # the administrator puts the base back for the next attacks (as Rancher itself would be told to)
     c.rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {RANCHER_ANNOTATION: c.base_annotation}}})
     c.wait(lambda: c.r.hard(ns) == c.base[ns], 60, "Rancher to apply the base again")
+
+
+PROJECT = "/apis/management.cattle.io/v3/namespaces/local/projects/p-tenants"
+# no fixed Rancher key: a project caps it through `extended` only (Rancher 2.14+); every launcher pod requests it
+# (50M for the compute container), and a completed source pod stops charging it
+EPHEMERAL = "requests.ephemeral-storage"
+WIDGETS = "requests.example.com/widgets"
+MARGIN = 10 * 1000 ** 2        # above the namespaces' use: less than one target pod's 50M, so a batch needs more
+RAISE = 20 * 1000 ** 2         # the member's raise of the extended entry, over its base
+
+
+def _limit(text):
+    try:
+        document = json.loads(text or "{}")
+    except ValueError:
+        return None
+    return document.get("limit") if isinstance(document, dict) else None
+
+
+def _rancher_applies(c, ns):
+    """spec.hard Rancher applies for ns's annotation as it is now (Rancher's rules, kvqlab.emulator.rancher)."""
+    return rancher_mod.rancher_limit_to_hard(rancher_mod.effective_limit(c.r.namespace(ns), c.rest.get(PROJECT)))
+
+
+def _same_hard(a, b):
+    return sorted(a) == sorted(b) and _num(a) == _num(b) and bool(_num(a)) == bool(a)
+
+
+def _member_extended(kind, extended, base):
+    """The project member's rewrite of the extended map it reads (kvquota's, with its reservation): (the map to
+    write or None to delete it, {name: value} the member set itself). base: the extended entry's base (bytes)."""
+    extended = dict(extended or {})
+    if kind == "add":            # an entry of its own beside the rest as read (kvquota's values kept)
+        extended[WIDGETS] = "5"
+        return extended, {WIDGETS: "5"}
+    if kind == "raise":          # the entry kvquota seeded and reserves, set to its base + 20M (absolute)
+        extended[EPHEMERAL] = str(base + RAISE)
+        return extended, {EPHEMERAL: extended[EPHEMERAL]}
+    return None, {}              # "delete": the whole map
+
+
+def _rancher_extended_variant(c, attack, kind):
+    """One drain of t-rancher's VMs with the member's rewrite `kind` of the extended map mid-window."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    member = c.tenant(ns, "project-member")
+    quota = sorted(c.base[ns])[0]
+    base_limit = _limit(c.base_annotation)
+    base_bytes = int(_num(c.base[ns][quota])[EPHEMERAL])
+    seen = {}
+
+    def rewrite():
+        # kvquota's map written and applied by Rancher (the entry above its base in both): then the member's write
+        def reserved():
+            extended = (_limit(c.annotation(ns)) or {}).get(rancher_mod.EXTENDED) or {}
+            hard = _num(c.r.hard(ns)[quota])
+            return EPHEMERAL in extended and _num(extended).get(EPHEMERAL, 0) > base_bytes \
+                and hard.get(EPHEMERAL, 0) > base_bytes and extended
+        seen["kvquota"] = dict(c.wait(reserved, 30, "kvquota's extended %s applied on %s" % (EPHEMERAL, ns)))
+        limit = _limit(c.annotation(ns))
+        extended, own = _member_extended(kind, limit.get(rancher_mod.EXTENDED), base_bytes)
+        if extended is None:
+            limit.pop(rancher_mod.EXTENDED, None)
+        else:
+            limit[rancher_mod.EXTENDED] = extended
+        seen["own"] = own
+        if EPHEMERAL in own:
+            # from now on the member's value is the base the quota must not exceed without a ledger
+            c.sampler.base[ns][quota][EPHEMERAL] = _num(own)[EPHEMERAL]
+        status, text = attempt(member.patch, "/api/v1/namespaces/" + ns,
+                               {"metadata": {"annotations": {RANCHER_ANNOTATION: json.dumps({"limit": limit})}}})
+        if status:
+            attack.fail("%s: the project member could not patch its annotation: %s %s" % (kind, status, text[:200]))
+        attack.notes.append("%s: kvquota's extended %s, the member wrote %s"
+                            % (kind, json.dumps(seen["kvquota"], sort_keys=True),
+                               json.dumps(extended, sort_keys=True) if extended is not None else "no map"))
+
+    # this drain's samples alone, so that a later variant's settle does not report them again
+    earlier, attack.uncovered = attack.uncovered, []
+    c.r.set_knobs(migration_seconds=5)
+    try:
+        _rc, out = drain(c, attack, node, during=rewrite)
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    flat = " ".join(out.split())
+    own = seen.get("own", {})
+    # the annotation ends at the base plus the member's own entries, kvquota's reservation gone: with no entry of the
+    # member's left, byte for byte the base; else the map it wrote, kvquota's seeded copy back at its base beside it
+    # (Rancher replaces the default's whole map by the namespace's: without the copy the cap would go)
+    final = c.annotation(ns)
+    got = _limit(final) or {}
+    want = dict(base_limit)
+    want_extended = dict(((EPHEMERAL, str(base_bytes)),), **own)
+    if not own:
+        if final != c.base_annotation:
+            attack.fail("%s: annotation ended as %r, not the base %r byte for byte" % (kind, final, c.base_annotation))
+    elif dict((k, v) for k, v in got.items() if k != rancher_mod.EXTENDED) != want \
+            or not _same_hard(got.get(rancher_mod.EXTENDED) or {}, want_extended):
+        attack.fail("%s: annotation ended as %r, base + the member's own change is %r"
+                    % (kind, final, json.dumps({"limit": dict(want, extended=want_extended)}, sort_keys=True)))
+    # spec.hard: what Rancher applies for that annotation, never kvquota's reservation
+    try:
+        c.wait(lambda: _same_hard(c.r.hard(ns)[quota], _rancher_applies(c, ns)), 30,
+               "Rancher to apply the final annotation of %s" % ns)
+    except AssertionError:
+        pass
+    now = c.r.hard(ns)[quota]
+    applies = _rancher_applies(c, ns)
+    if not _same_hard(now, applies):
+        attack.fail("%s: spec.hard ended as %s, Rancher applies %s for the final annotation" % (kind, now, applies))
+    base = dict(c.base[ns][quota])
+    for name, value in sorted(_num(now).items()):
+        allowed = _num(own).get(name, _num(base).get(name))
+        if allowed is None or value > allowed:
+            attack.fail("%s: %s=%s in spec.hard after the release, more than base + the member's own change (%s)"
+                        % (kind, name, now.get(name), "none" if allowed is None else _fmt(allowed, name)))
+    if own.get(EPHEMERAL):
+        changed = "%s on %s/%s was changed to %s by someone else" % (EPHEMERAL, ns, quota, own[EPHEMERAL])
+        if changed not in flat:
+            attack.fail("raise: the run never reported the member's %s=%s (%r not in its output)"
+                        % (EPHEMERAL, own[EPHEMERAL], changed))
+        else:
+            attack.notes.append("raise: the run reported %r" % changed)
+    else:
+        reported = re.findall(r"%s on \S+ was [^\"]*?(?:someone else|its base)[^\"]*?[;)]" % re.escape(EPHEMERAL), flat)
+        attack.notes.append("%s: the run reported %s" % (kind, reported[:1] or "no change of the names it manages"))
+    attack.notes.append("%s: annotation ended %s, spec.hard %s" % (kind, final, json.dumps(now, sort_keys=True)))
+    expected = dict(c.base)
+    expected[ns] = {quota: now}
+    settle(c, attack, node, base=expected, annotation=final)
+    attack.uncovered = earlier + attack.uncovered
+    # the administrator puts the base back for the next variant (as Rancher itself would be told to)
+    c.rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": {RANCHER_ANNOTATION: c.base_annotation}}})
+    c.wait(lambda: c.r.hard(ns) == c.base[ns], 60, "Rancher to apply the base of %s again" % ns)
+
+
+def attack_rancher_extended(c, attack):
+    """Rancher project member: the project caps requests.ephemeral-storage through Rancher 2.14's `extended` map only
+    (namespace default: the use + 10M, none in t-rancher's own annotation, so kvquota starts a map there, seeded with
+    what Rancher applied, and reserves the target pods' 50M each in it); mid-window the member rewrites that map: adds
+    an entry of its own (the rest as read), sets the entry kvquota seeded and reserves to its base + 20M, or deletes
+    the map, one drain each (--quick: the added entry only). Each drain must succeed; after the release the
+    annotation and spec.hard hold the base plus the member's own change (never kvquota's reservation), the raise
+    reported."""
+    ns = attack.ns
+    kinds = ("add",) if QUICK else ("add", "raise", "delete")
+    original = dict((n, c.base[n]) for n in RANCHER_NAMESPACES)
+
+    def used(n):
+        return [_num((q.get("status") or {}).get("used")).get(EPHEMERAL)
+                for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % n)["items"]]
+    try:
+        # a cap far above the use first (the quota controller then counts the use), then the use + MARGIN
+        c.rest.patch(PROJECT, {"spec": {
+            "resourceQuota": {"limit": {"extended": {EPHEMERAL: "1Ti"}}},
+            "namespaceDefaultResourceQuota": {"limit": {"extended": {EPHEMERAL: "100Gi"}}}}})
+        uses = dict((n, c.wait(lambda n=n: all(u is not None for u in used(n)) and used(n), 60,
+                               "the use of %s in %s" % (EPHEMERAL, n))) for n in RANCHER_NAMESPACES)
+        default = str(int(max(max(u) for u in uses.values())) + MARGIN)
+        c.rest.patch(PROJECT, {"spec": {
+            "namespaceDefaultResourceQuota": {"limit": {"extended": {EPHEMERAL: default}}}}})
+        for n in RANCHER_NAMESPACES:
+            c.wait(lambda n=n: all(_num(h).get(EPHEMERAL) == int(default) for h in c.r.hard(n).values()), 60,
+                   "Rancher to apply the project default's %s on %s" % (EPHEMERAL, n))
+            c.base[n] = c.r.hard(n)
+        shown = dict((n, [int(x) for x in u]) for n, u in uses.items())
+        attack.notes.append("project p-tenants caps %s through extended only (1Ti; namespace default %s, the use "
+                            "%s + 10M): %s" % (EPHEMERAL, default, shown, c.base[ns]))
+        for kind in kinds:
+            _rancher_extended_variant(c, attack, kind)
+    finally:
+        c.rest.patch(PROJECT, {"spec": {"resourceQuota": {"limit": {"extended": None}},
+                                        "namespaceDefaultResourceQuota": {"limit": {"extended": None}}}})
+        c.base.update(original)
+        for n in RANCHER_NAMESPACES:
+            if c.annotation(n) != c.base_annotations[n]:
+                c.rest.patch("/api/v1/namespaces/" + n,
+                             {"metadata": {"annotations": {RANCHER_ANNOTATION: c.base_annotations[n]}}})
+        try:
+            for n in RANCHER_NAMESPACES:
+                c.wait(lambda n=n: c.r.hard(n) == c.base[n], 60, "the quota of %s back at its base" % n)
+        except AssertionError as exc:
+            attack.fail(str(exc))
+    if attack.failures:
+        reset(c, attack)
+
+
+# KubeVirt 1.9's report of a launcher pod's memory overhead (VmiMemoryOverheadReport): report-only in kvquota
+OVERHEAD_FIELDS = ("status.memory.memoryOverhead", "status.migrationState.targetMemoryOverhead")
+# huge (past int64, past a float), negative, garbage of several JSON types, tiny
+HOSTILE_OVERHEADS = ("1e400", "8Ei", "64Gi", 123456789012345678901234567890, "-5Gi", "lots-of-ram", "9" * 4000,
+                     {"memoryOverhead": ["1Gi"]}, [1, 2], True, "1", "0")
+CHECK_PLAY = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
+    "name": "kvquota_check as the least-privilege user, the full report to a file",
+    "kvquota.maintenance.kvquota_check": {"namespaces": "{{ check_namespaces }}", "report_file": "{{ check_file }}",
+                                         "node_capacity": False}}]}]
+
+
+def _overhead_status(field, value):
+    """A VMI status patch setting one of OVERHEAD_FIELDS to value."""
+    _status, parent, leaf = field.split(".")
+    return {parent: {leaf: value}}
+
+
+def _run_check(c, namespaces, tag):
+    """kvquota_check as the least-privilege lab user: (rc, the full report or None, output)."""
+    play = c.dir / "check.yml"
+    if not play.exists():
+        play.write_text(json.dumps(CHECK_PLAY))
+    report = c.dir / ("check-%s-%d.json" % (tag, c.runs + 1))
+    rc, out, _secs = c.finish(c.start({"check_namespaces": list(namespaces), "check_file": str(report)},
+                                      name="check-" + tag, playbook=play), timeout=180)
+    try:
+        return rc, json.loads(report.read_text()), out
+    except (OSError, ValueError):
+        return rc, None, out
+
+
+def _sizes(report, namespaces):
+    """{"ns/vm": target pod charge} of a full check report."""
+    out = {}
+    for ns in namespaces:
+        for vm in ((report or {}).get("namespaces") or {}).get(ns, {}).get("vms") or []:
+            out["%s/%s" % (ns, vm.get("name"))] = vm.get("pod_charge") or vm.get("charge")
+    return out
+
+
+def _check_overheads(c, attack, report, rc, out, ns, others, hostile, baseline, when):
+    """The check ran (rc 0), sized every VM as before (baseline: {"ns/vm": size}), and named exactly ns's VMs with
+    hostile values (hostile: {vm: set of fields}) under overhead_differences, no VM of another namespace."""
+    if rc != 0 or report is None:
+        attack.fail("%s: kvquota_check failed (rc %s): %s" % (when, rc, _failure_text(out)))
+        return
+    if "Traceback" in out or "exception occurred" in out:
+        attack.fail("%s: kvquota_check raised: %s" % (when, _failure_text(out)))
+    differences = report.get("overhead_differences") or []
+    named = {}
+    for d in differences:
+        if d.get("namespace") != ns:
+            attack.fail("%s: overhead_differences names %s/%s, which no tenant touched" % (when, d.get("namespace"),
+                                                                                         d.get("vm")))
+        named.setdefault(d.get("vm"), set()).add(d.get("field"))
+    for vm, fields in sorted(hostile.items()):
+        if not fields <= named.get(vm, set()):
+            attack.fail("%s: overhead_differences does not name %s/%s for %s (it names %s)"
+                        % (when, ns, vm, sorted(fields - named.get(vm, set())), sorted(named.get(vm, ()))))
+    sizes = _sizes(report, (ns,) + tuple(others))
+    for key, size in sorted(baseline.items()):
+        if sizes.get(key) != size:
+            attack.fail("%s: %s is sized %s, %s before the tenant's values" % (when, key, sizes.get(key), size))
+    for other in others:
+        verdict = (report.get("namespaces") or {}).get(other, {}).get("verdict")
+        if not verdict or not [k for k in sizes if k.startswith(other + "/")]:
+            attack.fail("%s: the other tenant %s was not checked (verdict %s)" % (when, other, verdict))
+    shown = ["%s %s %s" % (d.get("vm"), d.get("field", "").rsplit(".", 1)[-1],
+                           ("malformed: " + d["malformed"][:40]) if d.get("malformed") else
+                           "reported %s, computed %s" % (d.get("reported_quantity"), d.get("computed_quantity")))
+             for d in differences]
+    attack.notes.append("%s: kvquota_check rc=%s, verdict %s, %d difference(s): %s"
+                        % (when, rc, report.get("verdict"), len(differences), "; ".join(shown)[:600]))
+
+
+def attack_hostile_memory_overhead(c, attack):
+    """A tenant writes its VMIs' status.memory.memoryOverhead and status.migrationState.targetMemoryOverhead (KubeVirt
+    1.9's overhead report) huge, negative, garbage and tiny: before the drain, rotated through every value while its
+    migrations run, and left hostile after. Sizing and reservations are unaffected (kvquota computes them; the report
+    is compared only), the drain succeeds, and kvquota_check (before, during and after) names exactly those VMs under
+    overhead_differences while it sizes and checks every VM of both namespaces as before."""
+    ns, others = attack.ns, tuple(n for n in PLAIN if n != attack.ns)
+    node = c.node_for(ns)
+    vms = [vm for _ns, vm in _vms_on(c, node, ns)]
+    path = KV + "/namespaces/%s/virtualmachineinstances/" % ns
+    tenant = c.tenant(ns)
+    # who can write a VMI's status: on KubeVirt the VMI has no status subresource, so edit can (virt-api refuses only
+    # spec and reserved-label changes); the lab's CRD has one, and edit (no virtualmachineinstances/status) cannot
+    probe = {"status": _overhead_status(OVERHEAD_FIELDS[0], "1e400")}
+    status, text = attempt(tenant.patch, path + vms[0] + "/status", probe)
+    writer, who = (tenant, "the edit tenant") if status == 0 else (c.rest, "the administrator")
+    attack.notes.append("edit tenant PATCH %s/status: %s" % (vms[0], "allowed" if status == 0 else
+                                                             "%s %s" % (status, text[:120])))
+    status2, _text = attempt(tenant.patch, path + vms[0], probe)
+    kept = ((c.rest.get(path + vms[0]).get("status") or {}).get("memory") or {}).get("memoryOverhead")
+    attack.notes.append("edit tenant PATCH of the VMI itself with status: %s, status.memory.memoryOverhead %s"
+                        % ("accepted" if status2 == 0 else "refused %s" % status2,
+                           "written" if kept == "1e400" else "unchanged (%r): the status subresource drops it" % kept))
+    if writer is c.rest:
+        attack.notes.append("the lab's VMI has a status subresource the edit role cannot write: %s writes the values "
+                            "(as an edit tenant can on KubeVirt)" % who)
+
+    def write(vm, field, value):
+        st, body = attempt(writer.patch, path + vm + "/status", {"status": _overhead_status(field, value)})
+        if st:
+            attack.notes.append("%s=%r on %s refused: %s %s" % (field, value, vm, st, body[:120]))
+        return st == 0
+
+    checked = (ns,) + others
+    rc0, before, out0 = _run_check(c, checked, "before")
+    baseline = _sizes(before, checked)
+    if rc0 != 0 or not baseline:
+        attack.fail("the baseline kvquota_check failed (rc %s): %s" % (rc0, _failure_text(out0)))
+        return
+    # what the drain must reserve: the need the check computes with no reported value about (the node holds only
+    # this namespace's VMs, in one batch), and never more than their computed charge
+    needed = dict(("%s/%s" % (ns, q), _num(n)) for q, n in
+                  (((before.get("namespaces") or {}).get(ns) or {}).get("needed") or {}).items())
+    charge = c.charge_on(ns, node)
+    # the trap: every VM of the node hostile before the plan
+    trap = {}
+    for i, vm in enumerate(vms):
+        if write(vm, OVERHEAD_FIELDS[0], ("64Gi", "8Ei", "1e400")[i % 3]):   # huge: a valid quantity, past int64
+            trap[vm] = {OVERHEAD_FIELDS[0]}
+    during_result = {}
+
+    def rotate():
+        # KubeVirt's migrations run (their targetMemoryOverhead is read while not completed): every value on every
+        # VM of the batch, then a check while they still run
+        for value in HOSTILE_OVERHEADS:
+            for vm in vms:
+                for field in OVERHEAD_FIELDS:
+                    write(vm, field, value)
+        for i, vm in enumerate(vms):
+            write(vm, OVERHEAD_FIELDS[0], HOSTILE_OVERHEADS[(i + 3) % len(HOSTILE_OVERHEADS)])
+            write(vm, OVERHEAD_FIELDS[1], HOSTILE_OVERHEADS[(i + 6) % len(HOSTILE_OVERHEADS)])
+        during_result["check"] = _run_check(c, checked, "during")
+
+    c.r.set_knobs(migration_seconds=8)
+    try:
+        rc, out = drain(c, attack, node, during=rotate, trigger="migration")
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    if "Traceback" in out or "exception occurred" in out:
+        attack.fail("the drain raised: %s" % _failure_text(out))
+    top_ups = re.findall(r"reservation \S+ topped up by [^\"]*", out)
+    if top_ups:
+        attack.fail("the run topped up (its reservation was short): %s" % top_ups[0])
+    # the reservation is what kvquota computes: never above the computed charge of the VMs it moved
+    peaks = dict((k, v) for k, v in getattr(attack, "peak", {}).items() if k.split("/")[0] == ns)
+    if not peaks:
+        attack.fail("no quota of %s was expanded: the drain reserved nothing" % ns)
+    for key, peak in sorted(peaks.items()):
+        for res, extra in sorted(peak.items()):
+            need = needed.get(key, {}).get(res)
+            attack.notes.append("%s peak +%s %s (the check's need +%s, computed charge %s)"
+                                % (key, _fmt(extra, res), res, _fmt(need or 0, res), _fmt(charge.get(res, 0), res)))
+            if extra > charge.get(res, 0):
+                attack.fail("%s %s rose by %s, more than the computed charge %s: a reported overhead was reserved"
+                            % (key, res, _fmt(extra, res), _fmt(charge.get(res, 0), res)))
+            elif need is not None and extra != need:
+                attack.fail("%s %s rose by %s, the need kvquota computes is %s: the reported overhead changed it"
+                            % (key, res, _fmt(extra, res), _fmt(need, res)))
+    if "check" in during_result:
+        drc, dreport, dout = during_result["check"]
+        # the targets' field is read only while a migration is under way: what the check saw decides what it names
+        _check_overheads(c, attack, dreport, drc, dout, ns, others, dict((vm, {OVERHEAD_FIELDS[0]}) for vm in vms),
+                         baseline, "during the window")
+    # left hostile after the drain: the check names them and sizes every VM as before
+    after = {}
+    for i, vm in enumerate(vms):
+        if write(vm, OVERHEAD_FIELDS[0], ("1", "-5Gi", "lots-of-ram")[i % 3]):   # tiny (reported), negative, garbage
+            after[vm] = {OVERHEAD_FIELDS[0]}
+    rc2, report, out2 = _run_check(c, checked, "after")
+    _check_overheads(c, attack, report, rc2, out2, ns, others, after, baseline, "after the drain")
+    settle(c, attack, node)
+    # the administrator clears the tenant's values (virt-controller would, on KubeVirt 1.9)
+    for vm in vms:
+        attempt(c.rest.patch, path + vm + "/status", {"status": {"memory": {"memoryOverhead": None},
+                                                                 "migrationState": {"targetMemoryOverhead": None}}})
+    if attack.failures:
+        reset(c, attack)
 
 
 def attack_delete_migration(c, attack):
@@ -1657,6 +2034,9 @@ ATTACKS = (
     ("launcher-labels", PLAIN[0], attack_launcher_labels, False),
     ("vmim-labels", PLAIN[1], attack_vmim_labels, False),
     ("rancher-annotation", RANCHER_NS, attack_rancher_annotation, False),
+    # --quick: the added entry only (one drain, ~30 s), the one that found the defect
+    ("rancher-extended", RANCHER_NS, attack_rancher_extended, True),
+    ("hostile-memory-overhead", PLAIN[1], attack_hostile_memory_overhead, True),
     ("delete-migration", PLAIN[0], attack_delete_migration, False),
 )
 
@@ -1677,6 +2057,8 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="leave the lab running")
     ap.add_argument("--only", help="comma-separated attack names")
     args = ap.parse_args(argv)
+    global QUICK   # pylint: disable=global-statement
+    QUICK = args.quick
     signal.signal(signal.SIGTERM, _kill_live)
     chosen = [a for a in ATTACKS if (not args.quick or a[3]) and (not args.only or a[0] in args.only.split(","))]
     started = time.monotonic()

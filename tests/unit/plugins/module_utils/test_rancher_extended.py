@@ -111,21 +111,55 @@ def test_a_new_extended_map_keeps_a_cap_the_default_sets_only_through_extended()
     assert writes["namespace"]["metadata"]["annotations"][ANN] == raw
 
 
-def test_a_members_entry_added_mid_window_stays_alone_and_the_seeded_copies_go():
-    # found by an attack on the change: the copies kvquota seeded into a map it started stayed after the release
-    # when a project member added an entry meanwhile, pinning the namespace to values the default no longer set
+def hard_of_quota(q):
+    return dict(q["spec"]["hard"])
+
+
+def _rancher_applies(default_limit, annotation):
+    """spec.hard Rancher builds for a namespace: its limit over the project default's, its extended map replacing the
+    default's whole (completeQuota), extended entries first and the fixed keys over them."""
+    own = json.loads(annotation)["limit"]
+    merged = dict(default_limit)
+    merged.update(own)
+    if "extended" in default_limit:
+        merged["extended"] = own.get("extended", default_limit["extended"])
+    return rancher_keys.limit_names(merged)
+
+
+def test_a_members_entry_added_mid_window_keeps_the_seeded_copies_at_their_base():
+    # found by the tenant campaign's rancher-extended attack: a project member added an entry to the map kvquota had
+    # started; the release dropped kvquota's seeded copies and left the member's entry alone, so Rancher (whose
+    # namespace map replaces the default's whole) dropped the reserved name from spec.hard: its base never came
+    # back, the release waited for it until it failed, and the namespace lost caps its base had
     backend = rancher_owner.RancherOwner(project=PROJECT)
+    default = PROJECT["spec"]["namespaceDefaultResourceQuota"]["limit"]
     raw = '{"limit":{"limitsCpu":"2"}}'
     q = quota(labels=RANCHER_LABELS, hard={"limits.cpu": "2", GPU: "1", VMI: "3"})
+    assert _rancher_applies(default, raw) == hard_of_quota(q)
     ledger, writes = step(backend, q, namespace({ANN: raw}), "n1", {VMI: "2"})
     during = writes["namespace"]
     document = json.loads(during["metadata"]["annotations"][ANN])
     assert document == {"limit": {"limitsCpu": "2", "extended": {GPU: "1", VMI: "5"}}}
     document["limit"]["extended"]["requests.amd.com/gpu"] = "1"          # the member's own entry
     during["metadata"]["annotations"][ANN] = json.dumps(document)
-    _ignored, writes = step(backend, q, during, "n1", None, release=True, book=ledger)
-    assert json.loads(writes["namespace"]["metadata"]["annotations"][ANN]) == {
-        "limit": {"limitsCpu": "2", "extended": {"requests.amd.com/gpu": "1"}}}
+    idle, writes = step(backend, q, during, "n1", None, release=True, book=ledger)
+    final = writes["namespace"]["metadata"]["annotations"][ANN]
+    # the base plus the member's entry, nothing of the reservation
+    assert json.loads(final) == {
+        "limit": {"limitsCpu": "2", "extended": {GPU: "1", VMI: "3", "requests.amd.com/gpu": "1"}}}
+    applied = _rancher_applies(default, final)
+    assert applied == dict(hard_of_quota(q), **{"requests.amd.com/gpu": "1"})
+    # what the release waits for: Rancher's spec.hard shows the ledger's base
+    assert backend.followed(quota(labels=RANCHER_LABELS, hard=applied), idle) == (True, [])
+
+
+def test_a_map_of_nothing_but_the_seeded_copies_goes_at_the_release():
+    backend = rancher_owner.RancherOwner(project=PROJECT)
+    raw = '{"limit":{"limitsCpu":"2"}}'
+    q = quota(labels=RANCHER_LABELS, hard={"limits.cpu": "2", GPU: "1", VMI: "3"})
+    ledger, writes = step(backend, q, namespace({ANN: raw}), "n1", {VMI: "2"})
+    _idle, writes = step(backend, q, writes["namespace"], "n1", None, release=True, book=ledger)
+    assert writes["namespace"]["metadata"]["annotations"][ANN] == raw
 
 
 def test_a_tenants_shadowing_extended_entry_does_not_set_the_amount():

@@ -377,12 +377,19 @@ def _set_extended(limit, desired, ledger, before_limit):
         else:
             extended[name] = text
     if idle and original and EXTENDED not in before_limit:
-        # the map is kvquota's: the copies it seeded go (unless someone changed one since), and the map with them
-        # when nothing else is left; an entry a project member added meanwhile stays, alone
-        extended = dict((n, v) for n, v in extended.items() if seed.get(n) != v)
-        if not extended:
+        if all(seed.get(n) == v for n, v in extended.items()):
+            # the map is kvquota's and holds nothing but the copies it seeded (the values Rancher applied before):
+            # it goes, and the project default's map applies again
             limit.pop(EXTENDED, None)
             return
+        # someone's entry keeps the map (a project member's, or a copy changed since): the copies stay beside it,
+        # a name kvquota manages at its base. Rancher replaces the default's whole map by the namespace's
+        # (completeQuota), so a map without them drops those names from spec.hard: the namespace would lose caps
+        # its base had, and Rancher would never apply a managed name's base, which the release waits for (found by
+        # the tenant campaign's rancher-extended attack: the drain failed after 60 s, "... is (none)")
+        for name, text in desired.items():
+            if name in seed:
+                extended[name] = text
     limit[EXTENDED] = extended
 
 
