@@ -1140,8 +1140,8 @@ HOSTILE_OVERHEADS = ("1e400", "8Ei", "64Gi", 123456789012345678901234567890, "-5
                      {"memoryOverhead": ["1Gi"]}, [1, 2], True, "1", "0")
 CHECK_PLAY = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
     "name": "kvquota_check as the least-privilege user, the full report to a file",
-    "kvquota.maintenance.kvquota_check": {"namespaces": "{{ check_namespaces }}", "report_file": "{{ check_file }}",
-                                         "node_capacity": False}}]}]
+    "kvquota.maintenance.kvquota_check": {"namespaces": "{{ check_namespaces }}",
+                                          "report_file": "{{ check_file }}", "node_capacity": False}}]}]
 
 
 def _overhead_status(field, value):
@@ -1185,8 +1185,8 @@ def _check_overheads(c, attack, report, rc, out, ns, others, hostile, baseline, 
     named = {}
     for d in differences:
         if d.get("namespace") != ns:
-            attack.fail("%s: overhead_differences names %s/%s, which no tenant touched" % (when, d.get("namespace"),
-                                                                                         d.get("vm")))
+            attack.fail("%s: overhead_differences names %s/%s, which no tenant touched"
+                        % (when, d.get("namespace"), d.get("vm")))
         named.setdefault(d.get("vm"), set()).add(d.get("field"))
     for vm, fields in sorted(hostile.items()):
         if not fields <= named.get(vm, set()):

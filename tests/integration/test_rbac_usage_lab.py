@@ -44,6 +44,8 @@ MISC = "u-misc"
 RWO = "u-rwo"
 PVCS = "u-pvcs"
 RANCHER = "c-tenant"
+
+
 def _aaq_crd(kind, plural, scope):
     """An AAQ CRD (group, version, names and scope as AAQ v1.8.0's crds_generated.go; schema left open)."""
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -32,7 +32,6 @@ from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils imp
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (  # noqa: E402
     ForbiddenError,
     InputError,
-    KvquotaError,
     UnreachableError,
     WaitTimeoutError,
 )

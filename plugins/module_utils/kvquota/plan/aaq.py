@@ -89,8 +89,8 @@ def mode_of(configs):
     mode = (((config.get("spec") or {}).get("configuration") or {}).get("vmiCalculatorConfiguration") or {}).get(
         "configName")
     if not mode:
-        return DEFAULT_MODE, "AAQ %s %s not set: the AAQ controller's default (%s)" % (name, MODE_FIELD,
-                                                                                         DEFAULT_MODE), config
+        where = "AAQ %s %s not set: the AAQ controller's default (%s)" % (name, MODE_FIELD, DEFAULT_MODE)
+        return DEFAULT_MODE, where, config
     return mode, "AAQ %s %s" % (name, MODE_FIELD), config
 
 
