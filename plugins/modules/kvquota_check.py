@@ -353,7 +353,11 @@ aaq:
       is not known. C(reason) says why. C(fix) is the mode to switch to (on the HyperConverged CR when HCO manages
       AAQ), else null.
     - C(native_quotas), the native ResourceQuotas of the namespace a target pod is charged against. AAQ does not
-      relieve them, so they are planned and expanded as before (see RV(namespaces)).
+      relieve them, so they are planned and expanded as before (see RV(namespaces)), except
+      C(aaq_managed_quotas), those of them AAQ keeps for an ApplicationAwareResourceQuota
+      (C(<arq>-non-schedulable-resources-managed-rq-x), with a controller ownerReference to the ARQ). AAQ rewrites
+      them from the ARQ, so kvquota never writes them; a blocker C(read_only_quota_lacks_room) names one that lacks
+      room for a migration, with the ARQ to raise, else a note C(read_only_quota).
   returned: always
   type: dict
   sample:
@@ -371,6 +375,7 @@ aaq:
           source: these AAQ quotas need no expansion"
         fix: null
         native_quotas: [compute]
+        aaq_managed_quotas: []
   version_added: 1.0.0
 summary:
   description: Counts of namespaces per verdict, VMs, migrating VMs, batches, blockers, VMs blocked alone

@@ -112,3 +112,56 @@ def test_check_says_a_growth_mode_needs_no_aaq_expansion(aaq, user):
     assert entry["needs_expansion"] is False and entry["fix"] is None
     line = [f for f in res["findings"] if f["kind"] == "aaq_present" and f["namespace"] == NS]
     assert line and "need no expansion" in line[0]["message"] and "compute" in line[0]["message"]
+
+
+MANAGED = "vm-quota-non-schedulable-resources-managed-rq-x"
+
+
+def _managed_quota(arq, hard):
+    """The native ResourceQuota AAQ v1.8.0's rq-controller (pkg/aaq-controller/rq-controller/rq-controller.go)
+    creates for an ARQ with non-schedulable names: <arq>-non-schedulable-resources-managed-rq-x, label
+    aaq.kubevirt.io=true, a controller ownerReference to the ARQ (metav1.NewControllerRef), spec.hard the ARQ's
+    non-schedulable names (util.FilterNonScheduableResources: count/pods stays, pods and limits.* do not)."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": MANAGED, "namespace": NS, "labels": {"aaq.kubevirt.io": "true"},
+                         "ownerReferences": [{"apiVersion": GROUP + "/v1alpha1",
+                                              "kind": "ApplicationAwareResourceQuota",
+                                              "name": arq["metadata"]["name"], "uid": arq["metadata"]["uid"],
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"hard": hard}}
+
+
+def test_aaqs_managed_quota_without_room_blocks_and_is_never_written(aaq, user):
+    """No AAQ controller runs here: the ARQ gets count/pods and the managed quota is created as AAQ's controller
+    would. The API server's quota controller counts the tenant's launcher pod in it (count/pods 1 of 1): the target
+    pod would be refused, kvquota names the ARQ to raise and leaves the quota alone, also when asked to reserve."""
+    arq_path = AAQ_API + "/namespaces/%s/applicationawareresourcequotas/vm-quota" % NS
+    arq = aaq.patch(arq_path, {"spec": {"hard": {"count/pods": "1"}}})
+    quota_path = "/api/v1/namespaces/%s/resourcequotas" % NS
+    aaq.create(quota_path, _managed_quota(arq, {"count/pods": "1"}))
+    try:
+        M.wait(lambda: (M.quota(aaq, NS, MANAGED).get("status") or {}).get("used", {}).get("count/pods") == "1", 60,
+               "the quota controller counts the launcher pod")
+        res = M.assert_ok(M.run_module("kvquota_check", {"namespaces": [NS]}, str(user)), "kvquota_check")
+        ns = res["namespaces"][NS]
+        assert ns["verdict"] == "blocked", ns
+        blockers = [b for b in res["blockers"] if b["kind"] == "read_only_quota_lacks_room"]
+        assert [(b["namespace"], b["quota"], b["resource"]) for b in blockers] == [(NS, MANAGED, "count/pods")]
+        assert "raise count/pods of ApplicationAwareResourceQuota %s/vm-quota to 2" % NS in blockers[0]["fix"]
+        assert res["aaq"]["namespaces"][NS]["aaq_managed_quotas"] == [MANAGED]
+        (report,) = [q for q in ns["quotas"] if q["name"] == MANAGED]
+        # the module's compact result keeps owner and fixes (report.COMPACT_QUOTA_KEYS)
+        assert report["owner"] == "aaq"
+        assert report["fixes"] and all("ApplicationAwareResourceQuota %s/vm-quota" % NS in f for f in report["fixes"])
+
+        before = M.quota(aaq, NS, MANAGED)
+        res = M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "aaq-managed", "ttl": "1h", "headroom": [
+            {"namespace": NS, "quota": MANAGED, "resources": {"count/pods": "1"}}]}, str(user)), "kvquota_reserve")
+        assert not res["changed"]
+        assert [(s["quota"], s["backend"]) for s in res["skipped"]] == [(MANAGED, "aaq")]
+        assert "%s/vm-quota" % NS in res["skipped"][0]["reason"]
+        after = M.quota(aaq, NS, MANAGED)
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert after["spec"]["hard"] == {"count/pods": "1"}
+    finally:
+        aaq.delete(quota_path + "/" + MANAGED)

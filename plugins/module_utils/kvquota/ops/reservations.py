@@ -726,7 +726,7 @@ def _reserve(run, request, plan):
         state = _read(run, target, now)
         if not state.backend.writable:
             skipped.append({"namespace": target[0], "quota": target[1], "backend": state.backend.name,
-                            "reason": "ApplicationAwareResourceQuota: AAQ charges migrations only for their growth"})
+                            "reason": state.backend.read_only_reason(state.quota)})
             continue
         new, outcome = mutations[target](state, now)
         if outcome["outcome"] == ledger_mod.UNTRACKED:

@@ -14,7 +14,8 @@ built-in-usage-calculators/virt-launcher-usage-calc.go): the AAQ quotas need no 
 IgnoreVmiCalculator no calculator is registered (aaq-controller application.go) and both pods count whole:
 kvquota does not expand AAQ quotas, so AAQ's gate may hold the target pod. An empty configName makes the operator
 pass no mode and the controller uses VmiPodUsage (util.DefaultLauncherConfig). Native ResourceQuotas are admitted
-by the API server whatever AAQ does: they are planned and expanded as before.
+by the API server whatever AAQ does: they are planned and expanded as before, except the ones AAQ keeps for an ARQ
+(<arq>-non-schedulable-resources-managed-rq-x, state/owners/aaq.py), which kvquota never writes.
 
 Pure: reads the snapshot (inventory.py) and the namespaces' plans (check.py); nothing is written, ever.
 """
@@ -132,8 +133,10 @@ def covering(snapshot, namespace, ns_obj):
     return found
 
 
-def namespace_entry(namespace, quotas, is_gated, mode, mode_read_from, config, native):
-    """One namespace's entry: the AAQ objects, whether AAQ gates it, whether they need expansion and why."""
+def namespace_entry(namespace, quotas, is_gated, mode, mode_read_from, config, native, managed=()):
+    """One namespace's entry: the AAQ objects, whether AAQ gates it, whether they need expansion and why. native:
+    the native ResourceQuotas a target pod is charged against; managed: those of them AAQ keeps for an ARQ
+    (kvquota never writes them)."""
     charge = charge_of(mode)
     fix = None
     if is_gated is False:
@@ -155,7 +158,7 @@ def namespace_entry(namespace, quotas, is_gated, mode, mode_read_from, config, n
         reason = "AAQ's mode is not known (%s; read needs list on aaqs.aaq.kubevirt.io): whether these AAQ quotas " \
                  "charge a migration twice is not checked" % mode_read_from
     return {"quotas": quotas, "gated": is_gated, "needs_expansion": needs, "reason": reason, "fix": fix,
-            "native_quotas": native}
+            "native_quotas": native, "aaq_managed_quotas": list(managed)}
 
 
 def aaq_report(snapshot, ns_plans):
@@ -171,8 +174,10 @@ def aaq_report(snapshot, ns_plans):
         if not quotas:
             continue
         native = [plan.name for plan in ns_plans[namespace].quota_plans]
+        # the native quotas AAQ keeps for an ARQ (state/owners/aaq.py): charged by the API server, never written
+        managed = [plan.name for plan in ns_plans[namespace].quota_plans if not plan.backend.writable]
         namespaces[namespace] = namespace_entry(namespace, quotas, gated(config, ns_obj), mode, read_from, config,
-                                                native)
+                                                native, managed)
     return {"mode": mode, "mode_read_from": read_from, "migration_charge": charge_of(mode),
             "namespaces": namespaces}
 
@@ -185,9 +190,15 @@ def namespace_findings(namespace, entry):
     """The human line of a namespace's entry, as a finding (findings.finding's shape)."""
     if entry is None:
         return []
-    native = entry["native_quotas"]
+    managed = entry.get("aaq_managed_quotas") or []
+    native = [name for name in entry["native_quotas"] if name not in managed]
     native_text = ("; native ResourceQuota(s) %s still charge the whole target pod and are expanded as before"
-                   % ", ".join(native)) if native else "; no native ResourceQuota of the namespace is charged"
+                   % ", ".join(native)) if native else ""
+    if managed:
+        native_text += ("; ResourceQuota(s) %s, which AAQ keeps for its ARQs, charge the whole target pod too and "
+                        "are never written by kvquota (raise the ARQ where they lack room)" % ", ".join(managed))
+    if not entry["native_quotas"]:
+        native_text = "; no native ResourceQuota of the namespace is charged"
     if entry["needs_expansion"]:
         return [{"kind": "aaq_migration_charged_twice", "namespace": namespace,
                  "message": "namespace %s: %s: %s%s" % (namespace, _names(entry["quotas"]), entry["reason"],

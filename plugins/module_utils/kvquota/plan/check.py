@@ -92,7 +92,9 @@ class QuotaPlan:
 
     @functools.cached_property
     def fixes(self):
-        return q.fixes_for_plan(self.namespace, self.quota, self.plan, self.owner, self.backend.operator_key)
+        return [self.backend.restate_fix(self.quota, fix)
+                for fix in q.fixes_for_plan(self.namespace, self.quota, self.plan, self.owner,
+                                            self.backend.operator_key)]
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,10 @@ def _report_namespace(snapshot, options, ns_plan, schedule_plan, policy, now, aa
         fixes.extend(quota_plan.fixes)
         quota_blockers, quota_warnings = findings.quota_findings(namespace, quota_plan.quota, quota_plan.plan,
                                                                  quota_plan.fixes, quota_report["status_synced"])
+        # a quota kvquota never writes (AAQ's copy of an ARQ): the migration needs room in it all the same
+        more_blockers, more_warnings = findings.read_only_quota_findings(
+            namespace, quota_plan.quota, quota_plan.plan, quota_plan.fixes, quota_plan.backend)
+        quota_blockers, quota_warnings = quota_blockers + more_blockers, quota_warnings + more_warnings
         blockers.extend(quota_blockers)
         warnings.extend(quota_warnings)
 

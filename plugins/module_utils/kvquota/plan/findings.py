@@ -153,6 +153,53 @@ def quota_findings(namespace, quota, plan, quota_fixes, status_synced):
     return blockers, warnings
 
 
+def read_only_quota_findings(namespace, quota, plan, quota_fixes, backend):
+    """(blockers, warnings) of a quota a target pod is charged against whose owner kvquota never writes through
+    (backend not writable: the native quota AAQ keeps for an ApplicationAwareResourceQuota). The API server admits
+    the target pod against it all the same: when a batch lacks room in it, the migration is refused and no
+    reservation can help (a blocker, fixed where the owner keeps the value: quota_fixes, restated by the owner);
+    else a note. Usage above hard is usage_above_hard's (quota_findings)."""
+    if backend.writable:
+        return [], []
+    qname = meta(quota).get("name")
+    formats = q.quota_formats(quota)
+    reason = backend.read_only_reason(quota)
+    needed = dict((n, v) for n, v in plan.needed.items() if v > 0)
+    if needed:
+        batches = [str(b.index + 1) for b in plan.batches if any(v > 0 for v in b.needed.values())]
+        message = ("quota %s/%s lacks %s for the migrations (batch %s), and kvquota cannot add it: %s; the target "
+                   "pods would be refused (migrationRejectedByResourceQuota)"
+                   % (namespace, qname, ", ".join("%s=%s" % (n, q.show(v, n, formats.get(n)))
+                                                  for n, v in sorted(needed.items())),
+                      ", ".join(batches[:3]) + ("..." if len(batches) > 3 else ""), reason))
+        # where a permanent raise (usage above hard after the migrations) covers the window, it is the fix
+        fix = "; ".join(f["text"] for f in quota_fixes if f["resource"] in needed) or None
+        return [finding("read_only_quota_lacks_room", namespace, message, fix, quota=qname,
+                        resource=", ".join(sorted(needed)), owner=backend.name)], []
+    if any(f["permanent"] for f in quota_fixes):
+        return [], []
+    charged = ", ".join("%s=%s" % (n, q.show(v, n, formats.get(n))) for n, v in sorted(plan.charge_total.items())
+                        if v > 0)
+    message = ("quota %s/%s: %s; it has room for every batch of the migrations (which charge it %s in all), so "
+               "nothing needs raising" % (namespace, qname, reason, charged or "nothing"))
+    return [], [finding("read_only_quota", namespace, message, None, quota=qname, owner=backend.name)]
+
+
+# What makes a VM live-migratable, per reason of KubeVirt's LiveMigratable condition (False)
+NOT_MIGRATABLE_FIXES = {
+    "DisksNotLiveMigratable": "make its volumes ReadWriteMany",
+    "HostDeviceNotLiveMigratable": "its host devices or GPUs (device plugin or DRA claims) are tied to its node and "
+                                   "never live-migrate: stop it for the maintenance",
+}
+
+
+def not_migratable_fix(cause):
+    """The fix of a VM that cannot live-migrate under the fail policy, by its LiveMigratable condition's reason."""
+    what = NOT_MIGRATABLE_FIXES.get(cause) or (
+        "see its VMI's LiveMigratable condition (reason %s)" % cause if cause else "make it live-migratable")
+    return "%s (or choose the shutdown or skip policy)" % what
+
+
 def vm_findings(namespace, vms, policy):
     """(blockers, warnings) of a namespace's VMs: those blocked alone (vm["blocked"]: their owner's input cannot be
     sized, or their target pod grew past the quota since they started; warnings with blocks "vm", the other VMs
@@ -170,8 +217,7 @@ def vm_findings(namespace, vms, policy):
             item = finding(
                 "not_live_migratable", namespace,
                 "VM %s/%s cannot live-migrate: %s" % (namespace, vm["name"], vm["migratable_reason"]),
-                {"fail": "make its volumes ReadWriteMany (or choose the shutdown or skip policy)",
-                 "shutdown": None, "skip": None}[policy],
+                not_migratable_fix(vm.get("not_migratable_cause")) if policy == "fail" else None,
                 vm=vm["name"], node=vm["node"])
             if policy == "fail":
                 blockers.append(item)

@@ -96,6 +96,14 @@ class QuotaOwner(object):
         """The key an operator raises resource name under where this owner keeps it (None: spec.hard itself)."""
         return None
 
+    def read_only_reason(self, quota):
+        """Why kvquota never writes quota (an owner that is not writable), as text; None: it may."""
+        return None if self.writable else "its owner (%s) writes it, kvquota does not" % self.name
+
+    def restate_fix(self, quota, fix):
+        """A fix of quotas.make_fix as an operator makes it where this owner keeps the value (default: as made)."""
+        return fix
+
     def durable_hard(self, quota, namespace):
         """The values that decide spec.hard (name -> string)."""
         return {}
