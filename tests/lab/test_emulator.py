@@ -72,7 +72,7 @@ def test_workqueue_dedup_delay_and_exclusive_processing():
 
 
 def test_scenario_files_load_and_expand():
-    for name in ("a", "b", "c", "d", "e"):
+    for name in ("a", "b", "c", "d", "e", "h"):
         sc = scenarios.load(name)
         assert sc.name == name and sc.description
     ex = scenarios.load("e").expand()
@@ -126,6 +126,35 @@ def test_rancher_pure_functions():
     assert want == {"limits.cpu": "5015m", "limits.memory": "6024Mi", "pods": "10"}
     rq["metadata"]["annotations"][rancher_mod.HARVESTER_SKIP] = "true"
     assert rancher_mod.harvester_desired_hard(rq, {"limits.cpu": "3"}) is None
+
+
+def test_harvester_v19_compensation_arithmetic():
+    """Harvester v1.9 (PR 10197): spec.hard limits.memory = base + deltas + migratingCompensation (limits.cpu gets
+    no compensation, a resource without a base is left alone); a compensation is used + target - hard + 128Mi,
+    only when positive."""
+    rq = {"metadata": {"annotations": {
+        rancher_mod.HARVESTER_MIGRATING_PREFIX + "u1": '{"limits.cpu":"1","limits.memory":"1405Mi"}',
+        rancher_mod.HARVESTER_COMPENSATION: '{"limits.memory":"192Mi"}',
+        rancher_mod.HARVESTER_RESYNC: "false"}},
+        "spec": {"hard": {"limits.cpu": "3", "limits.memory": "2900Mi", "pods": "10"}},
+        "status": {"used": {"limits.cpu": "2050m", "limits.memory": "3000Mi"}}}
+    base = {"limits.cpu": "3", "limits.memory": "2900Mi"}
+    assert rancher_mod.harvester_desired_hard(rq, base, compensation=True) == \
+        {"limits.cpu": "4", "limits.memory": "4497Mi", "pods": "10"}
+    assert rancher_mod.harvester_desired_hard(rq, base) == {"limits.cpu": "4", "limits.memory": "4305Mi", "pods": "10"}
+    assert rancher_mod.harvester_desired_hard(rq, {"limits.cpu": "3"}, compensation=True) == \
+        {"limits.cpu": "4", "limits.memory": "2900Mi", "pods": "10"}
+    assert rancher_mod.harvester_compensation(rq) == 192 * 2**20
+    rq["metadata"]["annotations"][rancher_mod.HARVESTER_COMPENSATION] = "not json"
+    assert rancher_mod.harvester_compensation(rq) == 0
+    # hard 4305Mi, used 3000Mi, target 1405Mi: 100Mi short, + 128Mi
+    rq["spec"]["hard"]["limits.memory"] = "4305Mi"
+    assert json.loads(rancher_mod.harvester_compensation_needed(rq, 1405 * 2**20)) == {"limits.memory": "228Mi"}
+    assert rancher_mod.harvester_compensation_needed(rq, 1305 * 2**20) is None      # fits exactly
+    assert rancher_mod.harvester_compensation_needed({"spec": {"hard": {"limits.cpu": "3"}}}, 1) is None
+    assert [rancher_mod.parse_version(v) for v in ("v1.9.0-rc6", "1.8.2", "v1.10", "", None, "main")] == \
+        [(1, 9, 0), (1, 8, 2), (1, 10, 0), None, None, None]
+    assert knobs_mod.parse_knobs({"harvester_version": " v1.9.0 "}).harvester_version == "v1.9.0"
 
 
 def test_rancher_extended_limits_like_rancher_2_14():
@@ -691,6 +720,70 @@ def test_harvester_ratio_setting_and_quota_scaling(lab, rest, emu, ns, knobs):
     wait(lambda: phase_of(rest, ns, m2) in ("Running", "Succeeded"), 20, "second migration running")
     assert not [k for k in rest.get(qpath)["metadata"]["annotations"] if k.startswith(rancher_mod.HARVESTER_MIGRATING_PREFIX)]
     rest.delete(setting)
+
+
+def test_harvester_v19_compensation_resync_flag_and_lock_down(lab, rest, emu, ns, knobs):
+    """Harvester v1.9 (knob harvester_version): a namespace whose usage is above its Rancher limit (the overhead
+    ratio grew after the VM started) migrates a VM. Harvester adds the VM's delta (memory limit + overhead, CPU
+    limit) and the resync flag, its quota controller follows and clears the flag; the delta is not enough, the
+    target pod is refused by quota, and Harvester compensates used + target - hard + 128Mi (= 64Mi short + 128Mi).
+    The target pod is admitted. With Rancher's lock-down switched on mid-migration, Harvester's restore at the end
+    is refused (it writes as its ServiceAccount, not Rancher's): the delta and the compensation stay behind, the
+    refusal is logged and retried while the emulator goes on (the migration completes, the source pod too); once
+    the lock-down is off the retry restores the quota to its base and leaves the flag "false"."""
+    knobs(harvester=True, harvester_version="v1.9.0", migration_seconds=0.5, source_pod_delay_seconds=1)
+    ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsCpu": "10", "limitsMemory": "8Gi"}})}
+    rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": ann}})
+    (q,) = wait(lambda: [q for q in rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]
+                         if rancher_mod.is_rancher_quota(q)], 10, "Rancher quota")
+    lab.wait_quota_ready(ns, q["metadata"]["name"])
+    qpath = "/api/v1/namespaces/%s/resourcequotas/%s" % (ns, q["metadata"]["name"])
+    make_vm(rest, ns, "vm1", cpu=1, memory="1Gi")
+    v = wait_running(rest, ns, "vm1")
+    (pod,) = launcher_pods(rest, ns, "vm1")
+    compute = parse_rl(pod["spec"]["containers"][0]["resources"]["limits"])
+    used = wait(lambda: parse_rl(quota(rest, ns, q["metadata"]["name"])["status"].get("used")).get("limits.memory"),
+                15, "usage charged")
+    base_mem = used - 64 * 2**20                  # the VM's use is 64Mi above its namespace's limit
+    ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsCpu": "10", "limitsMemory": str(base_mem)}})}
+    rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": ann}})
+    wait(lambda: parse_rl(rest.get(qpath)["spec"]["hard"])["limits.memory"] == base_mem, 10, "Rancher's new limit")
+    key = rancher_mod.HARVESTER_MIGRATING_PREFIX + v["metadata"]["uid"]
+    knobs(stall_migrations="vm1")                 # keep it Running once admitted: the scaled state stays to look at
+    m = migrate(rest, ns, "vm1")
+    wait(lambda: phase_of(rest, ns, m) == "Running", 30, "the migration admitted after the compensation")
+    assert emu.rejections(ns, m), "the target pod was never refused by quota"
+    cur = rest.get(qpath)
+    a = cur["metadata"]["annotations"]
+    assert parse_rl(json.loads(a[key])) == {"limits.cpu": 1, "limits.memory": compute["memory"]}   # + overhead
+    assert parse_rl(json.loads(a[rancher_mod.HARVESTER_COMPENSATION])) == {"limits.memory": 192 * 2**20}
+    assert a[rancher_mod.HARVESTER_RESYNC] == "false"
+    assert parse_rl(cur["spec"]["hard"]) == {"limits.cpu": 11,
+                                             "limits.memory": base_mem + compute["memory"] + 192 * 2**20}
+
+    # Rancher's lock-down: Harvester's restore at the end of the migration is refused, logged, retried
+    knobs(rancher_lockdown=True)
+    emulator.wait_lockdown(lab, True)
+    knobs(stall_migrations="")
+    wait(lambda: phase_of(rest, ns, m) == "Succeeded", 20, "Succeeded")
+    wait(lambda: emu.count("update of ResourceQuota %s refused" % q["metadata"]["name"]) >= 2, 20,
+         "Harvester's refused, retried restore")
+    wait(lambda: all(p["status"].get("phase") == "Succeeded" for p in launcher_pods(rest, ns, "vm1")
+                     if p["spec"].get("nodeName") == v["status"]["nodeName"]), 20,
+         "the source pod completed (the emulator goes on)")
+    left = rest.get(qpath)["metadata"]["annotations"]
+    assert key in left and rancher_mod.HARVESTER_COMPENSATION in left   # nobody but an administrator removes them
+    assert emu.running()
+
+    knobs(rancher_lockdown=False)
+    emulator.wait_lockdown(lab, False)
+
+    def restored():
+        cur = rest.get(qpath)
+        a = cur["metadata"].get("annotations") or {}
+        return (key not in a and rancher_mod.HARVESTER_COMPENSATION not in a and a.get(rancher_mod.HARVESTER_RESYNC) ==
+                "false" and parse_rl(cur["spec"]["hard"]) == {"limits.cpu": 10, "limits.memory": base_mem}) and cur
+    wait(restored, 40, "Harvester's restore once the lock-down is off")
 
 
 def test_scenario_a_loads_near_full(lab, rest, emu):

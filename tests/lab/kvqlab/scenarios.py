@@ -357,10 +357,11 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     hs = harvester_settings(data)
     knobs = dict(data.get("emulator") or {})
     knobs["harvester"] = bool(hs)
-    # Rancher 2.14+ refuses every write of a Rancher quota but Rancher's own: Rancher scenarios run with that
-    # lock-down unless they say rancher_lockdown: false. Not with Harvester, whose quota scaling writes
-    # those quotas itself (whether its bundled Rancher locks them is not established).
-    knobs.setdefault("rancher_lockdown", has_rancher_quotas(data) and not hs)
+    # Rancher 2.14.6+/2.15.2+ refuses every write of a Rancher quota but Rancher's own: Rancher scenarios run with
+    # that lock-down unless they say rancher_lockdown: false. Harvester scenarios too: the lock-down refuses
+    # Harvester's own quota writes like anyone's (its controllers write as its ServiceAccount), and a Harvester
+    # meets it with an embedded Rancher at those releases (v1.9.0-rc6 embeds v2.15.0, below them).
+    knobs.setdefault("rancher_lockdown", has_rancher_quotas(data))
     install_identities(rest)
     rancher_rest = as_identity(rest, rancher_user())
     if hs:

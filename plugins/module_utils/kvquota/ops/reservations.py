@@ -744,8 +744,9 @@ def _reserve(run, request, plan):
             problems.extend(messages)
     if problems:
         raise InputError("cannot reserve '%s': %s" % (reservation_id, "; ".join(problems)),
-                         "nothing was changed; raise the limit named above or reserve less (smaller batches), "
-                         "then re-run")
+                         "nothing was changed; for a limit named above, raise the limit named above or reserve "
+                         "less (smaller batches); for annotations named above, wait for or remove them as the "
+                         "problem says; then re-run")
     # the fence first: the headroom never exists while a tenant's new pod could take it
     fenced = _fence(run, request, states, refs)
     # phase 2: write, quota by quota, each one atomic and retried on conflicts

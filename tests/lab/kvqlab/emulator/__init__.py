@@ -19,6 +19,7 @@ from .knobs import KNOBS_CONFIGMAP, Knobs, knobs_to_data, parse_knobs
 
 __all__ = ["start", "attach", "install_crds", "install_identities", "ensure_knobs", "set_knobs", "get_knobs",
            "rancher_agent_restart", "roll_out_kubevirt", "lockdown_active", "wait_lockdown", "kubevirt_controller_user", "rancher_user",
+           "harvester_user",
            "as_identity", "EmulatorHandle", "Knobs", "KNOBS_CONFIGMAP", "KNOBS_NAMESPACE", "parse_knobs",
            "knobs_to_data"]
 
@@ -85,14 +86,22 @@ def rancher_user():
     return service_account_user(*RANCHER_IDENTITY)
 
 
+def harvester_user():
+    """The identity the emulated Harvester writes quotas as (harvester-system/harvester)."""
+    from .rancher import HARVESTER_IDENTITY, service_account_user
+    return service_account_user(*HARVESTER_IDENTITY)
+
+
 def install_identities(target, kubevirt_namespace="kubevirt"):
     """Create the ServiceAccounts the emulator acts as (KubeVirt's controller in kubevirt_namespace,
-    Rancher's agent in cattle-system), each bound to cluster-admin as on real clusters; idempotent."""
+    Rancher's agent in cattle-system, Harvester's controllers in harvester-system), each bound to cluster-admin
+    as on real clusters; idempotent."""
     from kubernetes.client.exceptions import ApiException
-    from .rancher import RANCHER_IDENTITY
+    from .rancher import HARVESTER_IDENTITY, RANCHER_IDENTITY
     rest = _rest_for(target)
     for ns, name, binding in ((kubevirt_namespace, KUBEVIRT_CONTROLLER_SA, "kvqlab-kubevirt-controller-" + kubevirt_namespace),
-                              (RANCHER_IDENTITY[0], RANCHER_IDENTITY[1], "kvqlab-rancher-agent")):
+                              (RANCHER_IDENTITY[0], RANCHER_IDENTITY[1], "kvqlab-rancher-agent"),
+                              (HARVESTER_IDENTITY[0], HARVESTER_IDENTITY[1], "kvqlab-harvester")):
         for path, body in (
                 ("/api/v1/namespaces", {"metadata": {"name": ns}}),
                 ("/api/v1/namespaces/%s/serviceaccounts" % ns, {"metadata": {"name": name, "namespace": ns}}),

@@ -5,9 +5,10 @@ Keys: ("vm", ns, name) ("vmi", ns, name) ("vmim", ns, name) ("rancher", ns)
 ("harvester", ns) ("node", name) ("project", ns, name) ("lockdown",).
 
 Identities: pods are created as KubeVirt's controller (the ServiceAccount kubevirt-controller in the
-KubeVirt CR's namespace) and Rancher's quota writes are made as Rancher's agent (cattle-system/cattle),
-both through the admin's impersonation right, so admission policies (the kvquota headroom fence,
-Rancher's quota lock-down) see who writes; everything else is written as the lab admin.
+KubeVirt CR's namespace), Rancher's quota writes are made as Rancher's agent (cattle-system/cattle) and
+Harvester's as its ServiceAccount (harvester-system/harvester), all through the admin's impersonation right, so
+admission policies (the kvquota headroom fence, Rancher's quota lock-down) see who writes; everything else is
+written as the lab admin.
 """
 import json
 import logging
@@ -46,6 +47,7 @@ SCHED_ANNOTATION = "kvqlab.io/scheduling-since"    # when the target pod was cre
 SLOT_ANNOTATION = "kvqlab.io/slot-since"           # when the migration first had a slot (epoch s), on the VMIM
 VACATED_ANNOTATION = "kvqlab.io/vacated-at"        # on a source pod: when its migration Succeeded (epoch s)
 DEFAULT_KV_VERSION = "1.5.0"
+HARVESTER_VERSION_SETTING = "server-version"       # settings.harvesterhci.io: the Harvester version
 # backend storage (persistent TPM/EFI, pkg/storage/backend-storage): the VM's PVC is labelled
 # persistent-state-for=<VMI name>; a migration's target PVC kubevirt.io/migrationName=<migration> until the handoff
 BACKEND_PVC_LABEL = "persistent-state-for"
@@ -113,6 +115,7 @@ class Emulator(EvacuationMixin):
         self.rest = Rest(self.api_client)
         self.kubeconfig = kubeconfig
         self.rancher_rest = Rest(impersonating_client(kubeconfig, rancher.service_account_user(*rancher.RANCHER_IDENTITY)))
+        self.harvester_rest = Rest(impersonating_client(kubeconfig, rancher.service_account_user(*rancher.HARVESTER_IDENTITY)))
         self._kubevirt_rests = {}     # KubeVirt CR namespace -> Rest acting as its kubevirt-controller
         self.knobs_namespace = knobs_namespace
         self.default_knobs = default_knobs or knobs_mod.Knobs()
@@ -240,7 +243,9 @@ class Emulator(EvacuationMixin):
         self.queue.add(("kubevirt", obj["metadata"].get("namespace"), obj["metadata"]["name"]))
 
     def _on_setting(self, etype, obj, old):
-        pass
+        if self.knobs.harvester and obj["metadata"].get("name") == HARVESTER_VERSION_SETTING:
+            for ns in self.namespaces.list():   # the Harvester version decides how it scales quotas
+                self.queue.add(("harvester", ns["metadata"]["name"]))
 
     def _on_project(self, etype, obj, old):
         md = obj["metadata"]
@@ -1333,17 +1338,29 @@ class Emulator(EvacuationMixin):
         return None
 
     # ---------------------------------------------------------------- Harvester
+    def harvester_version(self):
+        """(major, minor, patch) of the Harvester the lab serves: knob harvester_version, else the Setting
+        server-version (value, else default); None when neither says (the emulation behaves as before v1.9)."""
+        text = self.knobs.harvester_version
+        if not text:
+            setting = self.settings.get("", HARVESTER_VERSION_SETTING) or {}
+            text = setting.get("value") or setting.get("default")
+        return rancher.parse_version(text)
+
     def sync_harvester(self, nsname):
+        """Harvester's migration controller (vmim_controller.go) and quota controller (resourcequota_controller.go)
+        for the Rancher-labelled quotas of a namespace, writing as Harvester's ServiceAccount. A refused write (Rancher's
+        quota lock-down refuses Harvester like anyone but Rancher) is logged and retried with backoff, as the real
+        controllers' rate-limited work queues do; the rest of the emulator goes on."""
         if not self.knobs.harvester:
             return None
         ns = self.namespaces.get("", nsname)
-        if ns is None:
+        if ns is None or ns["metadata"].get("deletionTimestamp"):
             return None
-        limit = rancher.namespace_limit(ns)
-        if not limit:
+        quotas = [q for q in self.quotas.by_index("ns", nsname) if rancher.is_rancher_quota(q)]
+        if not quotas:
             return None
-        base = rancher.rancher_limit_to_hard(limit)
-        # migrating annotations: one per VMI with an unfinished migration, removed when it is final
+        # unfinished migrations: VMI uid -> (VMI, its unfinished VMIMs)
         active = {}
         for m in self.vmims.by_index("ns", nsname):
             phase = (m.get("status") or {}).get("phase") or ""
@@ -1352,41 +1369,189 @@ class Emulator(EvacuationMixin):
             vmi = self.vmis.get(nsname, (m.get("spec") or {}).get("vmiName"))
             if vmi is None:
                 continue
-            active[vmi["metadata"]["uid"]] = vmi
-        for q in self.quotas.by_index("ns", nsname):
-            if not rancher.is_rancher_quota(q):
-                continue
-            ann = q["metadata"].get("annotations") or {}
-            if ann.get(rancher.HARVESTER_SKIP) == "true":
-                continue
-            patch_ann = {}
-            for uid, vmi in active.items():
+            active.setdefault(vmi["metadata"]["uid"], (vmi, []))[1].append(m)
+        finished = set()   # VMI uids with a migration that ended (v1.9 restores on that event only)
+        for m in self.vmims.by_index("ns", nsname):
+            if (m.get("status") or {}).get("phase") in FINAL:
+                vmi = self.vmis.get(nsname, (m.get("spec") or {}).get("vmiName"))
+                if vmi is not None:
+                    finished.add(vmi["metadata"]["uid"])
+        version = self.harvester_version()
+        v19 = version is not None and version >= rancher.HARVESTER_V19
+        key = ("harvester", nsname)
+        for q in quotas:
+            try:
+                if v19:
+                    self.harvester_v19_sync(ns, q, active, finished)
+                else:
+                    self.harvester_legacy_sync(ns, q, active)
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+                n = self.attempts.get(key, 0)
+                self.attempts[key] = n + 1
+                self.counters["harvester_refused"] = self.counters.get("harvester_refused", 0) + 1
+                delay = min(self.knobs.backoff_base_seconds * (2 ** n), 30.0)
+                hlog.warning("namespace %s: update of ResourceQuota %s refused, retrying in %.1fs: %s", nsname,
+                             q["metadata"]["name"], delay, api_message(exc))
+                return delay
+        self.attempts.pop(key, None)
+        return None
+
+    def harvester_write(self, q, body, what):
+        obj = self.harvester_rest.replace(path("rq", q["metadata"]["namespace"], q["metadata"]["name"]), body)
+        self.quotas._apply("MODIFIED", obj)
+        hlog.info("namespace %s: ResourceQuota %s %s", q["metadata"]["namespace"], q["metadata"]["name"], what)
+        return obj
+
+    def harvester_legacy_sync(self, ns, q, active):
+        """Harvester v1.4.2-v1.8: one controller pass writes the migrating annotations and spec.hard together."""
+        limit = rancher.namespace_limit(ns)
+        if not limit:
+            return
+        ann = q["metadata"].get("annotations") or {}
+        if ann.get(rancher.HARVESTER_SKIP) == "true":
+            return
+        base = rancher.rancher_limit_to_hard(limit)
+        patch_ann = {}
+        for uid, (vmi, _ms) in active.items():
+            k = rancher.HARVESTER_MIGRATING_PREFIX + uid
+            if k not in ann:
+                patch_ann[k] = json.dumps(self.harvester_vm_delta(vmi))
+        for k in ann:
+            if k.startswith(rancher.HARVESTER_MIGRATING_PREFIX) and k[len(rancher.HARVESTER_MIGRATING_PREFIX):] not in active:
+                patch_ann[k] = None
+        newq = json.loads(json.dumps(q))
+        a = newq["metadata"].setdefault("annotations", {})
+        for k, v in patch_ann.items():
+            if v is None:
+                a.pop(k, None)
+            else:
+                a[k] = v
+        want = rancher.harvester_desired_hard(newq, base)
+        have = (q.get("spec") or {}).get("hard") or {}
+        if want is None or (not patch_ann and rancher.same_hard(have, want)):
+            return
+        newq["spec"] = dict(newq.get("spec") or {})
+        newq["spec"]["hard"] = want
+        self.harvester_write(q, newq, "hard %s -> %s (migrating: %d)" % (
+            {k: have.get(k) for k in ("limits.cpu", "limits.memory")},
+            {k: want.get(k) for k in ("limits.cpu", "limits.memory")}, len(active)))
+
+    def harvester_v19_sync(self, ns, q, active, finished):
+        """Harvester v1.9 (PR 10197): its migration controller writes annotations only, each change with
+        migratingScalingResyncNeeded "true"; its quota controller then sets spec.hard = base + deltas + compensation
+        and the flag to "false". Per quota, in Harvester's order:
+        - a migration that ended (Succeeded or Failed; its VMI's migratingUID- key present, no unfinished migration
+          of the VMI): the key and the compensation are deleted, whatever the opt-out says
+          (restoreResourceQuotaWithVMI); a key no migration of an existing VMI ends stays, as in Harvester;
+        - opted out (skipResourceQuotaAutoScaling "true"): no scaling, no compensation, and the quota controller
+          leaves the quota alone;
+        - an unfinished migration's VMI without its key (Harvester: a Pending VMIM) gets it: its memory limit +
+          overhead and CPU limit (CalculateScaleResourceQuotaWithVMI), when the namespace's Rancher limit sets
+          limits.cpu or limits.memory;
+        - a Pending VMIM refused by quota (condition migrationRejectedByResourceQuota True) whose VMI has its key,
+          with the flag not "true" and limitsMemory in the namespace's Rancher limit: the compensation
+          {"limits.memory": used + target - hard + 128Mi} when positive (one per quota, overwritten)."""
+        limit = rancher.namespace_limit(ns) or {}
+        base = rancher.rancher_limit_to_hard(limit)
+        resources = render.collection.core()[1]
+        base_rl = {k: v for k, v in resources.mask(rancher.parse(base), ["limits.cpu", "limits.memory"]).items() if v}
+        hard_rl = rancher.parse((q.get("spec") or {}).get("hard"))
+        managed = bool(base_rl) and bool(hard_rl.get("limits.cpu") or hard_rl.get("limits.memory"))
+        ann = dict(q["metadata"].get("annotations") or {})
+        skip = ann.get(rancher.HARVESTER_SKIP) == "true"
+        new = dict(ann)
+        what = None
+        ended = [k for k in ann if k.startswith(rancher.HARVESTER_MIGRATING_PREFIX)
+                 and k[len(rancher.HARVESTER_MIGRATING_PREFIX):] in finished
+                 and k[len(rancher.HARVESTER_MIGRATING_PREFIX):] not in active]
+        if ended:
+            for k in ended:
+                new.pop(k)
+            new.pop(rancher.HARVESTER_COMPENSATION, None)
+            new[rancher.HARVESTER_RESYNC] = "true"
+            what = "migrations ended: removed %s and any compensation" % ", ".join(sorted(ended))
+        elif not skip and managed:
+            added = {}
+            for uid, (vmi, _ms) in sorted(active.items()):
                 k = rancher.HARVESTER_MIGRATING_PREFIX + uid
                 if k not in ann:
-                    patch_ann[k] = json.dumps(self.harvester_vm_delta(vmi))
-            for k in ann:
-                if k.startswith(rancher.HARVESTER_MIGRATING_PREFIX) and k[len(rancher.HARVESTER_MIGRATING_PREFIX):] not in active:
-                    patch_ann[k] = None
-            newq = q
-            if patch_ann:
-                newq = json.loads(json.dumps(q))
-                a = newq["metadata"].setdefault("annotations", {})
-                for k, v in patch_ann.items():
-                    if v is None:
-                        a.pop(k, None)
-                    else:
-                        a[k] = v
-            want = rancher.harvester_desired_hard(newq, base)
-            have = (q.get("spec") or {}).get("hard") or {}
-            if want is None or (not patch_ann and rancher.same_hard(have, want)):
+                    delta = self.harvester_vmi_limits(vmi, hard_rl)
+                    if delta:
+                        added[k] = json.dumps(delta, separators=(",", ":"))
+            if added:
+                new.update(added)
+                new[rancher.HARVESTER_RESYNC] = "true"
+                what = "scaling for migrating VMIs: %s" % ", ".join("%s=%s" % kv for kv in sorted(added.items()))
+            elif ann.get(rancher.HARVESTER_RESYNC) != "true" and base_rl.get("limits.memory") and \
+                    hard_rl.get("limits.memory"):
+                comp = self.harvester_compensation_for(q, active)
+                if comp is not None:
+                    new[rancher.HARVESTER_COMPENSATION] = comp
+                    new[rancher.HARVESTER_RESYNC] = "true"
+                    what = "compensation %s for a migration refused by quota" % comp
+        if new != ann:
+            body = json.loads(json.dumps(q))
+            body["metadata"]["annotations"] = new
+            q = self.harvester_write(q, body, what)
+            ann = new
+        # the quota controller
+        if skip:
+            return
+        flag = ann.get(rancher.HARVESTER_RESYNC) == "true"
+        want = rancher.harvester_desired_hard(q, base, compensation=True) if limit else None
+        have = (q.get("spec") or {}).get("hard") or {}
+        change = want is not None and not rancher.same_hard(have, want)
+        if not change and not flag:
+            return
+        body = json.loads(json.dumps(q))
+        if change:
+            body["spec"]["hard"] = want
+        if flag:
+            body["metadata"]["annotations"][rancher.HARVESTER_RESYNC] = "false"
+        self.harvester_write(q, body, "hard %s -> %s (resync flag %s)" % (
+            {k: have.get(k) for k in ("limits.cpu", "limits.memory")},
+            {k: (want or have).get(k) for k in ("limits.cpu", "limits.memory")}, "cleared" if flag else "unset"))
+
+    def harvester_vmi_limits(self, vmi, hard_rl):
+        """What v1.9 reserves per migrating VMI (CalculateScaleResourceQuotaWithVMI): the VMI's CPU limit and its
+        memory limit + overhead (the compute container's limit), each when the VMI sets it and the quota has it."""
+        limits = ((((vmi.get("spec") or {}).get("domain") or {}).get("resources") or {}).get("limits") or {})
+        vmi_limits = rancher.parse({k: v for k, v in limits.items() if k in ("cpu", "memory")})
+        delta = self.harvester_vm_delta(vmi)
+        out = {}
+        if vmi_limits.get("cpu") and "limits.cpu" in hard_rl:
+            out["limits.cpu"] = render.collection.core()[1].format_resource_list({"limits.cpu": vmi_limits["cpu"]})["limits.cpu"]
+        if vmi_limits.get("memory") and "limits.memory" in hard_rl:
+            out["limits.memory"] = delta["limits.memory"]
+        return out
+
+    def harvester_compensation_for(self, q, active):
+        """The compensation v1.9 writes for the first Pending migration refused by quota whose VMI has its
+        migratingUID- key on q (compensateResourceQuotaBase), or None."""
+        ann = q["metadata"].get("annotations") or {}
+        for uid, (vmi, ms) in sorted(active.items()):
+            if rancher.HARVESTER_MIGRATING_PREFIX + uid not in ann:
                 continue
-            newq["spec"] = dict(newq.get("spec") or {})
-            newq["spec"]["hard"] = want
-            obj = self.rest.replace(path("rq", nsname, q["metadata"]["name"]), newq)
-            self.quotas._apply("MODIFIED", obj)
-            hlog.info("namespace %s: ResourceQuota %s hard %s -> %s (migrating: %d)", nsname,
-                      q["metadata"]["name"], {k: have.get(k) for k in ("limits.cpu", "limits.memory")},
-                      {k: want.get(k) for k in ("limits.cpu", "limits.memory")}, len(active))
+            for m in ms:
+                if (m.get("status") or {}).get("phase") not in (None, "", "Pending"):
+                    continue
+                c = cond(m, REJECTED)
+                if c is None or c.get("status") != "True":
+                    continue
+                with self.admit_lock:
+                    # its target pod created meanwhile (this VMIM's status in the cache lags): status.used may count
+                    # that pod already, and the migration needs nothing any more (a race real Harvester has too,
+                    # rarely; kept out of the lab so that a compensation is always what the refusal lacked)
+                    if m["metadata"]["uid"] in self.admitted:
+                        continue
+                target = self.harvester_vmi_limits(vmi, {"limits.memory": 1}).get("limits.memory")
+                if not target:
+                    continue
+                comp = rancher.harvester_compensation_needed(q, rancher.parse({"limits.memory": target})["limits.memory"])
+                if comp is not None:
+                    return comp
         return None
 
     def harvester_vm_delta(self, vmi):

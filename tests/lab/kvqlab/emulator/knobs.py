@@ -75,6 +75,9 @@ class Knobs:
     rancher_agent_restart: str = ""                # change to any new value = "cattle-cluster-agent restarted"
     rancher_lockdown: bool = False                 # Rancher 2.14+: only Rancher may write labelled quotas
     harvester: bool = False                        # Harvester emulation (ratio setting + quota scaling)
+    # the Harvester version the emulation behaves as ("" = Setting server-version's value, else its default; neither:
+    # before v1.9); v1.9.0 and later add the migratingCompensation and the migratingScalingResyncNeeded flag
+    harvester_version: str = ""
     eviction_pdb: bool = False                     # legacy PDB per live-migratable VMI (KubeVirt < v0.57 did)
     eviction_webhook: bool = True                  # virt-api's eviction webhook (read at emulator start)
     workload_update_period_seconds: float = 30.0   # workload updater re-run period while outdated VMIs remain
@@ -118,6 +121,7 @@ _PARSERS = {
     "rancher_agent_restart": str,
     "rancher_lockdown": parse_bool,
     "harvester": parse_bool,
+    "harvester_version": lambda v: str(v).strip(),
     "eviction_pdb": parse_bool,
     "eviction_webhook": parse_bool,
     "workload_update_period_seconds": float,

@@ -21,7 +21,9 @@ Rancher (cattle-cluster-agent's resource quota sync), as seen from the cluster:
 Harvester (>= v1.4.2) quota scaling: spec.hard[limits.cpu|limits.memory] = namespace
 annotation base + sum of the JSON ResourceLists in annotations
 harvesterhci.io/migratingUID-<vmi uid> on that quota, unless the quota carries
-harvesterhci.io/skipResourceQuotaAutoScaling: "true".
+harvesterhci.io/skipResourceQuotaAutoScaling: "true". v1.9 (harvester PR 10197) adds to limits.memory the
+JSON ResourceList in harvesterhci.io/migratingCompensation (pkg/controller/master/resourcequota,
+pkg/util/resourcequota/calculator.go CalculateNewResourceQuotaFromBaseDelta).
 """
 import json
 
@@ -33,6 +35,16 @@ PROJECT_ANNOTATION = "field.cattle.io/projectId"
 STATUS_ANNOTATION = "cattle.io/status"
 HARVESTER_SKIP = "harvesterhci.io/skipResourceQuotaAutoScaling"
 HARVESTER_MIGRATING_PREFIX = "harvesterhci.io/migratingUID-"
+# Harvester v1.9 (PR 10197; v1.9.0-rc6 pkg/util/constants.go:71-74, pkg/util/resourcequota/utils.go): one memory
+# compensation per quota after a migration was refused by quota, and the flag of the ping-pong between its
+# migration controller (sets "true" with each annotation change) and its quota controller (sets "false" once
+# spec.hard follows; the key stays)
+HARVESTER_COMPENSATION = "harvesterhci.io/migratingCompensation"
+HARVESTER_RESYNC = "harvesterhci.io/migratingScalingResyncNeeded"
+HARVESTER_COMPENSATION_SLACK = 128 << 20      # additionalCompensationMemory: added to every compensation
+HARVESTER_V19 = (1, 9, 0)
+# Harvester's controllers run as the ServiceAccount harvester in harvester-system (its chart's serviceaccount.yaml)
+HARVESTER_IDENTITY = ("harvester-system", "harvester")
 
 # Rancher 2.14.6+/2.15.2+ (rancher/webhook validators for resourcequotas): any create, update or delete
 # of a quota bearing RANCHER_LABEL, and any update adding or removing the label, is refused unless
@@ -179,19 +191,56 @@ def harvester_deltas(rq):
     return total
 
 
-def harvester_desired_hard(rq, ns_limit_hard):
-    """spec.hard Harvester's quota controller would write, or None when it leaves the quota alone."""
+def harvester_compensation(rq):
+    """limits.memory of v1.9's harvesterhci.io/migratingCompensation annotation (0 when absent or unreadable)."""
+    text = ((rq.get("metadata") or {}).get("annotations") or {}).get(HARVESTER_COMPENSATION)
+    if not text:
+        return 0
+    try:
+        return parse(json.loads(text)).get("limits.memory", 0)
+    except Exception:  # noqa: BLE001 - not JSON, or a malformed quantity (the core's error): counted as none
+        return 0
+
+
+def harvester_desired_hard(rq, ns_limit_hard, compensation=False):
+    """spec.hard Harvester's quota controller would write, or None when it leaves the quota alone.
+    compensation (v1.9): limits.memory also gets the migratingCompensation annotation's amount."""
     md = rq.get("metadata") or {}
     if (md.get("annotations") or {}).get(HARVESTER_SKIP) == "true":
         return None
     resources = collection.core()[1]
-    base = resources.mask(parse(ns_limit_hard or {}), ["limits.cpu", "limits.memory"])
+    base = {k: v for k, v in resources.mask(parse(ns_limit_hard or {}), ["limits.cpu", "limits.memory"]).items() if v}
     if not base:
         return None
     want = resources.add(base, resources.mask(harvester_deltas(rq), list(base)))
+    if compensation and "limits.memory" in want:
+        want["limits.memory"] += harvester_compensation(rq)
     hard = dict((rq.get("spec") or {}).get("hard") or {})
     hard.update(resources.format_resource_list(want))
     return hard
+
+
+def harvester_compensation_needed(rq, target_memory):
+    """v1.9's CalculateCompensationResourceQuotaWithVMI (calculator.go): when the quota's status.used limits.memory
+    plus what the migration target pod adds (target_memory: the VMI's memory limit + its overhead) exceeds
+    spec.hard limits.memory, the JSON ResourceList {"limits.memory": used + target - hard + 128Mi} Harvester writes
+    into harvesterhci.io/migratingCompensation; else None. None too when the quota has no limits.memory."""
+    resources = collection.core()[1]
+    hard = parse((rq.get("spec") or {}).get("hard")).get("limits.memory", 0)
+    if not hard or not target_memory:
+        return None
+    used = parse((rq.get("status") or {}).get("used")).get("limits.memory", 0)
+    if used + target_memory <= hard:
+        return None
+    return json.dumps(resources.format_resource_list(
+        {"limits.memory": used + target_memory - hard + HARVESTER_COMPENSATION_SLACK}), separators=(",", ":"))
+
+
+def parse_version(text):
+    """(major, minor, patch) of 'v1.9.0-rc6', '1.6', ...; None when unreadable."""
+    import re
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or "").strip())
+    return tuple(int(p or 0) for p in match.groups()) if match else None
 
 
 def service_account_user(namespace, name):
