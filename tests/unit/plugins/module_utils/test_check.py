@@ -652,6 +652,8 @@ def test_not_live_migratable_by_policy():
     (blocker,) = ns["blockers"]
     assert blocker["kind"] == "not_live_migratable" and blocker["vm"] == "stuck"
     assert "ReadWriteMany" in blocker["message"]
+    # the fix follows the condition's reason (DisksNotLiveMigratable)
+    assert blocker["fix"] == "make its volumes ReadWriteMany (or choose the shutdown or skip policy)"
     assert report["batches"][0]["vms"] == ["t/vm1"]  # never scheduled
     skipped = c.evaluate(snapshot({"t": (quotas, vmis)}), {"now": NOW, "non_migratable": "skip"})
     assert skipped["verdict"] == "ok"
