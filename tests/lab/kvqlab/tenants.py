@@ -100,6 +100,28 @@ def _kubeconfig(lab, user, token, path):
         fh.write(yaml.safe_dump(config, sort_keys=False))
 
 
+def _wait_authorized(rest, username, namespace, role, timeout=30.0):
+    """Wait until the API server's RBAC authorizer, which reads bindings through an informer, grants the new
+    binding: right after its create a request of the identity can still be refused (seen under load), and a test
+    would take that refusal for the fence's."""
+    import time
+    if role in ("edit", "admin"):
+        attributes = {"namespace": namespace, "verb": "create", "resource": "persistentvolumeclaims"}
+    else:
+        attributes = {"verb": "patch", "resource": "namespaces", "name": namespace}
+    groups = ["system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"]
+    deadline = time.monotonic() + timeout
+    while True:
+        review = rest.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": username, "groups": groups, "resourceAttributes": attributes}})
+        if (review.get("status") or {}).get("allowed"):
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError("tenant %s: RBAC does not grant %s after %ss" % (username, attributes, timeout))
+        time.sleep(0.1)
+
+
 def make(lab, namespace, project_namespaces=None, roles=ROLES) -> dict:
     """{role: Identity} for namespace (which must exist). project_namespaces: the namespaces of the
     Rancher project the project member belongs to (default: just namespace)."""
@@ -130,6 +152,7 @@ def make(lab, namespace, project_namespaces=None, roles=ROLES) -> dict:
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                 "subjects": subject})
         username = "system:serviceaccount:%s:%s" % (namespace, sa)
+        _wait_authorized(rest, username, namespace, role)
         token = token_for(lab, namespace, sa)
         path = Path(lab.run_dir) / "tenants" / ("%s-%s.kubeconfig" % (namespace, role))
         _kubeconfig(lab, username, token, path)
