@@ -29,6 +29,8 @@ from kvqlab import emulator, scenarios
 from kvqlab.emulator import _rest_for
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity  # noqa: E402
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom  # noqa: E402
 
 COLLECTIONS = os.environ["KVQ_COLLECTIONS_PATH"]  # set by the repository root conftest.py
 KV = "/apis/kubevirt.io/v1"
@@ -381,3 +383,21 @@ def start_emulator(lab, **defaults):
     defaults.setdefault("migration_seconds", 0.3)
     defaults.setdefault("source_pod_delay_seconds", 1)
     return emulator.start(lab, **defaults)
+
+
+def largest_batch_need(user, batches):
+    """{namespace: {resource: the largest need of one batch}} from headroom.batch_headroom, before the run."""
+    cluster = connect({"kubeconfig": str(user)})
+    largest = {}
+    for batch in batches:
+        vms = [dict(zip(("namespace", "name"), k.split("/", 1))) for k in batch["vms"]]
+        needs, _refs, _report = headroom.batch_headroom(cluster, vms)
+        per_ns = {}
+        for (ns, _quota), rl in needs.items():
+            for res, value in rl.items():
+                per_ns.setdefault(ns, {}).setdefault(res, 0)
+                per_ns[ns][res] += parse_quantity(value)
+        for ns, rl in per_ns.items():
+            for res, value in rl.items():
+                largest.setdefault(ns, {})[res] = max(largest.get(ns, {}).get(res, 0), value)
+    return largest

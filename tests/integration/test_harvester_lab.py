@@ -34,7 +34,6 @@ import modlab as M
 from kvqlab import emulator, scenarios
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
 
 pytestmark = pytest.mark.lab   # make lab-tests (conftest.py: every lab test has one such marker)
 
@@ -66,23 +65,6 @@ class QuotaSampler(threading.Thread):
         self.join(10)
 
 
-def largest_batch_need(user, batches):
-    """{resource: the largest need of one batch in TENANT} from headroom.batch_headroom, before the run."""
-    cluster = M.connect({"kubeconfig": str(user)})
-    largest = {}
-    for batch in batches:
-        vms = [dict(zip(("namespace", "name"), k.split("/", 1))) for k in batch["vms"]]
-        needs, _refs, _report = headroom_mod.batch_headroom(cluster, vms)
-        total = {}
-        for (ns, _quota), rl in needs.items():
-            if ns == TENANT:
-                for res, value in rl.items():
-                    total[res] = total.get(res, 0) + parse_quantity(value)
-        for res, value in total.items():
-            largest[res] = max(largest.get(res, 0), value)
-    return largest
-
-
 def vms_on(r, node):
     return sorted(v["metadata"]["name"] for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % TENANT)["items"]
                   if (v.get("status") or {}).get("nodeName") == node)
@@ -111,7 +93,7 @@ def test_harvester_v19_drain_restores_everything_and_never_stacks(lab, emu, r, u
         plan = M.assert_ok(M.run_module("kvquota_check", {"nodes": [NODE]}, user))
         batches = plan["batches"]
         assert sorted(v for b in batches for v in b["vms"]) == ["%s/h-vm-1" % TENANT, "%s/h-vm-2" % TENANT], batches
-        largest = largest_batch_need(user, batches)
+        largest = M.largest_batch_need(user, batches).get(TENANT, {})
         assert largest.get("limits.memory", 0) > 0, largest
 
         sampler = QuotaSampler(r, TENANT)

@@ -28,7 +28,6 @@ import pytest
 import modlab as M
 from kvqlab import emulator, scenarios
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as migrate_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
@@ -103,31 +102,13 @@ def scenario_d(lab, emu, r):
     return TENANTS
 
 
-def largest_batch_need(user, batches):
-    """{namespace: {resource: the largest need of one batch}} from headroom.batch_headroom, before the run."""
-    cluster = M.connect({"kubeconfig": str(user)})
-    largest = {}
-    for batch in batches:
-        vms = [dict(zip(("namespace", "name"), k.split("/", 1))) for k in batch["vms"]]
-        needs, _refs, _report = headroom_mod.batch_headroom(cluster, vms)
-        per_ns = {}
-        for (ns, _quota), rl in needs.items():
-            for res, value in rl.items():
-                per_ns.setdefault(ns, {}).setdefault(res, 0)
-                per_ns[ns][res] += parse_quantity(value)
-        for ns, rl in per_ns.items():
-            for res, value in rl.items():
-                largest.setdefault(ns, {})[res] = max(largest.get(ns, {}).get(res, 0), value)
-    return largest
-
-
 def test_scenario_d_moves_every_vm_and_restores_every_quota(lab, r, user, scenario_d):
     namespaces = scenario_d
     base = hard_by_quota(r, namespaces)
     plan = M.assert_ok(M.run_module("kvquota_check", {"nodes": [NODE]}, user))
     batches = plan["batches"]
     assert len(batches) == 10 and all(len(b["vms"]) == 2 for b in batches), batches
-    largest = largest_batch_need(user, batches)
+    largest = M.largest_batch_need(user, batches)
     assert set(largest) == set(namespaces), largest
 
     # check mode: what it would reserve and create, nothing written

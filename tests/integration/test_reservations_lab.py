@@ -592,13 +592,27 @@ def test_interrupted_runs_converge_when_run_again(lab, admin, cl, delay):
 # ---------------------------------------------------------------------------
 # Harvester (the emulator's quota scaling): the opt-out keeps its deltas off our reservation
 
+def _run_vm_a(custom, ns):
+    """Create VM vm-a (1 CPU, 1Gi) on node-1 in ns and wait until the emulator runs it."""
+    from kvqlab import scenarios
+    vm = {"name": "vm-a", "namespace": ns, "cpu": 1, "memory": "1Gi", "node": "node-1"}
+    custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachines", scenarios.vm_object(vm))
+
+    def running():
+        try:
+            vmi = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstances", "vm-a")
+        except ApiException:
+            return None
+        return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
+    kvqlab.wait_for(running, 60, "the emulator to run vm-a")
+
+
 def test_harvester_under_rancher_lock_down_reserves_through_the_namespace_alone(lab, admin, cl, ns, rancher):
     """Rancher 2.14.6 / 2.15.2's lock-down refuses every write of a Rancher-labelled quota but Rancher's: the
     opt-out is refused, and so is Harvester's own scaling (it writes that quota directly). The reservation goes on
     through the namespace's Rancher limit alone, during a real migration: Harvester's deltas never land (no
     stacking: spec.hard is never above base + reservation), and the release restores quota and annotation byte for
     byte with nothing else to put back."""
-    from kvqlab import scenarios
     custom = client.CustomObjectsApi(lab.api_client(admin=True))
     rancher.set_knobs(lab, harvester="true")
     custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
@@ -607,16 +621,7 @@ def test_harvester_under_rancher_lock_down_reserves_through_the_namespace_alone(
     try:
         raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
         name = _rancher_namespace(lab, admin, ns, raw)
-        vm = {"name": "vm-a", "namespace": ns, "cpu": 1, "memory": "1Gi", "node": "node-1"}
-        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachines", scenarios.vm_object(vm))
-
-        def running():
-            try:
-                vmi = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstances", "vm-a")
-            except ApiException:
-                return None
-            return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
-        kvqlab.wait_for(running, 60, "the emulator to run vm-a")
+        _run_vm_a(custom, ns)
         before = raw_quota(admin, ns, name)
         assert before["spec"]["hard"] == {"limits.cpu": "4", "limits.memory": "8Gi"}
         rancher.set_knobs(lab, rancher_lockdown=True)
@@ -665,7 +670,6 @@ def test_harvester_under_rancher_lock_down_reserves_through_the_namespace_alone(
 
 
 def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
-    from kvqlab import scenarios
     custom = client.CustomObjectsApi(lab.api_client(admin=True))
     rancher.set_knobs(lab, harvester="true")
     custom.create_cluster_custom_object("harvesterhci.io", "v1beta1", "settings", {
@@ -674,16 +678,7 @@ def test_harvester_opt_out_during_a_real_migration(lab, admin, cl, ns, rancher):
     try:
         raw = '{"limit":{"limitsCpu":"4","limitsMemory":"8Gi"}}'
         name = _rancher_namespace(lab, admin, ns, raw)
-        vm = {"name": "vm-a", "namespace": ns, "cpu": 1, "memory": "1Gi", "node": "node-1"}
-        custom.create_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachines", scenarios.vm_object(vm))
-
-        def running():
-            try:
-                vmi = custom.get_namespaced_custom_object("kubevirt.io", "v1", ns, "virtualmachineinstances", "vm-a")
-            except ApiException:
-                return None
-            return vmi if (vmi.get("status") or {}).get("phase") == "Running" else None
-        kvqlab.wait_for(running, 60, "the emulator to run vm-a")
+        _run_vm_a(custom, ns)
 
         result = V.reserve(cl, "node-1", {(ns, name): {"limits.cpu": "2", "limits.memory": "3Gi"}}, "lab-test",
                            "drain node-1", 600, refs={"migrations": [{"name": "mig-a"}]}, rancher_sync_timeout=30)

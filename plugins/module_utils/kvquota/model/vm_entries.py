@@ -56,15 +56,6 @@ def live_migratable(vmi):
     return True, ""
 
 
-def not_migratable_cause(vmi):
-    """The reason of a VMI's LiveMigratable condition when it is False (DisksNotLiveMigratable,
-    HostDeviceNotLiveMigratable, ...), else None."""
-    live = condition(vmi, "LiveMigratable")
-    if live is None or str(live.get("status")) != "False":
-        return None
-    return live.get("reason") or None
-
-
 def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None, kubernetes_minor=None):
     """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
 
@@ -116,7 +107,9 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
             "facts": facts,
             "charge": charge,
             "pod_charge": pod_charge,
-            "not_migratable_cause": not_migratable_cause(vmi) if migratable is False else None,
+            # the LiveMigratable condition's reason (DisksNotLiveMigratable, ...): which fix the check names
+            "not_migratable_cause": (condition(vmi, "LiveMigratable").get("reason") or None) if migratable is False
+            else None,
             "source": source,
             "source_pod": meta(source_pod).get("name") if source_pod is not None else None,
             "migration_state": status.get("migrationState"),
