@@ -1421,6 +1421,28 @@ def _restart(c, ns, names):
         c.wait(lambda path=path, name=name: running_anew(path, name), 120, "VM %s/%s to run again" % (ns, name),
                interval=0.5)
 
+    def settled():
+        # the old launchers gone and the quota controller caught up with the new ones: what the next plan reads
+        # (a drain planned in between sized its batches from a namespace still in motion: make test, 13:18)
+        pods = c.rest.get("/api/v1/namespaces/%s/pods" % ns)["items"]
+        if any(ref.get("uid") in old.values() for p in pods if (p.get("status") or {}).get("phase") not in FINAL
+               for ref in (p["metadata"].get("ownerReferences") or [])):
+            return False
+        live = {}
+        for p in pods:
+            if (p.get("status") or {}).get("phase") in FINAL:
+                continue
+            for ct in p["spec"]["containers"]:
+                for rname, value in _num((ct.get("resources") or {}).get("limits") or {}).items():
+                    live["limits." + rname] = live.get("limits." + rname, 0) + value
+        for q in c.rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]:
+            used = _num((q.get("status") or {}).get("used") or {})
+            if any(used.get(rname, 0) != value for rname, value in live.items() if rname in used):
+                return False
+        return True
+    c.wait(settled, 60, "namespace %s settled after the restart (old launchers gone, quota usage caught up)" % ns,
+           interval=0.5)
+
 
 def reset(c, attack):
     """After an attack that was not contained: the administrator's forced cleanup, so that the next attacks start
