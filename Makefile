@@ -76,10 +76,12 @@ lab-build-newest:
 # The reduced module suite on the newest Kubernetes, in make test (about 5.5 min): the lab itself (the release it
 # runs), what quota charges for a pod (pod-level resources, on by default since 1.34), the headroom fence (a
 # ValidatingAdmissionPolicy; pods/resize, GA in 1.35), every quota owner's writes and restores, the check against
-# the real quota status, and the migrations charged by real quota admission.
+# the real quota status, the migrations charged by real quota admission, and DRA device quotas (a migration
+# target's own ResourceClaims; resource.k8s.io/v1 is served from 1.34, test_dra_lab.py skips on 1.33).
 # make lab-tests KVQ_K8S_VERSION=v1.37.2 runs the whole module suite there (about 12.5 min).
 LAB_NEWEST_TESTS := tests/lab/test_controlplane.py tests/integration/test_quota_semantics_lab.py tests/integration/test_fence_lab.py \
-        tests/integration/test_reservations_lab.py tests/integration/test_check_lab.py tests/integration/test_migrate_lab.py
+        tests/integration/test_reservations_lab.py tests/integration/test_check_lab.py tests/integration/test_migrate_lab.py \
+        tests/integration/test_dra_lab.py
 lab-tests-newest: deps lab-build-newest
 	KVQ_K8S_VERSION=$(K8S_NEWEST) $(PYTEST_LAB) -m lab $(LAB_NEWEST_TESTS)
 

@@ -258,6 +258,11 @@ blocked_vms:
       C(alpha.kubevirt.io/auto-memory-limits-ratio) that gives KubeVirt no valid memory limit (NaN, Inf, or a limit
       beyond int64; a value KubeVirt reads as its default 2.0, below 1.0 or not a number, is sized as 2.0 like KubeVirt
       does), or a Rancher quota annotation C(field.cattle.io/resourceQuota) that is not valid JSON.
+    - C(kind) V(shared_resource_claim), its C(spec.resourceClaims) names an existing DRA ResourceClaim
+      (C(resourceClaimName)); a migration target would share it, and its allocation ties it to the source's node,
+      so the target stays unschedulable. C(kind) V(claim_templates_unreadable), its target gets DRA claims from
+      ResourceClaimTemplates that a quota of its namespace charges, and those could not be read (RBAC, or DRA not
+      served). A missing ResourceClaimTemplate, or one whose spec cannot be charged, is V(vm_input_invalid).
     - C(kind) V(vm_grows), its owner changed it since it started (a hook sidecar annotation, the namespace's
       memory-limit ratio label, a pending CPU or memory hotplug) so that its target pod would charge more than its
       running pod and a quota of its namespace would end above its hard after the migrations. No fix raises the

@@ -135,6 +135,76 @@ def _pvc_capture(lab, user):
     assert sorted(o["name"] for o in res["overuse"][0]["objects"]) == ["grab-1", "grab-2"], res["overuse"]
 
 
+DRA = "u-dra"
+DRA_API = "/apis/resource.k8s.io/v1"
+CLAIM_COUNT = "count/resourceclaims.resource.k8s.io"
+
+
+def _dra_served(lab):
+    """Whether the lab's Kubernetes serves resource.k8s.io/v1 (1.34 and later)."""
+    return any(g["name"] == "resource.k8s.io" and any(v["version"] == "v1" for v in g.get("versions") or ())
+               for g in lab.rest.get("/apis")["groups"])
+
+
+def _dra_stand_ins(lab):
+    """Where resource.k8s.io/v1 is not served (Kubernetes 1.33: DRA beta and off), CRDs of the same group, version
+    and names stand in for ResourceClaimTemplates and ResourceClaims (schema open; a *.k8s.io group needs the
+    api-approved annotation), as AAQ's CRDs do for AAQ: the collection's requests and the quota's object count are
+    the same."""
+    if _dra_served(lab):
+        return
+    for kind, plural in (("ResourceClaimTemplate", "resourceclaimtemplates"), ("ResourceClaim", "resourceclaims")):
+        lab.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": plural + ".resource.k8s.io", "annotations": {
+                "api-approved.kubernetes.io": "unapproved, kvqlab stand-in for resource.k8s.io/v1 on Kubernetes 1.33"}},
+            "spec": {"group": "resource.k8s.io", "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    lab.wait(lambda: _dra_served(lab), 60, "resource.k8s.io/v1 served")
+
+
+def _dra_reads(lab, user):
+    """Issue 27: a namespace whose quota charges DRA claims and whose VM names a ResourceClaimTemplate - the check
+    lists the templates; a reservation of claims, and claims created during it - the release lists the claims and
+    names them."""
+    _dra_stand_ins(lab)
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": DRA}})
+    lab.rest.create("/api/v1/namespaces/%s/resourcequotas" % DRA, {
+        "metadata": {"name": "devices"}, "spec": {"hard": {CLAIM_COUNT: "1"}}})
+    lab.rest.create(DRA_API + "/namespaces/%s/resourceclaimtemplates" % DRA, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "nic"},
+        "spec": {"spec": {}}})
+    vm = lab.scenarios.vm_object({"name": "dra-vm", "namespace": DRA, "cpu": 1, "memory": "256Mi"})
+    vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
+    lab.rest.create(KV + "/namespaces/%s/virtualmachines" % DRA, vm)
+    lab.wait(lambda: [v for v in lab.vmis(DRA) if (v.get("status") or {}).get("phase") == "Running"], 90,
+             "dra-vm running")
+    lab.wait(lambda: ((lab.get("/api/v1/namespaces/%s/resourcequotas/devices" % DRA).get("status") or {})
+                      .get("hard") or {}).get(CLAIM_COUNT) == "1", 30, "quota status of %s" % DRA)
+    report = M.assert_ok(M.run_module("kvquota_check", {"namespaces": [DRA]}, str(user)), "kvquota_check (DRA)")
+    assert [q["name"] for q in report["namespaces"][DRA]["quotas"]] == ["devices"], report["namespaces"][DRA]
+    # the VM goes (it is in no one's way later), then claims are taken during a reservation of one
+    lab.rest.delete(KV + "/namespaces/%s/virtualmachines/dra-vm" % DRA)
+    lab.wait(lambda: not lab.vmis(DRA), 90, "dra-vm gone")
+    M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "rbac-dra", "headroom": [
+        {"namespace": DRA, "quota": "devices", "resources": {CLAIM_COUNT: "1"}}]}, str(user)), "kvquota_reserve (DRA)")
+    lab.wait(lambda: not lab.rest.get(DRA_API + "/namespaces/%s/resourceclaims" % DRA)["items"] and (
+        (lab.get("/api/v1/namespaces/%s/resourcequotas/devices" % DRA).get("status") or {}).get("used") or {}).get(
+        CLAIM_COUNT) == "0", 60, "no claim left in %s" % DRA)
+    time.sleep(1.1)   # creation timestamps have a second's resolution: the claims come after the reservation
+    for name in ("grab-1", "grab-2"):
+        lab.rest.create(DRA_API + "/namespaces/%s/resourceclaims" % DRA, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": {}})
+    lab.wait(lambda: ((lab.get("/api/v1/namespaces/%s/resourcequotas/devices" % DRA).get("status") or {})
+                      .get("used") or {}).get(CLAIM_COUNT) == "2", 30, "status.used of %s" % DRA)
+    res = M.assert_ok(M.run_module("kvquota_release", {"reservation_id": "rbac-dra"}, str(user)),
+                      "kvquota_release (DRA)")
+    assert sorted(o["name"] for o in res["overuse"][0]["objects"]) == ["grab-1", "grab-2"], res["overuse"]
+
+
 def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     user = lab.lab.user_kubeconfig
     # AAQ is recognised (listed) when its API is served: serve it, as on a cluster with AAQ installed
@@ -163,6 +233,7 @@ def test_every_request_allowed_and_every_rule_used(lab, tmp_path):
     M.assert_ok(M.run_module("kvquota_reserve", {"reservation_id": "rbac-reap", "ttl": "1s", "vms": [
         {"namespace": PLAIN, "name": "vm-1"}]}, str(user)), "kvquota_reserve (ttl 1s)")
     _pvc_capture(lab, user)
+    _dra_reads(lab, user)
     time.sleep(2)
     run = playbook(lab, "reaper")
     assert run.rc == 0, run

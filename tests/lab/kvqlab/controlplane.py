@@ -43,6 +43,19 @@ from . import pki, procs, virtapi
 
 LOOPBACK = "127.0.0.1"
 K8S_VERSION = os.environ.get("KVQ_K8S_VERSION", "v1.33.13")
+
+
+def k8s_minor(version=None):
+    """The minor release of a Kubernetes version ('v1.37.2' -> 37)."""
+    return int((version or K8S_VERSION).lstrip("v").split(".")[1])
+
+
+def dra_served(version=None):
+    """Whether the lab's Kubernetes serves DRA (resource.k8s.io/v1, on by default) and so runs the resourceclaim
+    controller: 1.34 and later (1.33 has it beta and off)."""
+    return k8s_minor(version) >= 34
+
+
 ETCD_VERSION = os.environ.get("KVQ_ETCD_VERSION", "v3.5.21")
 KWOK_VERSION = os.environ.get("KVQ_KWOK_VERSION", "v0.7.0")
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -849,7 +862,10 @@ def _start(run_dir: Path, bins: Path, rbac_paths: list[Path], nodes: int, node_c
         # persistentvolumeclaim-protection-controller: a deleted PVC goes once no pod uses it (KubeVirt deletes the
         # source's backend-storage PVC after a migration; until the finalizer is removed the quota still counts it)
         "--controllers=resourcequota-controller,namespace-controller,garbage-collector-controller,"
-        "clusterrole-aggregation-controller,persistentvolumeclaim-protection-controller",
+        "clusterrole-aggregation-controller,persistentvolumeclaim-protection-controller"
+        # resourceclaim-controller: the ResourceClaims of a pod's resourceClaimTemplateName entries (a migration
+        # target's own claims, charged to quota), deleted once their pod is done; DRA is GA and on from 1.34
+        + (",resourceclaim-controller" if dra_served() else ""),
         "--use-service-account-credentials=false",
         "--concurrent-resource-quota-syncs=10",
         "--resource-quota-sync-period=10s",

@@ -27,6 +27,9 @@ Matching follows the apiserver's pod and PVC quota evaluators
   pod's sums (pod_requests_limits);
 - a PVC is charged persistentvolumeclaims, count/persistentvolumeclaims and
   requests.storage (plus the per-storage-class names); the pod scopes never match it;
+- a DRA ResourceClaim (model/claims.py) is charged count/resourceclaims.resource.k8s.io and
+  <class>.deviceclass.resource.k8s.io/devices; its evaluator matches no scope, so only a quota
+  without scopes charges it;
 - admission masks the usage by the names in the quota's hard list and refuses when a
   name with a non-zero request would end above hard.
 
@@ -89,6 +92,11 @@ POD_SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort",
               "PriorityClass", "CrossNamespacePodAffinity")
 PVC_SCOPES = ("VolumeAttributesClass",)
 
+# The names the ResourceClaim evaluator tracks (k8s pkg/quota/v1/evaluator/core/resource_claims.go; the
+# DRAExtendedResource names requests.deviceclass.resource.kubernetes.io/<class> are not modelled).
+CLAIM_COUNT = "count/resourceclaims.resource.k8s.io"
+DEVICE_CLASS_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+
 _CPU_NAMES = frozenset(["cpu", "requests.cpu", "limits.cpu"])
 
 
@@ -114,6 +122,22 @@ def pvc_tracks(name):
             or name.endswith(STORAGE_CLASS_SUFFIX + "persistentvolumeclaims"))
 
 
+def claim_tracks(name):
+    """Whether the ResourceClaim evaluator tracks quota resource name (of those kvquota charges)."""
+    return name == CLAIM_COUNT or (name.endswith(DEVICE_CLASS_SUFFIX) and len(name) > len(DEVICE_CLASS_SUFFIX))
+
+
+def is_claim_charge_name(name):
+    """Whether a charge entry comes from a ResourceClaim (not from a pod or a PVC)."""
+    return claim_tracks(name)
+
+
+def quota_matches_claim(quota):
+    """Whether admission charges a ResourceClaim against quota: the quota tracks a claim name and has no scope
+    at all (the claim evaluator matches none)."""
+    return bool(tracked_names(quota, "claim")) and not scope_selectors(quota)
+
+
 def is_pvc_charge_name(name):
     """Whether a charge entry comes from a PVC (not from a pod)."""
     return pvc_tracks(name)
@@ -127,8 +151,9 @@ def hard_names(quota):
 
 
 def tracked_names(quota, kind="pod"):
-    """The names of quota's hard list that the pod (kind='pod') or PVC (kind='pvc') evaluator tracks."""
-    test = pod_tracks if kind == "pod" else pvc_tracks
+    """The names of quota's hard list that the pod (kind='pod'), PVC (kind='pvc') or ResourceClaim (kind='claim')
+    evaluator tracks."""
+    test = {"pod": pod_tracks, "pvc": pvc_tracks, "claim": claim_tracks}[kind]
     return frozenset(name for name in hard_names(quota) if test(name))
 
 
@@ -652,6 +677,8 @@ class QuotaMatcher(object):
         self.pod_names = tracked_names(quota, "pod")
         self.pvc_names = tracked_names(quota, "pvc")
         self.pvc_match = bool(self.pvc_names) and quota_matches_pvc(quota, volume_attributes_class)
+        self.claim_names = tracked_names(quota, "claim")
+        self.claim_match = bool(self.claim_names) and quota_matches_claim(quota)
         self._pod_match = {}
 
     def matches_pod(self, facts):
@@ -669,6 +696,10 @@ class QuotaMatcher(object):
         for name, value in charge.items():
             if is_pvc_charge_name(name):
                 if self.pvc_match and name in self.pvc_names:
+                    result[name] = value
+                continue
+            if is_claim_charge_name(name):
+                if self.claim_match and name in self.claim_names:
                     result[name] = value
                 continue
             if pod_match is None:
@@ -701,7 +732,8 @@ def charged_part(quota, charge, facts, volume_attributes_class=None):
     """The part of a migration charge that admission charges against quota.
 
     The pod part (aliases expanded) when the quota's scopes match the pod, the PVC part
-    when they match a PVC, each masked by the names the quota limits.
+    when they match a PVC, the ResourceClaim part when the quota has no scope, each masked
+    by the names the quota limits.
     """
     return QuotaMatcher(quota, volume_attributes_class).part(charge, facts)
 

@@ -12,6 +12,8 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import ownership
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.resources import add
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import claims as claims_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import overhead_report
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as q
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.sizing.launcher import launcher_pod
@@ -56,12 +58,56 @@ def live_migratable(vmi):
     return True, ""
 
 
-def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None, kubernetes_minor=None):
+def claims_tracked(ns_quotas):
+    """Whether a quota of the namespace charges DRA ResourceClaims (tracks a claim name and has no scope)."""
+    return any(q.quota_matches_claim(quota) for quota in ns_quotas or ())
+
+
+def claims_block(namespace, name, vmi, ns_quotas, templates, templates_problem=None):
+    """(by entry, blocked) of a VM's DRA ResourceClaims for its migration target (model/claims.py): by entry, what
+    the claim of each of its resourceClaimTemplateName entries charges ({entry: {quota name: Fraction}}; only when a
+    quota of the namespace charges claims, else {}); blocked, None or the per-VM block: a shared claim (resourceClaimName: a node-local allocation keeps the
+    target pod unschedulable), an entry or template that cannot be charged, or templates that could not be read
+    (templates None; templates_problem says why)."""
+    try:
+        entries = claims_mod.vmi_claim_entries(vmi)
+    except claims_mod.ClaimInputError as err:
+        return {}, input_block(namespace, name, err)
+    shared = [claim for _entry, kind, claim in entries if kind == "claim"]
+    if shared:
+        return {}, {"kind": "shared_resource_claim", "field": "spec.resourceClaims", "scope": "vm",
+                    "message": "VM %s/%s shares ResourceClaim %s with its launcher pod (resourceClaimName): a migration "
+                               "target uses the same claim, whose allocation is tied to the source's node, while the "
+                               "target must run on another node, so it stays unschedulable"
+                               % (namespace, name, ", ".join("%s/%s" % (namespace, c) for c in shared)),
+                    "fix": "give the VM its claim through resourceClaimTemplateName (each launcher pod then gets "
+                           "its own claim), or choose the shutdown or skip policy for it; the VM stays where it is "
+                           "until then, the other VMs are not held up"}
+    if not any(kind == "template" for _entry, kind, _name in entries) or not claims_tracked(ns_quotas):
+        return {}, None
+    if templates is None:
+        return {}, {"kind": "claim_templates_unreadable", "field": "spec.resourceClaims", "scope": "vm",
+                    "message": "VM %s/%s: its migration target gets ResourceClaims from ResourceClaimTemplates, which "
+                               "a quota of namespace %s charges, but the templates could not be read (%s)"
+                               % (namespace, name, namespace, templates_problem or "not read"),
+                    "fix": "grant list on resourceclaimtemplates.resource.k8s.io (ClusterRole kvquota-read of "
+                           "ansible-playbook kvquota.maintenance.install) and run the check again; the VM stays "
+                           "where it is until then, the other VMs are not held up"}
+    try:
+        return claims_mod.migration_claims_by_entry(vmi, templates), None
+    except claims_mod.ClaimInputError as err:
+        return {}, input_block(namespace, name, err)
+
+
+def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None, kubernetes_minor=None,
+                 claim_templates=None, claim_templates_problem=None):
     """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
 
     Only Running VMIs would migrate; others are returned in a separate list. cache (a
     dict) remembers launcher pods of identical VMIs across calls. kubernetes_minor: the API server's minor
     release, which rules quota charges the source pods by (quotas.pod_usage; None: those of 1.33 to 1.36).
+    claim_templates: {name: ResourceClaimTemplate} of the namespace (None: not read; claim_templates_problem says
+    why): a VM's charge includes the DRA ResourceClaims its migration target gets (claims_block).
     """
     cache = {} if cache is None else cache
     tracks = q.namespace_tracked_names(ns_quotas)
@@ -94,6 +140,18 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         blocked = None
         if error is not None:
             blocked = input_block(namespace, name, error)
+        claim_charge, claim_entries = {}, None
+        if migratable is not False and claims_mod.uses_claims(vmi):
+            by_entry, claim_block = claims_block(namespace, name, vmi, ns_quotas, claim_templates,
+                                                 claim_templates_problem)
+            blocked = blocked or claim_block
+            for entry_charge in by_entry.values():
+                claim_charge = add(claim_charge, entry_charge)
+            claim_entries = claims_mod.entry_devices(by_entry) if by_entry else None
+            if claim_charge and blocked is None:
+                charge = add(charge, claim_charge)
+                notes = list(notes) + ["the target pod gets %s new DRA ResourceClaim(s) from ResourceClaimTemplates, "
+                                       "charged with it" % claim_charge.get(q.CLAIM_COUNT, 0)]
         grown = {}
         if error is None and source is not None:
             grown = grown_names(pod_charge, source)
@@ -107,6 +165,9 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
             "facts": facts,
             "charge": charge,
             "pod_charge": pod_charge,
+            "claim_charge": claim_charge,
+            # {entry: {device class: devices}} of each claim the target pod gets: what the fence pins per claim
+            "claims": claim_entries,
             # the LiveMigratable condition's reason (DisksNotLiveMigratable, ...): which fix the check names
             "not_migratable_cause": (condition(vmi, "LiveMigratable").get("reason") or None) if migratable is False
             else None,
@@ -221,5 +282,6 @@ def describe_namespaces(snapshot, config, default_pc):
         pods = (snapshot.pods or {}).get(namespace) or []
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
             namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache,
-            snapshot.kubernetes_minor)
+            snapshot.kubernetes_minor, (snapshot.claim_templates or {}).get(namespace),
+            (snapshot.claim_templates_problems or {}).get(namespace))
     return vms_by_ns, idle_by_ns

@@ -15,6 +15,7 @@ __metaclass__ = type
 import hashlib
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import claims as claims_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import enforcement
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as fence_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import headroom as headroom_mod
@@ -77,6 +78,10 @@ def _claims_migration(pod, vmim, vm):
                for ref in meta.get("ownerReferences") or [])
 
 
+# how long a target pod listed in the fence may wait for its DRA ResourceClaims before its VM is stopped, named:
+# the resourceclaim controller retries a refused create with a backoff (5 ms doubling), a few seconds at most
+CLAIM_GRACE_SECONDS = 30
+
 # a migration's name is a label value where KubeVirt copies it (kubevirt.io/migrationName on the target's
 # backend-storage PVC): 63 characters at most
 MIGRATION_NAME_MAX = 63
@@ -106,6 +111,16 @@ class BatchRunner(object):
         # {(namespace, migration name): {quota name: Fraction}} the most each migration's target pod may charge, as
         # the headroom fence lists it (headroom.pinned_pod_size of its VM)
         self.fence_sizes = {}
+        # DRA: {migration UID: {namespace, migration, vm, pod, pod_uid, entries, since}} the target pods listed in
+        # the fence (by UID) whose ResourceClaims are not all created yet; the UIDs of the migrations whose target
+        # pod has all its claims or needs none
+        self.claim_pods = {}
+        self.claims_done = set()
+        self.claims_ambiguous = set()   # migrations with two pods presenting as their target: said once
+        # {namespace: pod UIDs} of the pods that existed once a reservation with pinned DRA claims fenced the
+        # namespace: never listed for claims (a tenant's pod dressed up as a target pod before the fence among them)
+        self.pre_fence_pods = {}
+        self.pre_fence_seen = set()     # (reservation, namespace) whose pods were read so
 
     def timeouts(self):
         if self.config.completion_timeout_per_gib and self.config.progress_timeout:
@@ -238,8 +253,8 @@ class BatchRunner(object):
                                         self.config.operator_namespace, installed=True)
             self.ended.update((m["namespace"], m["name"], m["uid"]) for m in ended)
         for item in grown:
-            item = dict(item, reason="%s (grown %s; %s)" % (
-                item["reason"], when, "its migration was cancelled" if any(
+            item = dict(item, reason="%s (%s %s; %s)" % (
+                item["reason"], item.get("stopped", "grown"), when, "its migration was cancelled" if any(
                     (m["namespace"], m["vm"]) == (item["namespace"], item["name"]) and m["uid"] is not None
                     and not m["reused"] and not batch.followed for m in stopped)
                 else "no migration is made for it"))
@@ -390,18 +405,28 @@ class BatchRunner(object):
 
     def _followed_ref(self, migration):
         """A migration the batch follows as the reservation's refs record it (the fence lists it from there), with
-        its size where its VM has a pin."""
+        its size (and its claims' devices) where its VM has a pin."""
         ref = {"namespace": migration["namespace"], "name": migration["name"], "uid": migration["uid"]}
         size = self._fence_size(migration)
         if size:
             ref["size"] = size
+        claims = self._fence_claims(migration)
+        if claims is not None:
+            ref["claims"] = claims
         return ref
 
     def _fence_entry(self, migration, pending=False):
-        """A migration of a batch as the fence lists it (fence.normalize_migrations), with its pinned size."""
+        """A migration of a batch as the fence lists it (fence.normalize_migrations), with its pinned size and its
+        claims' pinned devices."""
         return {"namespace": migration["namespace"], "name": migration["name"],
                 "uid": None if pending else migration["uid"], "vm": migration["vm"],
-                "size": self._fence_size(migration)}
+                "size": self._fence_size(migration), "claims": self._fence_claims(migration)}
+
+    def _fence_claims(self, migration):
+        """The most devices each DRA ResourceClaim of a migration's target pod may ask for in the headroom fence, per
+        claim entry (fence.claims_value of its VM's pinned claims), or None when the pin has no claim."""
+        pin = self._pin_of((migration["namespace"], migration["vm"])) if migration.get("vm") else None
+        return fence_mod.claims_value((pin or {}).get("claims"))
 
     def _record_created(self, batch, needs, refs):
         """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
@@ -459,6 +484,7 @@ class BatchRunner(object):
         for item in result.get("fence") or []:
             if item.get("namespace"):
                 self.fenced.setdefault(batch.reservation, set()).add(item["namespace"])
+        self._read_pre_fence_pods(batch)
         for item in result.get("quotas") or []:
             target = (item["namespace"], item["quota"])
             if target not in batch.targets:
@@ -541,12 +567,15 @@ class BatchRunner(object):
         One list of the namespace's target pods (label kubevirt.io/migrationJobUID) while a migration waits for it;
         a fresh sizing of the VMs whose target pod is larger (headroom.grown_since_pin) tells a tenant's change from a
         sizing that misses something (every input as pinned: left to the top-ups, as before)."""
+        fenced = self.fenced.get(batch.reservation) or ()
         waiting = {}
         for (namespace, _name), vmim in sorted(seen.items()):
             uid = uid_of(vmim)
-            if uid and uid not in self.targets_checked and migration_phase(vmim) not in FINAL_MIGRATION_PHASES:
+            if uid and migration_phase(vmim) not in FINAL_MIGRATION_PHASES and (
+                    uid not in self.targets_checked or (namespace in fenced and uid not in self.claims_done)):
                 waiting.setdefault(namespace, []).append(vmim)
-        grown = []
+        grown, listing, stuck = [], [], []
+        now = self.config.clock()
         for namespace, vmims in sorted(waiting.items()):
             pods = [p for p in self.cluster.list_pods(namespace=namespace, label_selector="kubevirt.io/migrationJobUID")
                     if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -555,17 +584,21 @@ class BatchRunner(object):
                 # a tenant may label a pod of its own like a target pod (the fence guards creates, not updates): every
                 # pod that claims this migration is compared, and the migration counts as checked only once the pod
                 # KubeVirt names in the migration's status (migrationState.targetPod) was
-                claims = [p for p in pods if _claims_migration(p, vmim, vm)]
+                presenting = [p for p in pods if _claims_migration(p, vmim, vm)]
+                if namespace in fenced and uid_of(vmim) not in self.claims_done:
+                    self._target_pod_claims(namespace, vmim, vm, presenting, listing, stuck, now)
+                if uid_of(vmim) in self.targets_checked:
+                    continue
                 named = ((vmim.get("status") or {}).get("migrationState") or {}).get("targetPod")
-                if named and any(p["metadata"]["name"] == named for p in claims):
+                if named and any(p["metadata"]["name"] == named for p in presenting):
                     self.targets_checked.add(uid_of(vmim))
-                if not claims:
+                if not presenting:
                     continue            # not rendered yet: looked at again next poll
                 pin = self._pin_of((namespace, vm))
                 if pin is None:
                     self.targets_checked.add(uid_of(vmim))
                     continue
-                for pod in claims:
+                for pod in presenting:
                     # only the names the pin charges: a name quota derives for the pod alone (count/pods) is no growth
                     over = dict((name, values) for name, values in headroom_mod.grown_over_pin(
                         quotas_mod.pod_usage(pod, getattr(self.cluster, "kubernetes_minor", None)), pin).items()
@@ -576,6 +609,11 @@ class BatchRunner(object):
                             "last sizing of it)" % (namespace, vm, pod["metadata"]["name"],
                                                     headroom_mod.over_pin_text(over), pin.get("what", "the pinned")))})
                         break
+        if listing:
+            reservations.admit_claim_pods(self.cluster, listing, self.config.check_mode, self.config.operator_namespace,
+                                          installed=True)
+        if stuck:
+            self._stop_grown(batch, stuck, "after its migration was created")
         if not grown:
             return
         # grown only when a fresh sizing says so too (the tenant's annotation, its namespace's label: named): a
@@ -593,6 +631,129 @@ class BatchRunner(object):
                  for i in grown if (i["namespace"], i["name"]) in causes]
         if grown:
             self._stop_grown(batch, grown, "after its migration was created")
+
+    def _read_pre_fence_pods(self, batch):
+        """Once per reservation and fenced namespace where a VM of the batch has pinned DRA claims: the UIDs of every
+        pod there now. After the fence only KubeVirt's pods for the run's listed migrations can be created in the
+        namespace, so a pod that exists now is never listed for its claims, however it is labelled later (the run
+        has not created its migrations yet; a followed migration's target pod created in between is left out too,
+        and its VM stopped, named, if its claims wait)."""
+        for namespace in sorted(self.fenced.get(batch.reservation) or ()):
+            if (batch.reservation, namespace) in self.pre_fence_seen:
+                continue
+            if not any((self._pin_of(key) or {}).get("claims") for key in batch.vms if key[0] == namespace):
+                continue
+            self.pre_fence_seen.add((batch.reservation, namespace))
+            self.pre_fence_pods.setdefault(namespace, set()).update(
+                uid_of(p) for p in self.cluster.list_pods(namespace=namespace))
+
+    def _target_pod_claims(self, namespace, vmim, vm, presenting, listing, stuck, now):
+        """DRA in a fenced namespace: the fence admits the ResourceClaims kube-controller-manager creates for a
+        target pod's resourceClaimTemplateName entries only once the run lists that pod by UID (until then the
+        claim controller's create is refused and retried, a few seconds at most). The pod listed is the one
+        presenting as this migration's target (owned by the VM's planned VMI UID) that was created since the
+        migration was and did not exist when the namespace was fenced (_read_pre_fence_pods): in a fenced namespace
+        only KubeVirt's pods for the run's migrations can be created, so a tenant's older pod relabelled like a
+        target pod is not it; two such pods are not told apart and neither is listed (the VM is stopped, named,
+        once the claims wait CLAIM_GRACE_SECONDS). A listed pod whose claims are not all created (its status) after
+        CLAIM_GRACE_SECONDS has its VM stopped and named: a claim asking for more than planned (a template
+        re-created larger: the fence refuses it) or one quota refuses never runs on the headroom.
+        Appends {namespace, uid, migration} to listing and headroom-style items to stuck."""
+        uid, name = uid_of(vmim), (vmim.get("metadata") or {}).get("name")
+        entry = self.claim_pods.get(uid)
+        if entry is None:
+            created = (vmim.get("metadata") or {}).get("creationTimestamp") or ""
+            before = self.pre_fence_pods.get(namespace) or set()
+            vmi_uid = (self._pin_of((namespace, vm)) or {}).get("uid")
+            fresh = [p for p in presenting if ((p.get("metadata") or {}).get("creationTimestamp") or "") >= created
+                     and uid_of(p) not in before and (not vmi_uid or any(
+                         ref.get("uid") == vmi_uid and ref.get("controller") and ref.get("kind") == "VirtualMachineInstance"
+                         for ref in (p.get("metadata") or {}).get("ownerReferences") or []))]
+            if not fresh:
+                return
+            pod = fresh[0]
+            entries = sorted(c.get("name") for c in (pod.get("spec") or {}).get("resourceClaims") or []
+                             if isinstance(c, dict) and c.get("resourceClaimTemplateName"))
+            if not entries and (pod.get("spec") or {}).get("nodeName"):
+                self.claims_done.add(uid)
+                return
+            entry = self.claim_pods[uid] = {"pod": pod["metadata"]["name"], "pod_uid": uid_of(pod), "since": now,
+                                            "entries": entries, "listed": len(fresh) == 1}
+            if len(fresh) == 1 and entries:
+                listing.append({"namespace": namespace, "uid": uid_of(pod), "migration": name})
+            elif uid not in self.claims_ambiguous:
+                self.claims_ambiguous.add(uid)
+                self.record.say("%s/%s: %d pods created since migration %s present as its target pod (%s): none is "
+                                "listed for its ResourceClaims" % (namespace, vm, len(fresh), name, ", ".join(
+                                    sorted(p["metadata"]["name"] for p in fresh))))
+            return
+        pod = [p for p in presenting if uid_of(p) == entry["pod_uid"]]
+        status = ((pod[0].get("status") or {}).get("resourceClaimStatuses") or []) if pod else []
+        made = set(s.get("name") for s in status if isinstance(s, dict) and s.get("resourceClaimName"))
+        if pod and entry["entries"] and all(e in made for e in entry["entries"]):
+            self.claims_done.add(uid)
+            return
+        if pod and not entry["entries"] and (pod[0].get("spec") or {}).get("nodeName"):
+            self.claims_done.add(uid)
+            return
+        if now - entry["since"] < CLAIM_GRACE_SECONDS or not pod:
+            return
+        self.claims_done.add(uid)
+        if not entry["entries"]:
+            # no claim of its own, unscheduled: kube-scheduler creates a claim for an extended resource a DeviceClass
+            # maps (DRAExtendedResource), which the fence refuses (not the resourceclaim controller's); the pod's
+            # PodScheduled condition (the scheduler's, in its status) says so. Pending for anything else: not ours
+            refused = [c.get("message") or "" for c in (pod[0].get("status") or {}).get("conditions") or []
+                       if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+                       and "is fenced" in (c.get("message") or "")]
+            if refused:
+                stuck.append({"namespace": namespace, "name": vm, "stopped": "stopped", "reason": (
+                    "%s/%s: its target pod %s needs a ResourceClaim kube-scheduler creates for an extended resource "
+                    "backed by DRA (DRAExtendedResource), which the headroom fence does not admit: the VM cannot "
+                    "move while its namespace holds a reservation; migrate it after the window (kubectl describe "
+                    "pod -n %s %s)" % (namespace, vm, entry["pod"], namespace, entry["pod"]))})
+            return
+        lacking = [e for e in entry["entries"] if e not in made]
+        why = ("two pods present as its target, so neither was listed for its claims" if not entry["listed"] else
+               self._claims_refusal(namespace, vm, pod[0], lacking))
+        stuck.append({"namespace": namespace, "name": vm, "stopped": "stopped", "reason": (
+            "%s/%s: its target pod %s has no ResourceClaim for %s %ds after it was created: %s"
+            % (namespace, vm, entry["pod"], ", ".join(lacking), CLAIM_GRACE_SECONDS, why))})
+
+    def _claims_refusal(self, namespace, vm, pod, lacking):
+        """Why a listed target pod's claims for entries lacking were not created, as far as trusted state tells: a
+        ResourceClaimTemplate that now asks for more devices than the run planned for that claim
+        (fence.CLAIM_REFUSAL), else quota or another admission refused them (the pod's events say which)."""
+        pin = self._pin_of((namespace, vm)) or {}
+        planned = pin.get("claims") or {}
+        names = dict((c.get("name"), c.get("resourceClaimTemplateName"))
+                     for c in (pod.get("spec") or {}).get("resourceClaims") or [] if isinstance(c, dict))
+        try:
+            templates = dict(((t.get("metadata") or {}).get("name"), t) for t in self.cluster.list_custom(
+                claims_mod.CLAIM_TEMPLATES_GROUP, claims_mod.CLAIM_TEMPLATES_VERSION, "resourceclaimtemplates",
+                namespace=namespace))
+        except KvquotaError:
+            templates = {}
+        grown = []
+        for entry in lacking:
+            template = templates.get(names.get(entry))
+            if template is None:
+                continue
+            try:
+                devices = claims_mod.entry_devices({entry: claims_mod.template_charge(template)})[entry]
+            except claims_mod.ClaimInputError:
+                continue
+            allowed = planned.get(entry) or {}
+            over = sorted("%s=%d" % (k, v) for k, v in devices.items() if v > allowed.get(k, 0))
+            if over:
+                grown.append("ResourceClaimTemplate %s/%s of claim %s now asks for %s, more than the run planned "
+                             "(%s): its claim may not take the headroom (the headroom fence refuses it, else quota); "
+                             "undo the change, or migrate the VM after the window"
+                             % (namespace, names[entry], entry, " ".join(over),
+                                " ".join("%s=%d" % kv for kv in sorted(allowed.items())) or "no device"))
+        return "; ".join(grown) or ("quota admission or another admission check refused it (kubectl describe pod -n "
+                                    "%s %s: its FailedResourceClaimCreation events say which)"
+                                    % (namespace, pod["metadata"]["name"]))
 
     def _end_final(self, batch, mine, seen, missing):
         """A migration of the batch that is final (or gone) admits nothing more in the headroom fence: a later

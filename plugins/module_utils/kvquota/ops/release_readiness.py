@@ -35,7 +35,12 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.r
     mask,
     parse_resource_list,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import api_path, list_items
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
+    api_path,
+    custom_path,
+    list_items,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import claims as claims_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import quotas as quotas_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.ledger import desired, desired_strings
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners.protocol import used_of
@@ -402,6 +407,7 @@ class UsageFacts:
     pods: tuple         # its pods
     pvcs: tuple = None  # its PVCs, when a PVC resource is over (None: not read, or not readable)
     kubernetes_minor: int = None  # the API server's minor release: the rules quota charges a pod by (pod_usage)
+    claims: tuple = None  # its DRA ResourceClaims, when a claim resource is over (None: not read, or not readable)
 
 
 def _kubevirt_list(cluster, plural, namespace):
@@ -419,14 +425,36 @@ def read_usage(cluster, own, namespace, names):
     vmims = _kubevirt_list(cluster, "virtualmachineinstancemigrations", namespace)
     sources = own.sources
     pods = tuple(cluster.list_pods(namespace))
-    pvcs, problem = None, None
+    pvcs, claims, problems = None, None, []
     if any(quotas_mod.pvc_tracks(name) for name in names):
         try:
             pvcs = tuple(list_items(cluster, api_path("v1", "persistentvolumeclaims", namespace), None,
                                     "list persistentvolumeclaims in namespace %s" % namespace))
         except ForbiddenError as err:
-            problem = err.message
-    return UsageFacts(vmis, vmims, sources, pods, pvcs, getattr(cluster, "kubernetes_minor", None)), problem
+            problems.append(err.message)
+    if any(quotas_mod.claim_tracks(name) for name in names):
+        try:
+            claims = tuple(list_items(cluster, custom_path(*CLAIMS, namespace=namespace), None,
+                                      "list resourceclaims.resource.k8s.io in namespace %s" % namespace))
+        except NotFoundError:
+            claims = ()   # DRA not served: no claim exists
+        except ForbiddenError as err:
+            problems.append(err.message)
+    return (UsageFacts(vmis, vmims, sources, pods, pvcs, getattr(cluster, "kubernetes_minor", None), claims),
+            "; ".join(problems) or None)
+
+
+# DRA ResourceClaims (resource.k8s.io/v1, served from Kubernetes 1.34)
+CLAIMS = ("resource.k8s.io", "v1", "resourceclaims")
+
+
+def claim_pod_uid(claim):
+    """The UID of the pod a ResourceClaim's controller ownerReference names (the resourceclaim controller's claims
+    for a pod's template entries), else None. Identity by UID only: names and labels are never used."""
+    for ref in ((claim.get("metadata") or {}).get("ownerReferences") or ()):
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid"):
+            return ref["uid"]
+    return None
 
 
 def _source_charges(sources, kubernetes_minor=None):
@@ -528,6 +556,8 @@ def usage_now(quota, ledger, entry, namespace, names, facts, now):
             item = object_facts(pod, "Pod", CREATED_DURING, charge, names)
             item["reservation_created"] = since
             result["objects"].append(item)
+    if facts.claims is not None and quotas_mod.quota_matches_claim(quota):
+        _claims_usage(result, facts, names, reserved, namespace, now, after_reservation, since)
     pvcs = facts.pvcs
     if pvcs is not None:
         result["known"].update(name for name in names if quotas_mod.pvc_tracks(name))
@@ -539,6 +569,37 @@ def usage_now(quota, ledger, entry, namespace, names, facts, now):
                 item["reservation_created"] = since
                 result["objects"].append(item)
     return result
+
+
+def _claims_usage(result, facts, names, reserved, namespace, now, after_reservation, since):
+    """usage_now's part for DRA ResourceClaims (quota_matches_claim): every claim charges its spec (claim_usage);
+    the claim of a recorded source pod that ended (or is gone, or the claim is being deleted) is settling (the
+    resourceclaim controller deletes it); a claim of a reserved VMI's launcher pod is the VM's; one created during
+    the reservation that is neither took the headroom. Owner by ownerReference UID, never by name or label."""
+    result["known"].update(name for name in names if quotas_mod.claim_tracks(name))
+    pods = dict((ownership.uid_of(pod), pod) for pod in facts.pods if ownership.uid_of(pod))
+    sources = dict((ref.get("uid"), ref) for ref, _pod in facts.sources or () if ref.get("uid"))
+    for claim in facts.claims:
+        charge = claims_mod.claim_usage(claim)
+        result["charged"] = add(result["charged"], charge)
+        if not any(mask(charge, names).values()):
+            continue
+        owner_uid = claim_pod_uid(claim)
+        pod = pods.get(owner_uid) if owner_uid else None
+        name = (claim.get("metadata") or {}).get("name")
+        if owner_uid in sources:
+            if pod is None or not pod_counts(pod, now) or (claim.get("metadata") or {}).get("deletionTimestamp"):
+                result["settling"] = add(result["settling"], mask(charge, names))
+                result["settling_pods"].append("ResourceClaim %s/%s of source pod %s (the resourceclaim controller "
+                                               "deletes it)" % (namespace, name, sources[owner_uid].get("name")))
+            continue
+        owner = launcher_owner(pod) if pod is not None else None
+        if owner is not None and owner[1] in reserved:
+            continue   # a claim of a reserved VM's launcher pod (its target's, once it moved)
+        if after_reservation(claim):
+            item = object_facts(claim, "ResourceClaim", CREATED_DURING, charge, names)
+            item["reservation_created"] = since
+            result["objects"].append(item)
 
 
 def decide(target, quota, after, used, names, own, usage):
@@ -560,13 +621,13 @@ def decide(target, quota, after, used, names, own, usage):
     for name in waiting:
         charged = usage["charged"].get(name, 0)
         if usage["settling"].get(name):
-            reasons.append("%s used %s > %s: %s still count%s (KubeVirt is removing what the reservation's "
-                           "migrations left)"
+            reasons.append("%s used %s > %s: %s still count%s (KubeVirt, or for a claim the resourceclaim "
+                           "controller, is removing what the reservation's migrations left)"
                            % (name, used_of(quota)[name], restored[name], ", ".join(usage["settling_pods"]),
                               "s" if len(usage["settling_pods"]) == 1 else ""))
         else:
-            reasons.append("%s used %s > %s, but the pods and PVCs there charge %s: the quota controller has not "
-                           "caught up yet" % (name, used_of(quota)[name], restored[name], _show(charged, name)))
+            reasons.append("%s used %s > %s, but the pods, PVCs and claims there charge %s: the quota controller has "
+                           "not caught up yet" % (name, used_of(quota)[name], restored[name], _show(charged, name)))
     return reasons, captured, None
 
 

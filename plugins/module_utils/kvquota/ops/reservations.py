@@ -806,7 +806,7 @@ def _reserved_migrations(run, refs, namespace, vmis):
             vm = (vmim.get("spec") or {}).get("vmiName")
         if vm in by_name:
             found.append({"name": item["name"], "uid": item.get("uid") or "", "vmi_uid": by_name[vm],
-                          "size": item.get("size")})
+                          "size": item.get("size"), "claims": item.get("claims")})
     return found
 
 
@@ -840,6 +840,16 @@ def admit_migrations(cluster, migrations, check_mode=False, operator_namespace=s
     it is, as from a reserve result's "fence", saving the look-up). Returns fence.admit_migrations' results."""
     return _per_fenced_namespace(cluster, migrations, check_mode, operator_namespace, installed,
                                  fence_mod.admit_migrations)
+
+
+def admit_claim_pods(cluster, pods, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
+                     installed=None):
+    """List target pods ([{namespace, uid, migration}]: the pod KubeVirt created for a listed migration of the run)
+    in the fence of their namespaces, so that their DRA ResourceClaims may be created there (each within its
+    migration's claims pin). Nothing where the fence is not installed (installed as for admit_migrations).
+    Returns fence.admit_claim_pods' results."""
+    return _per_fenced_namespace(cluster, pods, check_mode, operator_namespace, installed,
+                                 fence_mod.admit_claim_pods)
 
 
 def end_migrations(cluster, migrations, check_mode=False, operator_namespace=store_mod.DEFAULT_OPERATOR_NAMESPACE,
@@ -1017,8 +1027,8 @@ def _release_blockers(run, state, reservation_id, now):
         return reasons
     facts, unreadable = readiness.read_usage(run.cluster, own, namespace, names)
     if unreadable:
-        run.warn("cannot name the PersistentVolumeClaims that use %s/%s (%s): status.used is taken as what they "
-                 "charge; bind this collection's kvquota-read (ansible-playbook kvquota.maintenance.install)"
+        run.warn("cannot name the PersistentVolumeClaims or ResourceClaims that use %s/%s (%s): status.used is taken "
+                 "as what they charge; bind this collection's kvquota-read (ansible-playbook kvquota.maintenance.install)"
                  % (namespace, state.target[1], unreadable))
     usage = readiness.usage_now(state.quota, state.ledger, entry, namespace, names, facts, now)
     reasons, state.captured, state.overuse = readiness.decide(state.target, state.quota, after, used, names, reasons,

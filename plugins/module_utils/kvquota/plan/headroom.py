@@ -128,8 +128,9 @@ def batch_headroom(cluster, vms, options=None, planned=None, pins=None):
     needs, refs, sized = _batch_result(kept, entries, scope_plan.namespaces if kept else {},
                                        dict((k, vmi_uids.get(k)) for k in kept), False)
     sized["left_out"] = left_out
+    claims = dict(((e["namespace"], e["name"]), e.get("claims")) for e in entries)
     sized["pins"] = dict((key, pin_of(entry_charge, snapshot, key, sized["pod_charges"].get(key),
-                                      sized["sources"].get(key)))
+                                      sized["sources"].get(key), claims.get(key)))
                          for key, entry_charge in sized["charges"].items() if key not in pins)
     return needs, refs, sized
 
@@ -179,7 +180,7 @@ def _vmi_of(snapshot, key):
     return next((v for v in (snapshot.vmis or {}).get(key[0]) or () if meta(v).get("name") == key[1]), None)
 
 
-def pin_of(charge, snapshot, key, pod_charge=None, source=None):
+def pin_of(charge, snapshot, key, pod_charge=None, source=None, claims=None):
     """The pin of a VM sized now: its charge, its target pod's own charge (pod_charge, default charge) and what its
     running (source) pod charges (source, None when it has none; plan amounts: exact integers of nano-units), and
     the identity of what it was computed from (the VMI, its namespace's labels and the names its quotas track, the
@@ -193,7 +194,7 @@ def pin_of(charge, snapshot, key, pod_charge=None, source=None):
             "source": None if source is None else versioned.amounts(source), "what": "the first computed",
             "uid": meta(vmi).get("uid"), "resourceVersion": meta(vmi).get("resourceVersion"),
             "labels": inputs["labels"], "tracks": inputs["tracks"],
-            "kubevirt": meta(kubevirt).get("resourceVersion") if kubevirt else None}
+            "kubevirt": meta(kubevirt).get("resourceVersion") if kubevirt else None, "claims": claims}
 
 
 def planned_pin(planned, key):
@@ -204,7 +205,7 @@ def planned_pin(planned, key):
             "source": None if entry.get("source") is None else dict(entry["source"]), "what": "the planned",
             "uid": entry.get("uid"), "resourceVersion": entry.get("resourceVersion"),
             "labels": dict(inputs.get("labels") or {}), "tracks": list(inputs.get("tracks") or []),
-            "kubevirt": (planned.kubevirt or {}).get("resourceVersion")}
+            "kubevirt": (planned.kubevirt or {}).get("resourceVersion"), "claims": entry.get("claims")}
 
 
 def pinned_pod_size(pin):

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import admission
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import claims as claims_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.capacity import requests_by_node
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
@@ -43,7 +44,10 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.o
     launcher_vmi_uid,
     uid_of,
 )
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import FINISHED_POD_PHASES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import (
+    FINISHED_POD_PHASES,
+    quota_matches_claim,
+)
 
 VMI_NODE_LABEL = "kubevirt.io/nodeName"
 
@@ -53,6 +57,7 @@ AAQ_CLUSTER_QUOTAS = ("aaq.kubevirt.io", "v1alpha1", "applicationawareclusterres
 AAQ_CONFIGS = ("aaq.kubevirt.io", "v1alpha1", "aaqs")   # the AAQ CR (cluster scope): its VMI calculator mode
 RANCHER_PROJECTS = ("management.cattle.io", "v3", "projects")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+CLAIM_TEMPLATES = ("resource.k8s.io", "v1", "resourceclaimtemplates")   # DRA, GA (and served) from Kubernetes 1.34
 
 RANCHER_QUOTA_LABEL = "resourcequota.management.cattle.io/default-resource-quota"
 
@@ -197,6 +202,8 @@ class Snapshot:
     priority_classes: list = None                       # [PriorityClass]; None: not readable
     rancher_projects: list = None                       # [Project]; None: not visible from this cluster
     namespaces_all: list = None                         # every Namespace, when Rancher projects are (their sums)
+    claim_templates: dict = None                        # {namespace: {name: ResourceClaimTemplate}} where needed
+    claim_templates_problems: dict = None               # {namespace: why its templates could not be read}
     notes: list = field(default_factory=list)           # what could not be read, and what that means
     requests: int = None                                # API requests the read made
 
@@ -414,6 +421,10 @@ def _read(cluster, scope, options, pool):
             # a project's limit is shared by all its namespaces: read them all
             all_namespaces = list_all(cluster, api_path("v1", "namespaces"), "list namespaces", page)
 
+    # DRA ResourceClaimTemplates: only of the namespaces where a VMI's target gets claims from templates and a
+    # quota charges claims (model/claims.py); one list.
+    claim_templates, claim_problems = read_claim_templates(cluster, groups, vmis, quotas, page, notes)
+
     # Ledgers: only the operator namespace's (by quota UID); nothing a tenant can write is read as one.
     ledger_store = store.Store(cluster, options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE)
     ledgers = dict((uid, entry) for uid, (entry, _configmap) in ledger_store.list(notes).items())
@@ -438,8 +449,56 @@ def _read(cluster, scope, options, pool):
         priority_classes=priority_classes,
         rancher_projects=rancher_projects,
         namespaces_all=all_namespaces if rancher_projects is not None else None,
+        claim_templates=claim_templates,
+        claim_templates_problems=claim_problems,
         notes=notes,
     )
+
+
+def _uses_claim_templates(vmi):
+    """Whether a Running VMI (one that would migrate) names a ResourceClaimTemplate in spec.resourceClaims."""
+    if (vmi.get("status") or {}).get("phase") != "Running":
+        return False
+    try:
+        return any(kind == "template" for _e, kind, _n in claims_mod.vmi_claim_entries(vmi))
+    except claims_mod.ClaimInputError:
+        return False
+
+
+def read_claim_templates(cluster, groups, vmis, quotas, page_size=PAGE_SIZE, notes=None):
+    """({namespace: {name: ResourceClaimTemplate}}, {namespace: why not readable}) of the namespaces (of vmis and
+    quotas, {namespace: [...]}) where a VMI's spec.resourceClaims names a template and a quota charges claims
+    (quotas.quota_matches_claim); nothing is read elsewhere. One list (namespaced when one namespace needs it).
+    Not served (DRA off, Kubernetes before 1.34) or forbidden: a note, and those namespaces' problem."""
+    notes = [] if notes is None else notes
+    wanted = sorted(ns for ns, items in (vmis or {}).items()
+                    if any(_uses_claim_templates(v) for v in items)
+                    and any(quota_matches_claim(q) for q in (quotas or {}).get(ns) or ()))
+    if not wanted:
+        return {}, {}
+    group, version, plural = CLAIM_TEMPLATES
+    problem = None
+    if groups is not None and group not in groups:
+        problem = "%s/%s is not served (DRA is off or Kubernetes is older than 1.34)" % (group, version)
+    else:
+        one_ns = wanted[0] if len(wanted) == 1 else None
+        try:
+            items = _list_custom(cluster, group, version, plural, "list ResourceClaimTemplates", page_size,
+                                 namespace=one_ns)
+        except NotFoundError:
+            problem = "%s/%s is not served (DRA is off or Kubernetes is older than 1.34)" % (group, version)
+        except ForbiddenError as err:
+            problem = "not readable: %s" % err.message
+    if problem is not None:
+        notes.append("ResourceClaimTemplates of namespace(s) %s: %s; the VMs whose migration target gets claims "
+                     "from them are blocked" % (", ".join(wanted), problem))
+        return {}, dict((ns, problem) for ns in wanted)
+    result = dict((ns, {}) for ns in wanted)
+    for item in items:
+        ns = (item.get("metadata") or {}).get("namespace", "")
+        if ns in result:
+            result[ns][_name(item)] = item
+    return result, {}
 
 
 def _rejected(vmim):

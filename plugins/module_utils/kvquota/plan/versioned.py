@@ -70,6 +70,8 @@ def vm_entry(vm, vmi, source_pod_uid):
         "source": None if vm.get("source") is None else amounts(vm["source"]),
         "source_pod": None if not vm.get("source_pod") else {"name": vm["source_pod"], "uid": source_pod_uid},
         "facts": dict((key, vm["facts"].get(key)) for key in FACT_KEYS),
+        # {entry: {device class: devices}} of the DRA claims its target gets (None: none charged)
+        "claims": vm.get("claims") or None,
     }
 
 
@@ -182,6 +184,12 @@ def load(data, node=None):
         source_pod = planned.get("source_pod")
         _require(source_pod is None or (isinstance(source_pod, dict) and isinstance(source_pod.get("name"), str)),
                  "vms.%s.source_pod is neither null nor {name, uid}" % key)
+        claims = planned.get("claims")
+        _require(claims is None or (isinstance(claims, dict) and all(
+            isinstance(entry, str) and isinstance(devices, dict) and all(
+                isinstance(klass, str) and isinstance(count, int) and not isinstance(count, bool) and count > 0
+                for klass, count in devices.items()) for entry, devices in claims.items())),
+                 "vms.%s.claims is neither null nor {entry: {device class: devices}}" % key)
     for namespace, inputs in data["namespaces"].items():
         _require(isinstance(inputs, dict) and isinstance(inputs.get("labels"), dict)
                  and isinstance(inputs.get("tracks"), list), "namespaces.%s is not {labels, tracks}" % namespace)

@@ -21,6 +21,18 @@ one ConfigMap in the operator namespace, written only here:
                              the pod it runs in now). A target pod rendered larger (a tenant's annotation or label
                              changed between the migration's create and the pod's render) is refused, so it never
                              runs on the headroom
+    kvquota.claim_controller the identity kube-controller-manager's resourceclaim controller creates a pod's DRA
+                             ResourceClaims as (DEFAULT_CLAIM_CONTROLLER; set once by the administrator where it
+                             runs without --use-service-account-credentials: system:kube-controller-manager)
+    pod.<namespace>.<uid>    a target pod (by UID) of a listed migration, whose ResourceClaims (from its
+                             resourceClaimTemplateName entries) may be created; the value is the migration's name.
+                             The run lists it once it sees the pod KubeVirt created for its migration: until then
+                             the claim controller's create is refused and retried
+    claims.<namespace>.<name> the most devices each ResourceClaim of that migration's target pod may ask for, per
+                             claim (its pod-claim name, annotation resource.kubernetes.io/pod-claim-name) and
+                             device class: "<entry>:<class>=<devices>,... ..." ("<entry>:": no device), from the
+                             ResourceClaimTemplates as the run planned them. A claim asking for more (a template a
+                             tenant re-created larger), for another class, or of an entry not pinned is refused
 
 Namespace names have no dots, so the kinds of keys cannot collide and parse one way: the namespace ends at the
 first dot after the prefix, the rest is the VMI uid or the migration name (a DNS subdomain, dots allowed). A
@@ -58,6 +70,14 @@ NAMESPACE_PREFIX = "ns."
 VMI_PREFIX = "vmi."
 MIGRATION_PREFIX = "mig."
 SIZE_PREFIX = "size."
+CLAIM_CONTROLLER_KEY = "kvquota.claim_controller"
+POD_PREFIX = "pod."
+CLAIMS_PREFIX = "claims."
+# kube-controller-manager's resourceclaim controller, where it runs with --use-service-account-credentials (kubeadm,
+# RKE2, OpenShift): the ServiceAccount of its name in kube-system (cmd/kube-controller-manager/app/resource.go)
+DEFAULT_CLAIM_CONTROLLER = "system:serviceaccount:kube-system:resource-claim-controller"
+# what roles/install/files/fence.yml's refusal of a ResourceClaim asking for more than its migration's pin says
+CLAIM_REFUSAL = "asks for more devices than the maintenance run planned"
 # the names a size key pins, in its order: what tenant input can make a target pod charge more (hook sidecars add
 # containers, the namespace's memory-limits ratio label raises limits.memory); roles/install/files/fence.yml sums them per pod
 PINNED_NAMES = ("requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
@@ -79,6 +99,7 @@ INSTALL_FIX = ("as an administrator, ansible-playbook kvquota.maintenance.instal
 
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9]{0,127}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _USERNAME = re.compile(r"^[^\s,]{1,253}$")
 
 
@@ -107,9 +128,55 @@ def size_key(namespace, name):
     return "%s%s.%s" % (SIZE_PREFIX, namespace, name)
 
 
+def pod_key(namespace, uid):
+    return "%s%s.%s" % (POD_PREFIX, namespace, uid)
+
+
+def claims_key(namespace, name):
+    return "%s%s.%s" % (CLAIMS_PREFIX, namespace, name)
+
+
 def longest_key(namespace, name):
-    """The length of the longest ConfigMap key a migration of that name gets (its size key)."""
-    return max(len(migration_key(namespace, name)), len(size_key(namespace, name)))
+    """The length of the longest ConfigMap key a migration of that name gets (its claims key)."""
+    return max(len(migration_key(namespace, name)), len(size_key(namespace, name)), len(claims_key(namespace, name)))
+
+
+def claims_value(claims):
+    """A claims key's value from a migration's claims ({entry: {device class: devices}}: each ResourceClaim its target
+    pod gets, by its pod-claim name; headroom pins carry it as "claims"): "<entry>:<class>=<devices>,..." per entry,
+    sorted, space-separated ("<entry>:" for a claim asking for no device). None when there is no claim (no claims
+    key: a claim's size is then not checked). An InputError names a value that is not that shape."""
+    if not claims:
+        return None
+    if not isinstance(claims, dict):
+        raise InputError("a migration's claims must map each claim entry to its devices, got %r" % (claims,),
+                         "give {'<entry>': {'<device class>': <devices>}}")
+    parts = []
+    for entry in sorted(claims):
+        devices = claims[entry] or {}
+        if not (isinstance(entry, str) and _DNS_LABEL.match(entry) and isinstance(devices, dict) and all(
+                isinstance(k, str) and _DNS_SUBDOMAIN.match(k) and isinstance(v, int) and not isinstance(v, bool)
+                and v > 0 for k, v in devices.items())):
+            raise InputError("a migration's claim %r: %r is not {device class: devices}" % (entry, devices),
+                             "give {'<entry>': {'<device class>': <devices>}}")
+        parts.append("%s:%s" % (entry, ",".join("%s=%d" % kv for kv in sorted(devices.items()))))
+    return " ".join(parts)
+
+
+def parse_claims_value(value):
+    """{entry: {device class: devices}} of a claims key's value, or None when it does not parse."""
+    out = {}
+    for part in str(value or "").split(" "):
+        entry, sep, devices = part.partition(":")
+        if not sep or not _DNS_LABEL.match(entry) or entry in out:
+            return None
+        out[entry] = {}
+        for pair in [d for d in devices.split(",") if d]:
+            klass, sep, count = pair.partition("=")
+            if not sep or not _DNS_SUBDOMAIN.match(klass) or not count.isdigit() or int(count) < 1:
+                return None
+            out[entry][klass] = int(count)
+    return out or None
 
 
 def pinned_amounts(charge):
@@ -158,10 +225,11 @@ def parse_migration_value(value):
 
 
 def normalize_migrations(namespace, migrations):
-    """[{'name', 'uid' ('' while not known), 'vmi_uid' or None, 'vm' or None, 'size' (size_value) or None}] for
-    migrations given as dicts with name, uid (None or '' while the migration is not created yet), the VMI they
-    migrate: vmi_uid (its metadata.uid) or vm (its name, looked up among the namespace's reserved VMIs), and
-    optionally size (the most its target pod may charge, see size_value). An InputError names what is wrong."""
+    """[{'name', 'uid' ('' while not known), 'vmi_uid' or None, 'vm' or None, 'size' (size_value) or None, 'claims'
+    (claims_value) or None}] for migrations given as dicts with name, uid (None or '' while the migration is not
+    created yet), the VMI they migrate: vmi_uid (its metadata.uid) or vm (its name, looked up among the namespace's
+    reserved VMIs), and optionally size (the most its target pod may charge, see size_value) and claims (the most
+    devices each of its ResourceClaims may ask for, see claims_value). An InputError names what is wrong."""
     if migrations is None:
         return []
     if isinstance(migrations, (str, bytes, dict)) or not hasattr(migrations, "__iter__"):
@@ -179,7 +247,7 @@ def normalize_migrations(namespace, migrations):
                              "give the VirtualMachineInstanceMigration's metadata.name")
         if longest_key(namespace, name) > MAX_KEY_LENGTH:
             raise InputError("migration %s/%s: the name is too long for the fence's ConfigMap keys (%s at most "
-                             "253 characters)" % (namespace, name, size_key(namespace, "<name>")),
+                             "253 characters)" % (namespace, name, claims_key(namespace, "<name>")),
                              "give the migration a name of at most %d characters"
                              % (MAX_KEY_LENGTH - longest_key(namespace, "")))
         if uid and (not isinstance(uid, str) or not _UID.match(uid)):
@@ -191,12 +259,15 @@ def normalize_migrations(namespace, migrations):
         if vmi_uid is None and (not isinstance(vm, str) or not _DNS_SUBDOMAIN.match(vm)):
             raise InputError("migration %s/%s names no VMI (vm %r)" % (namespace, name, vm),
                              "give the name (vm) or uid (vmi_uid) of the VMI it migrates")
-        size = item.get("size")
+        size, claims = item.get("size"), item.get("claims")
         try:
             size = None if size is None else size_value(size)
         except InputError as err:
             raise InputError("migration %s/%s: %s" % (namespace, name, err.message), err.fix)
-        entry = {"name": name, "uid": uid, "vmi_uid": vmi_uid, "vm": vm, "size": size}
+        if claims is not None and parse_claims_value(claims) is None:
+            raise InputError("migration %s/%s: claims %r is not '<entry>:<device class>=<devices>,... ...'"
+                             % (namespace, name, claims), "give claims_value(<the migration's claims>)")
+        entry = {"name": name, "uid": uid, "vmi_uid": vmi_uid, "vm": vm, "size": size, "claims": claims}
         if seen.get(name, entry) != entry:
             raise InputError("migration %s/%s is given twice, differently" % (namespace, name),
                              "give each migration once")
@@ -227,6 +298,8 @@ def _put_migration(new, namespace, migration, vmi_uid):
     new[key] = migration_value(vmi_uid, uid)
     if migration.get("size") is not None:
         new[size_key(namespace, migration["name"])] = migration["size"]
+    if migration.get("claims") is not None:
+        new[claims_key(namespace, migration["name"])] = migration["claims"]
 
 
 def normalize_vmis(vmis):
@@ -279,12 +352,21 @@ def fenced_migrations(data, namespace):
     return out
 
 
+def fenced_claim_pods(data, namespace):
+    """{pod uid: migration name} of the target pods whose ResourceClaims may be created in namespace."""
+    prefix = "%s%s." % (POD_PREFIX, namespace)
+    return dict((key[len(prefix):], value) for key, value in (data or {}).items() if key.startswith(prefix))
+
+
 def _drop_sizes(new, namespace):
-    """Remove from new the size keys of namespace whose migration is not listed any more."""
-    prefix = "%s%s." % (SIZE_PREFIX, namespace)
-    for key in [k for k in new if k.startswith(prefix)]:
-        if migration_key(namespace, key[len(prefix):]) not in new:
-            del new[key]
+    """Remove from new the size, claims and pod keys of namespace whose migration is not listed any more."""
+    for prefix in ("%s%s." % (SIZE_PREFIX, namespace), "%s%s." % (CLAIMS_PREFIX, namespace)):
+        for key in [k for k in new if k.startswith(prefix)]:
+            if migration_key(namespace, key[len(prefix):]) not in new:
+                del new[key]
+    for uid, name in fenced_claim_pods(new, namespace).items():
+        if migration_key(namespace, name) not in new:
+            del new[pod_key(namespace, uid)]
 
 
 def fenced_namespaces(data):
@@ -318,12 +400,15 @@ def fence_data(data, namespace, vmis, note, controller=None, migrations=None):
     data itself is not changed. A migration must belong to a VMI reserved in namespace (InputError otherwise).
 
     controller: the identity to set (None keeps the one there, or sets DEFAULT_CONTROLLER when there is none).
+    The resourceclaim controller's identity is kept as the administrator set it, else DEFAULT_CLAIM_CONTROLLER.
     """
     new = dict(data or {})
     if controller is not None:
         new[CONTROLLER_KEY] = controller
     elif not new.get(CONTROLLER_KEY):
         new[CONTROLLER_KEY] = DEFAULT_CONTROLLER
+    if not new.get(CLAIM_CONTROLLER_KEY):
+        new[CLAIM_CONTROLLER_KEY] = DEFAULT_CLAIM_CONTROLLER
     new[namespace_key(namespace)] = note
     for uid, name in vmis.items():
         new[vmi_key(namespace, uid)] = name
@@ -349,6 +434,38 @@ def add_migrations_data(data, namespace, migrations):
             continue
         _put_migration(new, namespace, migration, vmi_uid)
     return new, skipped
+
+
+def add_claim_pods_data(data, namespace, pods):
+    """(new ConfigMap data, pod uids skipped): pods ([{'uid', 'migration'}]: a target pod KubeVirt created for a
+    listed migration) listed in namespace so that their ResourceClaims may be created; a pod whose migration is not
+    listed (final, or never the run's) is skipped. data itself is not changed."""
+    new, skipped = dict(data or {}), []
+    for pod in pods or ():
+        if namespace_key(namespace) in new and migration_key(namespace, pod["migration"]) in new:
+            new[pod_key(namespace, pod["uid"])] = pod["migration"]
+        else:
+            skipped.append(pod["uid"])
+    return new, skipped
+
+
+def normalize_claim_pods(namespace, pods):
+    """[{'uid', 'migration'}] for target pods given as dicts with uid (the pod's metadata.uid) and migration (the name
+    of the listed migration it is the target of); an InputError names what is wrong."""
+    if isinstance(pods, (str, bytes, dict)) or not hasattr(pods, "__iter__"):
+        raise InputError("pods must be a list of {uid, migration}, got %s" % type(pods).__name__,
+                         "give a list such as [{'uid': '<metadata.uid of the target pod>', 'migration': 'vm-a-kvq-1'}]")
+    out = []
+    for item in pods:
+        uid, name = (item.get("uid"), item.get("migration")) if isinstance(item, dict) else (None, None)
+        if not isinstance(uid, str) or not _UID.match(uid):
+            raise InputError("target pod %r has no valid uid" % (item,), "give the pod's metadata.uid")
+        if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name) or \
+                len(pod_key(namespace, uid)) > MAX_KEY_LENGTH:
+            raise InputError("target pod %s names no valid migration (%r)" % (uid, name),
+                             "give the name of the listed migration it is the target of")
+        out.append({"uid": uid, "migration": name})
+    return out
 
 
 def end_migrations_data(data, namespace, migrations):
@@ -493,6 +610,28 @@ def admit_migrations(cluster, operator_namespace, namespace, migrations, check_m
             "added": result["added"], "removed": result["removed"]}
 
 
+def admit_claim_pods(cluster, operator_namespace, namespace, pods, check_mode=False):
+    """List target pods ([{'uid', 'migration'}]) of listed migrations in namespace, so that kube-controller-manager's
+    resourceclaim controller may create their ResourceClaims there (each within its migration's claims pin); a pod
+    whose migration is not listed is skipped. Idempotent; the keys go with their migration (end_migrations, unfence).
+    Returns {'changed', 'namespace', 'pods' ({uid: migration} listed after), 'skipped' (uids), 'added', 'removed'}."""
+    check_operator_namespace(operator_namespace)
+    check_namespace_name(namespace)
+    wanted = normalize_claim_pods(namespace, pods)
+    skipped = []
+
+    def change(data):
+        new, left_out = add_claim_pods_data(data, namespace, wanted)
+        skipped[:] = left_out
+        return new
+    result = _update(cluster, operator_namespace, change,
+                     "list target pods in the fence of namespace %s (configmap %s in namespace %s)"
+                     % (namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    return {"changed": result["changed"], "namespace": namespace,
+            "pods": fenced_claim_pods(result["data"], namespace), "skipped": list(skipped),
+            "added": result["added"], "removed": result["removed"]}
+
+
 def end_migrations(cluster, operator_namespace, namespace, migrations, check_mode=False):
     """Stop admitting anything for migrations ([{name, uid}]) of namespace, final now; the namespace and its VMIs
     stay fenced until the release. Idempotent (nothing to do without the ConfigMap or the keys).
@@ -558,6 +697,8 @@ def installed(cluster, operator_namespace=DEFAULT_OPERATOR_NAMESPACE):
 
 # the variable of roles/install/files/fence.yml that checks a target pod against its migration's size (added in issue 24)
 SIZE_CHECK_VARIABLE = "withinPin"
+# the one that checks a DRA ResourceClaim against its migration's claims pin (added in issue 27)
+CLAIM_CHECK_VARIABLE = "withinClaimPin"
 
 
 def outdated(policy):
@@ -568,6 +709,10 @@ def outdated(policy):
         return ("the installed headroom fence does not check a target pod's size against the run's plan (installed "
                 "by an older release of the collection): a VM whose input a tenant changes between its migration's "
                 "create and its target pod's render is seen only once rendered; apply it again: " + INSTALL_FIX)
+    if CLAIM_CHECK_VARIABLE not in names:
+        return ("the installed headroom fence does not fence DRA ResourceClaims (installed by an older release of the "
+                "collection): while a namespace holds a reservation of device quota, a tenant's ResourceClaim can "
+                "take it; apply it again: " + INSTALL_FIX)
     return None
 
 

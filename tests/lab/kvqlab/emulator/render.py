@@ -169,6 +169,14 @@ def launcher_pod(vmi, config, knobs, namespace_labels=None, tracks=frozenset(),
         pod_spec["schedulerName"] = spec["schedulerName"]
     if bulk_node:
         pod_spec["nodeName"] = bulk_node
+    # DRA: virt-controller copies the VMI's spec.resourceClaims into every launcher pod, a migration target's too
+    # (same render): a resourceClaimTemplateName entry makes the resourceclaim controller create the pod's own
+    # claim (charged to quota), a resourceClaimName entry shares the existing one. Dropped by the apiserver where
+    # DRA is off (Kubernetes 1.33).
+    claims = [dict((key, entry[key]) for key in ("name", "resourceClaimName", "resourceClaimTemplateName")
+                   if entry.get(key)) for entry in spec.get("resourceClaims") or () if isinstance(entry, dict)]
+    if claims:
+        pod_spec["resourceClaims"] = claims
     return {
         "apiVersion": "v1",
         "kind": "Pod",

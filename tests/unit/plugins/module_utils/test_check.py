@@ -1201,6 +1201,9 @@ def test_the_versioned_plan_holds_exact_amounts_and_loads_back():
     (lambda d: d.update(kind="something/else"), "kind is 'something/else'"),
     (lambda d: d["vms"]["a-tenant/a-vm-1"]["charge"].update({"limits.memory": "4Gi"}), "is not a whole number"),
     (lambda d: d["batches"].append(["a-tenant/a-vm-2"]), "a-tenant/a-vm-2 has no entry in vms"),
+    (lambda d: d["vms"]["a-tenant/a-vm-1"].update(claims={"gpu": {"gpu.example.com": "2"}}),
+     "vms.a-tenant/a-vm-1.claims is neither null nor {entry: {device class: devices}}"),
+    (lambda d: d["vms"]["a-tenant/a-vm-1"].update(claims=["gpu"]), "claims is neither null nor"),
     (lambda d: d["batches"].append(["a-tenant/a-vm-1"]), "a-tenant/a-vm-1 is in two batches"),
     (lambda d: d["vms"]["a-tenant/a-vm-1"].pop("resourceVersion"), "has no resourceVersion"),
 ])

@@ -81,6 +81,10 @@ def configmap(data):
 # ---------------------------------------------------------------------------
 # pure
 
+# what a ConfigMap the collection wrote keeps when nothing is fenced: the two controller identities
+CONTROLLERS = {"kvquota.controller": F.DEFAULT_CONTROLLER, "kvquota.claim_controller": F.DEFAULT_CLAIM_CONTROLLER}
+
+
 def test_controller_identity_per_platform():
     assert F.controller_identity("kubevirt") == "system:serviceaccount:kubevirt:kubevirt-controller"
     assert F.controller_identity("harvester-system") == \
@@ -92,7 +96,10 @@ def test_controller_identity_per_platform():
 
 def test_fence_data_keys_and_controller_default():
     data = F.fence_data({}, "tenant-a", {UID_A: "vm-a"}, "reserved until X")
+    # the resourceclaim controller as kube-controller-manager names its client (cmd/kube-controller-manager/app/
+    # resource.go: NewClient("resource-claim-controller"), a ServiceAccount in kube-system)
     assert data == {"kvquota.controller": "system:serviceaccount:kubevirt:kubevirt-controller",
+                    "kvquota.claim_controller": "system:serviceaccount:kube-system:resource-claim-controller",
                     "ns.tenant-a": "reserved until X",
                     "vmi.tenant-a.%s" % UID_A: "vm-a"}
 
@@ -120,8 +127,8 @@ def test_unfence_data_removes_the_namespace_with_its_last_vmi():
     one = F.unfence_data(data, "t", {UID_A})
     assert F.fenced_vmis(one, "t") == {UID_B: "vm-b"} and "ns.t" in one
     none = F.unfence_data(one, "t", {UID_B})
-    assert none == {"kvquota.controller": F.DEFAULT_CONTROLLER}
-    assert F.unfence_data(data, "t") == {"kvquota.controller": F.DEFAULT_CONTROLLER}
+    assert none == CONTROLLERS
+    assert F.unfence_data(data, "t") == CONTROLLERS
     assert F.unfence_data(data, "other") == data
 
 
@@ -163,10 +170,10 @@ def test_fence_creates_the_configmap_with_labels():
 
 
 def test_check_mode_reports_and_writes_nothing():
-    cluster = FakeCluster({CM_PATH: configmap({"kvquota.controller": F.DEFAULT_CONTROLLER})})
+    cluster = FakeCluster({CM_PATH: configmap(dict(CONTROLLERS))})
     result = F.fence(cluster, "kvquota-system", "t", [{"name": "vm-a", "uid": UID_A}], note="n", check_mode=True)
     assert result["changed"] and result["added"] == ["ns.t", "vmi.t.%s" % UID_A]
-    assert cluster.writes == [] and cluster.objects[CM_PATH]["data"] == {"kvquota.controller": F.DEFAULT_CONTROLLER}
+    assert cluster.writes == [] and cluster.objects[CM_PATH]["data"] == CONTROLLERS
     gone = F.unfence(cluster, "kvquota-system", "t", check_mode=True)
     assert not gone["changed"] and cluster.writes == []
 

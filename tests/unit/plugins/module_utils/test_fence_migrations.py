@@ -94,8 +94,9 @@ def test_unfencing_a_vmi_removes_its_migrations_and_the_last_one_all():
     data = fenced(migrations=[{"name": "m1", "uid": MIG_1, "vm": "vm-a"}, {"name": "m2", "uid": MIG_2, "vm": "vm-b"}])
     one = F.unfence_data(data, "t", {VMI_A})
     assert F.fenced_migrations(one, "t") == {"m2": {"vmi": VMI_B, "uid": MIG_2}} and "ns.t" in one
-    assert F.unfence_data(one, "t", {VMI_B}) == {"kvquota.controller": F.DEFAULT_CONTROLLER}
-    assert F.unfence_data(data, "t") == {"kvquota.controller": F.DEFAULT_CONTROLLER}
+    controllers = {"kvquota.controller": F.DEFAULT_CONTROLLER, "kvquota.claim_controller": F.DEFAULT_CLAIM_CONTROLLER}
+    assert F.unfence_data(one, "t", {VMI_B}) == controllers
+    assert F.unfence_data(data, "t") == controllers
 
 
 def test_normalize_migrations_names_what_is_wrong():
@@ -580,10 +581,12 @@ def test_the_fence_size_is_the_larger_of_the_computed_pod_and_the_running_one_pe
 
 def test_a_migration_name_is_checked_against_its_longest_key():
     ns = "n" * 60
-    name = "m" * (F.MAX_KEY_LENGTH - len(F.migration_key(ns, "")))     # fits mig.<ns>.<name>, not size.<ns>.<name>
+    name = "m" * (F.MAX_KEY_LENGTH - len(F.migration_key(ns, "")))     # fits mig.<ns>.<name>, not claims.<ns>.<name>
     with pytest.raises(InputError, match="too long for the fence's ConfigMap keys"):
         F.normalize_migrations(ns, [{"name": name, "uid": MIG_1, "vm": "vm-a"}])
-    assert F.normalize_migrations(ns, [{"name": name[:-1], "uid": MIG_1, "vm": "vm-a"}])
+    with pytest.raises(InputError, match=r"claims\.n+\.<name> at most 253"):
+        F.normalize_migrations(ns, [{"name": name[:-2], "uid": MIG_1, "vm": "vm-a"}])
+    assert F.normalize_migrations(ns, [{"name": name[:-3], "uid": MIG_1, "vm": "vm-a"}])
 
 
 def test_an_event_not_from_virt_controller_stops_nothing(monkeypatch):

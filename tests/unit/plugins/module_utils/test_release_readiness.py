@@ -109,3 +109,98 @@ def test_the_usage_read_takes_the_source_pods_the_own_read_read():
 
     facts, unreadable = RR.read_usage(Cluster(), own, "t", ["limits.cpu"])
     assert facts.sources == own.sources and facts.pods == (pod,) and unreadable is None
+
+
+# ---------------------------------------------------------------------------
+# DRA ResourceClaims in what really uses the quota (issue 27)
+
+CLAIM_COUNT = "count/resourceclaims.resource.k8s.io"
+NIC = "nic.example.com.deviceclass.resource.k8s.io/devices"
+
+
+def claim(name, pod_uid, created=AFTER, deleting=None, count=1):
+    meta = {"name": name, "namespace": "t", "uid": "claim-" + name, "creationTimestamp": created,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "some-pod", "uid": pod_uid,
+                                 "controller": True, "blockOwnerDeletion": True}] if pod_uid else []}
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+    return {"metadata": meta, "spec": {"devices": {"requests": [
+        {"name": "nic", "exactly": {"deviceClassName": "nic.example.com", "count": count}}]}}}
+
+
+def claims_quota(scopes=None):
+    spec = {"hard": {CLAIM_COUNT: "1", NIC: "2"}}
+    if scopes:
+        spec["scopes"] = scopes
+    return {"metadata": {"name": "dra", "namespace": "t"}, "spec": spec, "status": {"used": {CLAIM_COUNT: "2"}}}
+
+
+def claims_usage(claims, pods, scopes=None, source_uid="p-src"):
+    book = L.new_ledger("t", "dra", uid="q-1")
+    reservation = L.Reservation("r1", {CLAIM_COUNT: "1", NIC: "2"}, created=T0, refs={
+        "vms": [{"namespace": "t", "name": "vm-1", "uid": "vmi-1"}],
+        "sourcePods": [{"namespace": "t", "name": "virt-launcher-vm-1-src", "uid": source_uid}]})
+    book.reservations["r1"] = reservation
+    sources = tuple((ref, next((p for p in pods if p["metadata"]["uid"] == ref["uid"]), None))
+                    for ref in reservation.refs["sourcePods"])
+    facts = RR.UsageFacts((vmi("vm-1", "vmi-1", "node-2"),), (), sources, tuple(pods), claims=tuple(claims))
+    return RR.usage_now(claims_quota(scopes), book, reservation, "t", [CLAIM_COUNT, NIC], facts, NOW + 60)
+
+
+def test_the_source_pods_claim_is_settling_once_its_pod_ended_and_the_targets_is_the_vms():
+    source = launcher("virt-launcher-vm-1-src", "p-src", "vm-1", "vmi-1", phase="Succeeded")
+    target = launcher("virt-launcher-vm-1-tgt", "p-tgt", "vm-1", "vmi-1", created=AFTER, node="node-2")
+    usage = claims_usage([claim("src-nic", "p-src", created=BEFORE), claim("tgt-nic", "p-tgt", count=2)],
+                         [source, target])
+    assert usage["charged"] == {CLAIM_COUNT: 2, NIC: 3}
+    assert usage["settling"] == {CLAIM_COUNT: 1, NIC: 1}
+    assert usage["known"] >= {CLAIM_COUNT, NIC} and usage["objects"] == []
+    assert "ResourceClaim t/src-nic of source pod virt-launcher-vm-1-src" in usage["settling_pods"][0]
+    # so the release waits for the claim to go instead of calling it over-use
+    lasting, waiting = RR.usage_verdict({CLAIM_COUNT: 2, NIC: 3}, {CLAIM_COUNT: 1, NIC: 2}, [CLAIM_COUNT, NIC],
+                                        usage["charged"], usage["known"], usage["settling"])
+    assert lasting == [] and waiting == [CLAIM_COUNT, NIC]
+
+
+def test_the_claim_of_a_source_pod_still_running_is_not_settling():
+    source = launcher("virt-launcher-vm-1-src", "p-src", "vm-1", "vmi-1")
+    usage = claims_usage([claim("src-nic", "p-src", created=BEFORE)], [source])
+    assert usage["settling"] == {} and usage["charged"] == {CLAIM_COUNT: 1, NIC: 1}
+
+
+def test_a_claim_created_during_the_reservation_that_no_reserved_vm_owns_is_named():
+    source = launcher("virt-launcher-vm-1-src", "p-src", "vm-1", "vmi-1", phase="Succeeded")
+    tenant = launcher("tenant-pod", "p-tenant", "other", "vmi-other")
+    usage = claims_usage([claim("tenant-nic", "p-tenant"), claim("loose", None),
+                          # a claim naming the source pod by name only (another UID) is not the source's
+                          claim("fake", "not-the-source-uid")], [source, tenant])
+    assert sorted(o["name"] for o in usage["objects"]) == ["fake", "loose", "tenant-nic"]
+    assert all(o["kind"] == "ResourceClaim" for o in usage["objects"])
+    assert usage["settling"] == {}
+
+
+def test_a_scoped_quota_counts_no_claim():
+    usage = claims_usage([claim("tenant-nic", "p-x")], [], scopes=["NotTerminating"])
+    assert usage["charged"] == {} and CLAIM_COUNT not in usage["known"]
+
+
+def test_the_usage_read_lists_claims_only_when_a_claim_name_is_over():
+    listed = []
+
+    class Cluster(object):
+        def list_custom(self, group, version, plural, namespace=None):
+            return []
+
+        def list_pods(self, namespace):
+            return []
+
+        def request(self, method, path, query=None, what=None, **kwargs):
+            listed.append(path)
+            return {"items": [claim("c", "p")], "metadata": {}}
+
+    own = RR.OwnFacts((), (), (), {})
+    facts, unreadable = RR.read_usage(Cluster(), own, "t", ["limits.cpu"])
+    assert facts.claims is None and listed == []
+    facts, unreadable = RR.read_usage(Cluster(), own, "t", [CLAIM_COUNT])
+    assert listed == ["/apis/resource.k8s.io/v1/namespaces/t/resourceclaims"] and len(facts.claims) == 1
+    assert unreadable is None
