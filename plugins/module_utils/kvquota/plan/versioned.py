@@ -148,6 +148,17 @@ class Plan(object):
         return all((options or {}).get(name) == self.sizing.get(name) for name in SIZING_OPTIONS)
 
 
+def _claims_shape(claims):
+    """Whether a planned VM's claims are None or {entry: {device class: devices (int > 0)}}."""
+    if claims is None:
+        return True
+    return isinstance(claims, dict) and all(
+        isinstance(entry, str) and isinstance(devices, dict) and all(
+            isinstance(klass, str) and isinstance(count, int) and not isinstance(count, bool) and count > 0
+            for klass, count in devices.items())
+        for entry, devices in claims.items())
+
+
 def _require(condition, problem):
     if not condition:
         raise InputError("plan: %s" % problem, _REGENERATE)
@@ -184,11 +195,7 @@ def load(data, node=None):
         source_pod = planned.get("source_pod")
         _require(source_pod is None or (isinstance(source_pod, dict) and isinstance(source_pod.get("name"), str)),
                  "vms.%s.source_pod is neither null nor {name, uid}" % key)
-        claims = planned.get("claims")
-        _require(claims is None or (isinstance(claims, dict) and all(
-            isinstance(entry, str) and isinstance(devices, dict) and all(
-                isinstance(klass, str) and isinstance(count, int) and not isinstance(count, bool) and count > 0
-                for klass, count in devices.items()) for entry, devices in claims.items())),
+        _require(_claims_shape(planned.get("claims")),
                  "vms.%s.claims is neither null nor {entry: {device class: devices}}" % key)
     for namespace, inputs in data["namespaces"].items():
         _require(isinstance(inputs, dict) and isinstance(inputs.get("labels"), dict)

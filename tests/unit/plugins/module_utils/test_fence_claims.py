@@ -9,7 +9,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
-from fractions import Fraction
 
 import pytest
 import yaml
