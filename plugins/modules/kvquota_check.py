@@ -262,7 +262,9 @@ blocked_vms:
       (C(resourceClaimName)); a migration target would share it, and its allocation ties it to the source's node,
       so the target stays unschedulable. C(kind) V(claim_templates_unreadable), its target gets DRA claims from
       ResourceClaimTemplates that a quota of its namespace charges, and those could not be read (RBAC, or DRA not
-      served). A missing ResourceClaimTemplate, or one whose spec cannot be charged, is V(vm_input_invalid).
+      served). C(kind) V(claim_not_owned), a DRA claim of its running pod is no longer owned by the pod (its
+      ownerReference was removed), so it would outlive the migration and keep its devices once the reservation is
+      given back. A missing ResourceClaimTemplate, or one whose spec cannot be charged, is V(vm_input_invalid).
     - C(kind) V(vm_grows), its owner changed it since it started (a hook sidecar annotation, the namespace's
       memory-limit ratio label, a pending CPU or memory hotplug) so that its target pod would charge more than its
       running pod and a quota of its namespace would end above its hard after the migrations. No fix raises the

@@ -351,3 +351,52 @@ def test_each_claim_of_a_target_pod_is_held_to_its_own_entrys_pin(lab, r, emu, d
         data = (r.get_or_none(cm) or {}).get("data") or {}
         r.patch(cm, {"data": dict((k, None) for k in data if ("." + ns + ".") in k or k == F.namespace_key(ns))})
         M.delete_namespace(r, ns)
+
+
+def test_a_source_claim_its_tenant_orphans_blocks_its_vm_and_is_refused_while_fenced(lab, r, emu, devices, fence):
+    """The security review's last attack: the tenant removes the ownerReference of its running pod's claim, which then
+    outlives the migration (the resourceclaim controller deletes only the claims a finished pod owns) and keeps its
+    devices after the release. Before a run: kvquota_check blocks that VM alone (claim_not_owned), naming the claim;
+    while the namespace is fenced: the change is refused."""
+    ns = "dra-orphan-" + secrets.token_hex(3)
+    cm = "/api/v1/namespaces/%s/configmaps/%s" % (M.OPERATOR_NS, F.FENCE_CONFIGMAP)
+    r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
+    try:
+        r.create("/api/v1/namespaces/%s/resourcequotas" % ns, {"metadata": {"name": "compute"}, "spec": {"hard": {
+            "limits.memory": "8Gi", "limits.cpu": "8", "pods": "10"}}})
+        devices_quota_and_template(r, ns)
+        vm = scenarios.vm_object({"name": "vm-1", "namespace": ns, "cpu": 1, "memory": "256Mi",
+                                  "limits": {"cpu": "1", "memory": "256Mi"}})
+        vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
+        r.create(M.KV + "/namespaces/%s/virtualmachines" % ns, vm)
+        M.wait(lambda: M.settled(r, ns, 1) and used(r, ns, "devices").get(COUNT) == "1", 90, "vm-1 running")
+        (claim,) = claims(r, ns)
+        path = DRA + "/namespaces/%s/resourceclaims/%s" % (ns, claim["metadata"]["name"])
+        owners = claim["metadata"]["ownerReferences"]
+        tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+        tenant.patch(path, {"metadata": {"ownerReferences": None}})        # not fenced: the tenant may
+        node = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"]
+        report = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, lab.user_kubeconfig))
+        (blocked,) = [b for b in report["blocked_vms"] if b["namespace"] == ns]
+        assert (blocked["kind"], blocked["vm"]) == ("claim_not_owned", "vm-1") and \
+            claim["metadata"]["name"] in blocked["message"], blocked
+        print("blocked: %s" % blocked["message"])
+
+        # its owner back: the VM is planned again; then fenced, the tenant may not orphan it
+        r.patch(path, {"metadata": {"ownerReferences": owners}})
+        report = M.assert_ok(M.run_module("kvquota_check", {"nodes": [node]}, lab.user_kubeconfig))
+        assert not [b for b in report["blocked_vms"] if b["namespace"] == ns], report["blocked_vms"]
+        assert report["namespaces"][ns]["summary"]["migrating_vms"] == 1
+        r.patch(cm, {"data": {F.namespace_key(ns): "lab"}})
+        wait_fenced_in_admission(r, ns)
+        try:
+            tenant.patch(path, {"metadata": {"ownerReferences": None}})
+            raise AssertionError("the fence let the tenant orphan its claim")
+        except ApiException as err:
+            assert err.status == 403 and "no claim may change its owners" in " ".join(err.body.split()), err.body
+        tenant.patch(path, {"metadata": {"labels": {"tenant": "may-label"}}})   # no owner change: not the fence's
+        assert r.get(path)["metadata"]["ownerReferences"] == owners
+    finally:
+        data = (r.get_or_none(cm) or {}).get("data") or {}
+        r.patch(cm, {"data": dict((k, None) for k in data if ("." + ns + ".") in k or k == F.namespace_key(ns))})
+        M.delete_namespace(r, ns)

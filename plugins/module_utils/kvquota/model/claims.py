@@ -217,6 +217,27 @@ def entry_devices(by_entry):
                 for entry, charge in by_entry.items())
 
 
+def claims_not_owned(source_pod, claims, entries):
+    """The names of the claims a source pod got for entries (its resourceClaimTemplateName entries, as pod status
+    resourceClaimStatuses names them) that claims ({name: ResourceClaim}; None: not read) show without a controller
+    ownerReference to that pod: the resourceclaim controller deletes only the claims a finished pod owns, so such
+    a claim outlives the migration. [] when nothing can be told (no pod, claims not read, a claim not there)."""
+    if source_pod is None or claims is None:
+        return []
+    uid = (source_pod.get("metadata") or {}).get("uid")
+    statuses = (source_pod.get("status") or {}).get("resourceClaimStatuses") or []
+    names = dict((s.get("name"), s.get("resourceClaimName")) for s in statuses if isinstance(s, dict))
+    orphaned = []
+    for entry in sorted(entries or ()):
+        claim = claims.get(names.get(entry) or "")
+        if claim is None:
+            continue
+        owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+        if not any(isinstance(ref, dict) and ref.get("uid") == uid and ref.get("controller") for ref in owners):
+            orphaned.append(names[entry])
+    return orphaned
+
+
 def claim_usage(claim):
     """What quota charges for an existing ResourceClaim (its spec, as at its creation); a spec that cannot be
     read (the apiserver validated it, so only a newer API's field) is charged its count alone."""

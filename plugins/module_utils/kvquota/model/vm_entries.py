@@ -63,12 +63,13 @@ def claims_tracked(ns_quotas):
     return any(q.quota_matches_claim(quota) for quota in ns_quotas or ())
 
 
-def claims_block(namespace, name, vmi, ns_quotas, templates, templates_problem=None):
+def claims_block(namespace, name, vmi, ns_quotas, templates, templates_problem=None, source_pod=None, claims=None):
     """(by entry, blocked) of a VM's DRA ResourceClaims for its migration target (model/claims.py): by entry, what
     the claim of each of its resourceClaimTemplateName entries charges ({entry: {quota name: Fraction}}; only when a
     quota of the namespace charges claims, else {}); blocked, None or the per-VM block: a shared claim (resourceClaimName: a node-local allocation keeps the
     target pod unschedulable), an entry or template that cannot be charged, or templates that could not be read
-    (templates None; templates_problem says why)."""
+    (templates None; templates_problem says why), or a claim of the source pod (source_pod) that claims ({name:
+    ResourceClaim} of the namespace; None: not read) show no longer owned by that pod."""
     try:
         entries = claims_mod.vmi_claim_entries(vmi)
     except claims_mod.ClaimInputError as err:
@@ -94,13 +95,23 @@ def claims_block(namespace, name, vmi, ns_quotas, templates, templates_problem=N
                            "ansible-playbook kvquota.maintenance.install) and run the check again; the VM stays "
                            "where it is until then, the other VMs are not held up"}
     try:
-        return claims_mod.migration_claims_by_entry(vmi, templates), None
+        by_entry = claims_mod.migration_claims_by_entry(vmi, templates)
     except claims_mod.ClaimInputError as err:
         return {}, input_block(namespace, name, err)
+    orphaned = claims_mod.claims_not_owned(source_pod, claims, by_entry)
+    if orphaned:
+        return {}, {"kind": "claim_not_owned", "field": "spec.resourceClaims", "scope": "vm",
+                    "message": "VM %s/%s: the ResourceClaim(s) %s of its launcher pod are not owned by the pod (their "
+                               "ownerReference was removed): they would outlive the migration and keep their devices "
+                               "once the reservation is given back" % (namespace, name, ", ".join(
+                                   "%s/%s" % (namespace, claim) for claim in orphaned)),
+                    "fix": "give each claim its ownerReference to the launcher pod back, or delete the claim and "
+                           "restart the VM; the VM stays where it is until then, the other VMs are not held up"}
+    return by_entry, None
 
 
 def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, cache=None, kubernetes_minor=None,
-                 claim_templates=None, claim_templates_problem=None):
+                 claim_templates=None, claim_templates_problem=None, claims=None):
     """The VM entries of one namespace: sizing, facts, source pod usage and migratability.
 
     Only Running VMIs would migrate; others are returned in a separate list. cache (a
@@ -143,7 +154,7 @@ def describe_vms(namespace, vmis, pods, ns_obj, ns_quotas, config, default_pc, c
         claim_charge, claim_entries = {}, None
         if migratable is not False and claims_mod.uses_claims(vmi):
             by_entry, claim_block = claims_block(namespace, name, vmi, ns_quotas, claim_templates,
-                                                 claim_templates_problem)
+                                                 claim_templates_problem, source_pod, claims)
             blocked = blocked or claim_block
             for entry_charge in by_entry.values():
                 claim_charge = add(claim_charge, entry_charge)
@@ -283,5 +294,5 @@ def describe_namespaces(snapshot, config, default_pc):
         vms_by_ns[namespace], idle_by_ns[namespace] = describe_vms(
             namespace, vmis, pods, namespaces.get(namespace), ns_quotas, config, default_pc, sizing_cache,
             snapshot.kubernetes_minor, (snapshot.claim_templates or {}).get(namespace),
-            (snapshot.claim_templates_problems or {}).get(namespace))
+            (snapshot.claim_templates_problems or {}).get(namespace), (snapshot.claims or {}).get(namespace))
     return vms_by_ns, idle_by_ns

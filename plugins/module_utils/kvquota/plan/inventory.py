@@ -204,6 +204,7 @@ class Snapshot:
     namespaces_all: list = None                         # every Namespace, when Rancher projects are (their sums)
     claim_templates: dict = None                        # {namespace: {name: ResourceClaimTemplate}} where needed
     claim_templates_problems: dict = None               # {namespace: why its templates could not be read}
+    claims: dict = None                                 # {namespace: {name: ResourceClaim}} where templates are
     notes: list = field(default_factory=list)           # what could not be read, and what that means
     requests: int = None                                # API requests the read made
 
@@ -424,6 +425,7 @@ def _read(cluster, scope, options, pool):
     # DRA ResourceClaimTemplates: only of the namespaces where a VMI's target gets claims from templates and a
     # quota charges claims (model/claims.py); one list.
     claim_templates, claim_problems = read_claim_templates(cluster, groups, vmis, quotas, page, notes)
+    claims = read_claims(cluster, sorted(claim_templates), page, notes)
 
     # Ledgers: only the operator namespace's (by quota UID); nothing a tenant can write is read as one.
     ledger_store = store.Store(cluster, options.get("operator_namespace") or store.DEFAULT_OPERATOR_NAMESPACE)
@@ -451,6 +453,7 @@ def _read(cluster, scope, options, pool):
         namespaces_all=all_namespaces if rancher_projects is not None else None,
         claim_templates=claim_templates,
         claim_templates_problems=claim_problems,
+        claims=claims,
         notes=notes,
     )
 
@@ -499,6 +502,29 @@ def read_claim_templates(cluster, groups, vmis, quotas, page_size=PAGE_SIZE, not
         if ns in result:
             result[ns][_name(item)] = item
     return result, {}
+
+
+def read_claims(cluster, namespaces, page_size=PAGE_SIZE, notes=None):
+    """{namespace: {name: ResourceClaim}} of namespaces (those whose templates were read: a VMI there gets claims
+    from templates and a quota charges them), so that a source pod's claim no longer owned by its pod is seen
+    (vm_entries.claims_block). One list; not readable: a note, and no namespace's claims ({})."""
+    notes = [] if notes is None else notes
+    if not namespaces:
+        return {}
+    group, version, _plural = CLAIM_TEMPLATES
+    try:
+        items = _list_custom(cluster, group, version, "resourceclaims", "list ResourceClaims", page_size,
+                             namespace=namespaces[0] if len(namespaces) == 1 else None)
+    except (NotFoundError, ForbiddenError) as err:
+        notes.append("ResourceClaims of namespace(s) %s not readable (%s): a source pod's claim no longer owned by "
+                     "its pod is not seen" % (", ".join(namespaces), err.message))
+        return {}
+    result = dict((ns, {}) for ns in namespaces)
+    for item in items:
+        ns = (item.get("metadata") or {}).get("namespace", "")
+        if ns in result:
+            result[ns][_name(item)] = item
+    return result
 
 
 def _rejected(vmim):

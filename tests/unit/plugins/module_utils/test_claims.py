@@ -211,3 +211,19 @@ def test_claim_usage_is_its_spec_charge():
              "status": {"allocation": {"devices": {"results": []}}}}
     assert claims.claim_usage(claim) == {COUNT: 1, GPU: 32}
     assert claims.claim_usage({"spec": spec({"exactly": exactly("gpu.example.com", "Newer")})}) == {COUNT: 1}
+
+
+def test_a_source_claim_no_longer_owned_by_its_pod_is_named():
+    """The tenant removed the ownerReference of its running pod's claim (security review): it would outlive the
+    migration. Owned claims, claims not read, and a pod without statuses tell nothing."""
+    pod = {"metadata": {"uid": "pod-1"}, "status": {"resourceClaimStatuses": [
+        {"name": "a", "resourceClaimName": "vm-a-a-x1"}, {"name": "c", "resourceClaimName": "vm-a-c-x2"}]}}
+    owned = {"metadata": {"name": "vm-a-a-x1", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-1", "controller": True}]}}
+    orphan = {"metadata": {"name": "vm-a-c-x2", "ownerReferences": []}}
+    claims_now = {"vm-a-a-x1": owned, "vm-a-c-x2": orphan}
+    assert claims.claims_not_owned(pod, claims_now, ["a", "c"]) == ["vm-a-c-x2"]
+    assert claims.claims_not_owned(pod, claims_now, ["a"]) == []
+    assert claims.claims_not_owned(pod, None, ["a", "c"]) == []
+    assert claims.claims_not_owned(None, claims_now, ["a", "c"]) == []
+    assert claims.claims_not_owned({"metadata": {"uid": "pod-1"}}, claims_now, ["a", "c"]) == []

@@ -91,7 +91,8 @@ def _policy():
 def test_the_shipped_policy_fences_claims_with_the_words_the_runner_names():
     policy = _policy()
     rules = policy["matchConstraints"]["resourceRules"]
-    assert {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+    # CREATE, and UPDATE for a change of a claim's owners (a source pod's claim orphaned would outlive it)
+    assert {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
             "resources": ["resourceclaims"]} in rules
     messages = " ".join(" ".join(v["messageExpression"].split()) for v in policy["validations"])
     assert F.CLAIM_REFUSAL in messages
