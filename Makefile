@@ -149,8 +149,9 @@ lab-scale: deps lab-build
 # ansible beside $(PY), the oldest end).
 PLAYBOOK_VENV ?= $(CACHE)/venvs/core-$(CORE_NEWEST)
 PLAYBOOKS_ON = $(if $(PLAYBOOK_VENV),KVQ_ANSIBLE_VENV_PLAYBOOKS=$(PLAYBOOK_VENV))
-roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest)
-	$(PLAYBOOKS_ON) $(PYTEST_LAB) -m roles $(LAB_TEST_DIRS)
+roles-tests: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest) venv-eda
+	KVQ_EDA_VENV=$(EDA_VENV) $(PLAYBOOKS_ON) $(PYTEST_LAB) -m roles $(LAB_TEST_DIRS)
+
 
 # Every Molecule scenario (extensions/molecule: each role, field reports a-d), one lab at a time.
 # MOLECULE_ARGS="--doc docs/molecule.md" rewrites the run report; scenario names run just those.
@@ -328,6 +329,26 @@ VENV_ANSIBLE_2.21 := 14
 
 venv-core-newest: $(VENVS)/core-$(CORE_NEWEST)/kvq-venv.stamp
 venv-core-2.19: $(VENVS)/core-2.19/kvq-venv.stamp
+
+# ansible-rulebook for the always-on rulebook (extensions/eda, tests/integration/test_eda_lab.py): its own venv
+# outside the work tree, ansible-rulebook $(EDA_RULEBOOK).x with the newest ansible-core on Python
+# $(VENV_PY_$(CORE_NEWEST)) (Java 17 on the machine runs its rules engine); about 15 s to build, once.
+EDA_RULEBOOK := 1.3
+EDA_VENV := $(VENVS)/eda-$(EDA_RULEBOOK)
+.PHONY: venv-eda
+venv-eda: $(EDA_VENV)/kvq-venv.stamp
+$(EDA_VENV)/kvq-venv.stamp:
+	@set -e; pyv=$(VENV_PY_$(CORE_NEWEST)); venv=$(EDA_VENV); \
+	py=$$(python$$pyv -c 'import sys; print(sys.executable)' 2>/dev/null \
+	      || echo "$$(pyenv prefix "$$(pyenv latest $$pyv 2>/dev/null)" 2>/dev/null)/bin/python$$pyv"); \
+	if ! "$$py" -c '' 2>/dev/null; then \
+	  echo "make: ansible-rulebook needs Python $$pyv and none was found. Fix: pyenv install $$pyv, then run make again" >&2; exit 1; \
+	fi; \
+	if ! java -version >/dev/null 2>&1; then echo "make: ansible-rulebook needs Java 17 or later. Fix: install a JDK" >&2; exit 1; fi; \
+	echo "make: building $$venv (ansible-rulebook $(EDA_RULEBOOK).x, ansible-core $(CORE_NEWEST).x on $$("$$py" -V))"; \
+	rm -rf "$$venv"; "$$py" -m venv "$$venv"; \
+	"$$venv/bin/pip" install -q "ansible-rulebook==$(EDA_RULEBOOK).*" "ansible-core==$(CORE_NEWEST).*" -r requirements.txt; \
+	"$$venv/bin/ansible-rulebook" --version | head -1 > $@
 
 $(VENVS)/core-%/kvq-venv.stamp:
 	@set -e; core=$*; pyv=$(VENV_PY_$*); ansible=$(VENV_ANSIBLE_$*); venv=$(VENVS)/core-$*; \

@@ -13,7 +13,7 @@ import yaml
 FORBIDDEN_PARTS = ("tests/output/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/",
                    "tests/lab/.runs/", ".ansible/", ".egg-info/", "tests/lab/build/",
                    # the developers' harnesses (galaxy.yml build_ignore): they need a checkout and the lab
-                   "tests/lab/", "tests/integration/", "tests/chaos/", "tests/bench/", "extensions/",
+                   "tests/lab/", "tests/integration/", "tests/chaos/", "tests/bench/", "extensions/molecule/",
                    # the developers' documentation (galaxy.yml build_ignore); the users' is the docsite
                    "docs/architecture.md", "docs/lab.md", "docs/emulator.md", "docs/benchmarks.md", "docs/molecule.md",
                    "docs/releasing.md")
@@ -21,6 +21,9 @@ REQUIRED = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/modules/
             "plugins/module_utils/kvquota/model/sizing/launcher.py", "roles/install/files/clusterrole.yml",
             "roles/install/files/operator-namespace.yml", "roles/install/files/fence.yml", "playbooks/install.yml", "LICENSE", "CHANGELOG.rst",
             "meta/execution-environment.yml", "meta/requirements.txt", "requirements.txt",
+            # the Event-Driven Ansible content (issue 28) and its decision environment
+            "extensions/eda/plugins/event_source/migrations.py", "extensions/eda/rulebooks/protect_migrations.yml",
+            "meta/decision-environment.yml", "meta/decision-requirements.txt",
             "roles/node_maintenance/README.md", "docs/docsite/extra-docs.yml")
 
 

@@ -128,6 +128,44 @@ def check_introspect(install_root, wanted_python, problems):
                         % (ours, COLLECTION, expected))
 
 
+def check_decision_environment(collection_dir, context, galaxy, problems):
+    """meta/decision-environment.yml (the rulebook's DE): ansible-builder create accepts it; same pinned base as the
+    EE; the artifact in the build context and installed by the galaxy stage; kubernetes.core within galaxy.yml's
+    bounds; ansible-rulebook of the series the Makefile tests (EDA_RULEBOOK) and a Java runtime for it."""
+    with open(os.path.join(collection_dir, "meta", "execution-environment.yml")) as f:
+        ee = yaml.safe_load(f)
+    with open(os.path.join(collection_dir, "meta", "decision-environment.yml")) as f:
+        de = yaml.safe_load(f)
+    run(["ansible-builder", "create", "-f", os.path.join(collection_dir, "meta", "decision-environment.yml"),
+         "-c", context, "--output-filename", "Containerfile", "-v3"])
+    build = os.path.join(context, "_build")
+    if de["images"]["base_image"]["name"] != ee["images"]["base_image"]["name"]:
+        problems.append("the DE's base image %s is not the EE's %s" % (de["images"]["base_image"]["name"],
+                                                                      ee["images"]["base_image"]["name"]))
+    if not os.listdir(os.path.join(build, "collections")):
+        problems.append("the DE's build context lacks the collection's tarball")
+    with open(os.path.join(build, "requirements.yml")) as f:
+        collections = {entry["name"]: entry for entry in yaml.safe_load(f)["collections"]}
+    for name, bound in galaxy["dependencies"].items():
+        if collections.get(name, {}).get("version") != bound:
+            problems.append("the DE's galaxy requirements give %s %r, galaxy.yml %r"
+                            % (name, collections.get(name, {}).get("version"), bound))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(repo, "Makefile")) as f:
+        series = re.search(r"^EDA_RULEBOOK := (\S+)$", f.read(), re.M).group(1)
+    rulebook = [line for line in requirement_lines(os.path.join(build, "requirements.txt"))
+                if line.startswith("ansible-rulebook")]
+    major, minor = (int(part) for part in series.split("."))
+    if not rulebook or not SpecifierSet(rulebook[0][len("ansible-rulebook"):]).contains(
+            "%d.%d.0" % (major, minor)) or SpecifierSet(rulebook[0][len("ansible-rulebook"):]).contains(
+            "%d.%d.0" % (major, minor + 1)):
+        problems.append("the DE's ansible-rulebook requirement %s is not the %s series the Makefile tests"
+                        % (rulebook or "(none)", series))
+    with open(os.path.join(build, "bindep.txt")) as f:
+        if not re.search(r"java-(1[7-9]|[2-9]\d)-openjdk", f.read()):
+            problems.append("the DE installs no Java 17 or later runtime (ansible-rulebook's rules engine needs one)")
+
+
 def main(tarball):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(repo, "galaxy.yml")) as f:
@@ -146,13 +184,16 @@ def main(tarball):
         collection_dir = os.path.join(install_root, "ansible_collections", galaxy["namespace"], galaxy["name"])
         wanted_python = check_create(collection_dir, tarball, os.path.join(tmp, "context"), galaxy, runtime,
                                      core_newest, problems)
+        check_decision_environment(collection_dir, os.path.join(tmp, "de-context"), galaxy, problems)
         os.remove(os.path.join(collection_dir, os.path.basename(tarball)))
         check_introspect(install_root, wanted_python, problems)
     if problems:
         print("meta/execution-environment.yml problems:\n- " + "\n- ".join(problems))
         return 1
     print("meta/execution-environment.yml: ansible-builder create and introspect agree with galaxy.yml, "
-          "meta/runtime.yml, meta/requirements.txt and the Makefile's CORE_NEWEST; the base image is a pinned EE base")
+          "meta/runtime.yml, meta/requirements.txt and the Makefile's CORE_NEWEST; the base image is a pinned EE base; "
+          "meta/decision-environment.yml: the same base, the artifact, ansible-rulebook %s and Java"
+          % re.search(r"^EDA_RULEBOOK := (\S+)$", open(os.path.join(repo, "Makefile")).read(), re.M).group(1))
     return 0
 
 

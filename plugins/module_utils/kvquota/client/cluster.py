@@ -23,6 +23,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import contextlib
+import inspect
 import json
 import random
 import re
@@ -390,6 +391,20 @@ class Cluster(object):
         with self._count_lock:   # read_inventory lists the pods on a second thread
             self._count += 1
         client = self.api_client
+        url = self.configuration.host + path + ("?" + urlencode(query) if query else "")
+        response = client.rest_client.request(method, url, headers=self._header_params(headers), body=body,
+                                              _request_timeout=self.timeout)
+        # before kubernetes 37 the REST client read the body itself and raised on a status outside 2xx; from 37 the
+        # body is read here, before the exception is built from it (the API server's message names who was refused)
+        data = response.read() if callable(getattr(response, "read", None)) else response.data
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return data
+
+    def _header_params(self, headers):
+        """The headers of one request: the client's default headers (a repeated Impersonate-Group kept), its
+        cookie, the configuration's bearer token (refreshed when it expires), then headers."""
+        client = self.api_client
         header_params = HTTPHeaderDict()
         for name, value in client.default_headers.items():
             header_params.add(str(name), value)
@@ -400,15 +415,40 @@ class Cluster(object):
         bearer = self.configuration.auth_settings().get("BearerToken") or {}
         if bearer.get("value"):
             header_params[bearer["key"]] = bearer["value"]
+        return header_params
+
+    def stream_lines(self, path, query, read_timeout):
+        """One streaming GET (a watch): yields each line of the response body as the API server sends it (bytes),
+        until the server ends it; read_timeout: seconds without a byte before the read fails (the caller
+        reconnects). Not retried here: a watch resumes from its last resourceVersion (client/watch.py). An HTTP
+        error status raises the client's ApiException, as _send does."""
+        with self._count_lock:
+            self._count += 1
+        client = self.api_client
         url = self.configuration.host + path + ("?" + urlencode(query) if query else "")
-        response = client.rest_client.request(method, url, headers=header_params, body=body,
-                                              _request_timeout=self.timeout)
-        # before kubernetes 37 the REST client read the body itself and raised on a status outside 2xx; from 37 the
-        # body is read here, before the exception is built from it (the API server's message names who was refused)
-        data = response.read() if callable(getattr(response, "read", None)) else response.data
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response)
-        return data
+        timeout = (self.timeout[0] if isinstance(self.timeout, (tuple, list)) else self.timeout, read_timeout)
+        kwargs = {"headers": self._header_params({"Accept": "application/json"}), "_request_timeout": timeout}
+        # kubernetes 24 to 36 read the whole body unless told not to; 37 never reads it and wraps the response
+        if "_preload_content" in inspect.signature(client.rest_client.request).parameters:
+            kwargs["_preload_content"] = False
+        response = client.rest_client.request("GET", url, **kwargs)
+        raw = getattr(response, "response", response)
+        try:
+            if not 200 <= raw.status <= 299:
+                if callable(getattr(response, "read", None)):
+                    response.read()
+                raise ApiException(http_resp=response)
+            pending = b""
+            for chunk in raw.stream(65536, decode_content=True):
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip():
+                        yield line
+            if pending.strip():
+                yield pending
+        finally:
+            raw.release_conn()
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.

@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the always-on event source (extensions/eda/plugins/event_source/migrations.py) tells a rulebook: typed
+triggers from the objects it watches, each with the scope it concerns.
+
+A trigger never carries an amount: the playbook it starts (maintenance_window, the reaper) reads the cluster
+itself. Most of what is watched is the tenants' to write (a migration's status, a VMI's labels; on KubeVirt a
+VMI's status too): a trigger only says where a window may be needed, and the rulebook throttles how often one
+starts. Nodes and the operator namespace's ledgers are the control plane's and the operator's.
+
+    migration_refused     a migration (not final) that quota admission refuses (migrationRejectedByResourceQuota),
+                          once per migration until the condition clears          scope: its namespace
+    evacuation_started    a VMI marked for evacuation (status.evacuationNodeName, its node being drained),
+                          once per VMI and node                                 scope: that node
+    updater_round         a VMI running an outdated launcher (label kubevirt.io/outdatedLauncherImage: KubeVirt's
+                          workload updater will migrate it), once per VMI        scope: its namespace
+    node_cordoned         a Node turned unschedulable, once per cordon          scope: that node
+    reservation_expired   a reservation of a kvquota ledger past its TTL (the reaper releases it), once per
+                          ledger and reservation                                scope: the quota's namespace
+
+Pure: objects are plain dicts (API JSON), time is given. TriggerState remembers what it announced so that a status
+update or a relist repeating the same fact announces nothing; what it remembers is bounded by the objects that
+exist (a DELETED event, or a relist that no longer has an object, forgets it).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.ownership import FINAL_MIGRATION_PHASES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.admission import rejected_condition
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as ledger_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
+
+MIGRATION_REFUSED = "migration_refused"
+EVACUATION_STARTED = "evacuation_started"
+UPDATER_ROUND = "updater_round"
+NODE_CORDONED = "node_cordoned"
+RESERVATION_EXPIRED = "reservation_expired"
+TYPES = (MIGRATION_REFUSED, EVACUATION_STARTED, UPDATER_ROUND, NODE_CORDONED, RESERVATION_EXPIRED)
+
+OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
+# the kinds of objects TriggerState.observe takes
+MIGRATION, VMI, NODE, LEDGER = "migration", "vmi", "node", "ledger"
+KINDS = (MIGRATION, VMI, NODE, LEDGER)
+
+
+def _meta(obj):
+    return (obj or {}).get("metadata") or {}
+
+
+def _key(obj):
+    meta = _meta(obj)
+    return meta.get("uid") or "%s/%s" % (meta.get("namespace", ""), meta.get("name", ""))
+
+
+# what a rulebook does about each type: start a maintenance window, run the reaper, or only say it
+WINDOW, REAP, INFO = "window", "reap", "info"
+ACTIONS = {MIGRATION_REFUSED: WINDOW, EVACUATION_STARTED: WINDOW, UPDATER_ROUND: WINDOW, RESERVATION_EXPIRED: REAP}
+
+
+def trigger(kind, scope_nodes=(), scope_namespaces=(), subject="", reason=""):
+    """A trigger as the source emits it: {"kvquota": {type, action, scope: {nodes, namespaces}, scope_key, subject,
+    reason}}; action (window, reap, info) is what protect_migrations.yml acts on and throttles by, scope_key
+    ("node/<name>", "namespace/<name>", "cluster") what a rulebook that scopes its windows would."""
+    nodes, namespaces = sorted(set(scope_nodes)), sorted(set(scope_namespaces))
+    key = ",".join(["node/" + n for n in nodes] + ["namespace/" + n for n in namespaces]) or "cluster"
+    return {"kvquota": {"type": kind, "action": ACTIONS.get(kind, INFO),
+                        "scope": {"nodes": nodes, "namespaces": namespaces}, "scope_key": key,
+                        "subject": subject, "reason": reason}}
+
+
+class TriggerState(object):
+    """What was announced, per watched kind: {object key: the fact announced}."""
+
+    def __init__(self):
+        self.announced = dict((kind, {}) for kind in KINDS)
+
+    def observe(self, kind, event_type, obj, now):
+        """The triggers one watch event (ADDED, MODIFIED, DELETED) of an object of kind gives: [] when it repeats
+        what was announced, or announces nothing."""
+        if kind not in KINDS:
+            raise InputError("unknown kind %r" % (kind,), "one of %s" % ", ".join(KINDS))
+        known = self.announced[kind]
+        key = _key(obj)
+        if event_type == "DELETED":
+            for fact in [f for f in known if f[0] == key]:
+                del known[fact]
+            return []
+        facts = dict(getattr(self, "_" + kind)(obj, now))
+        # a fact no longer true is forgotten (a refusal cleared, an uncordon): it is announced again when it returns
+        for fact in [f for f in known if f[0] == key and f not in facts]:
+            del known[fact]
+        out = []
+        for fact, made in sorted(facts.items()):
+            if fact not in known:
+                known[fact] = True
+                out.append(made)
+        return out
+
+    def resync(self, kind, objects, now):
+        """After a relist: forget what no listed object says any more, and the triggers of what changed meanwhile
+        (as observe(ADDED) of each)."""
+        keys = set(_key(obj) for obj in objects)
+        known = self.announced[kind]
+        for fact in [f for f in known if f[0] not in keys]:
+            del known[fact]
+        out = []
+        for obj in objects:
+            out.extend(self.observe(kind, "ADDED", obj, now))
+        return out
+
+    def tick(self, ledgers, now):
+        """The reservations that expired since the ledgers (the ledger ConfigMaps as last seen) were read."""
+        out = []
+        for configmap in ledgers:
+            out.extend(self.observe(LEDGER, "MODIFIED", configmap, now))
+        return out
+
+    # -- facts per kind: [((key, what), trigger)] --------------------------------------------------------
+
+    @staticmethod
+    def _migration(vmim, _now):
+        meta, status = _meta(vmim), vmim.get("status") or {}
+        if status.get("phase") in FINAL_MIGRATION_PHASES or rejected_condition(vmim) is None:
+            return []
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        vmi = (vmim.get("spec") or {}).get("vmiName") or ""
+        return [((_key(vmim), "refused"), trigger(
+            MIGRATION_REFUSED, scope_namespaces=[ns], subject="%s/%s" % (ns, name),
+            reason="migration %s/%s of VMI %s is refused by ResourceQuota (migrationRejectedByResourceQuota)"
+                   % (ns, name, vmi)))]
+
+    @staticmethod
+    def _vmi(vmi, _now):
+        meta, status = _meta(vmi), vmi.get("status") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        facts = []
+        node = status.get("evacuationNodeName")
+        if isinstance(node, str) and node:
+            facts.append(((_key(vmi), "evacuation/" + node), trigger(
+                EVACUATION_STARTED, scope_nodes=[node], subject="%s/%s" % (ns, name),
+                reason="VMI %s/%s is marked for evacuation from node %s" % (ns, name, node))))
+        if OUTDATED_LABEL in (meta.get("labels") or {}):
+            facts.append(((_key(vmi), "outdated"), trigger(
+                UPDATER_ROUND, scope_namespaces=[ns], subject="%s/%s" % (ns, name),
+                reason="VMI %s/%s runs an outdated launcher: KubeVirt's workload updater migrates it" % (ns, name))))
+        return facts
+
+    @staticmethod
+    def _node(node, _now):
+        if not (node.get("spec") or {}).get("unschedulable"):
+            return []
+        name = _meta(node).get("name", "")
+        return [((_key(node), "cordoned"), trigger(NODE_CORDONED, scope_nodes=[name], subject=name,
+                                                   reason="node %s is cordoned" % name))]
+
+    @staticmethod
+    def _ledger(configmap, now):
+        if not _meta(configmap).get("name", "").startswith(store_mod.LEDGER_PREFIX):
+            return []
+        try:
+            ledger = store_mod.ledger_of(configmap)
+        except InputError:
+            return []     # a corrupt ledger is the reaper's and the check's to name, not a trigger's
+        out = []
+        for rid in ledger_mod.expired(ledger, now):
+            out.append(((_key(configmap), "expired/" + rid), trigger(
+                RESERVATION_EXPIRED, scope_namespaces=[ledger.namespace],
+                subject="%s/%s" % (ledger.namespace, ledger.quota),
+                reason="reservation %s of quota %s/%s expired (the reaper releases it)"
+                       % (rid, ledger.namespace, ledger.quota))))
+        return out

@@ -1,0 +1,204 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Always on (issue 28): a real ansible-rulebook runs kvquota.maintenance.protect_migrations with the source
+kvquota.maintenance.migrations against the lab, as the lab's least-privilege user; nobody runs a playbook.
+
+An administrator drains a node with kubectl (KubeVirt v1.7.4 with MigrationPriorityQueue: every evacuation
+migration at once) whose 10 VMs sit in 3 namespaces with quotas tightened to exactly what their VMs use. The
+rulebook's window (maintenance_window, until idle) reserves just in time: every migration completes, none stays
+refused by quota while KubeVirt has room for it longer than the source's latency plus one window start plus one
+poll, no namespace is expanded beyond its in-flight need longer than one poll plus the quota controller's lag,
+every quota ends at its base byte for byte, no ledger is left. Then a second drain, of the node the first one
+filled, is served by the same rulebook process; the kube-apiserver restarts (down 20 s) and the source reconnects;
+a workload-updater round after a KubeVirt version bump is served the same way.
+
+The rulebook runs from the venv of `make venv-eda` (KVQ_EDA_VENV: ansible-rulebook 1.3, ansible-core of the
+newest end, Java 17), with this checkout's collection and the newest venv's kubernetes.core on its collections
+path.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+import secrets
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import modlab as M
+from kvqlab import emulator, scenarios
+from kvqlab.faults import Faults
+from test_follow_lab import kubectl_drain, scenario, tighten
+from test_roles_lab import collections_path
+from test_window_lab import QUOTA_CONTROLLER_LAG, WindowSampler, assert_window_left_nothing
+
+pytestmark = pytest.mark.roles   # make roles-tests (conftest.py: every lab test has one such marker)
+
+EDA_VENV = os.environ.get("KVQ_EDA_VENV", os.path.expanduser("~/.cache/kvquota/venvs/eda-1.3"))
+# what the rulebook's window is given (--vars): as in test_window_lab, so that the same bounds hold
+POLL, SETTLE, IDLE = 1, 5, 10
+# from the first refusal to the window's first look: the source's watch latency, ansible-rulebook matching the
+# event and ansible-playbook starting (its interpreter, the collection, the first reads)
+WINDOW_START = 25
+
+
+class Rulebook(object):
+    """ansible-rulebook -r kvquota.maintenance.protect_migrations in the background; its output in a file."""
+
+    def __init__(self, lab, tmp_path):
+        if not os.path.exists(os.path.join(EDA_VENV, "bin", "ansible-rulebook")):
+            pytest.fail("no ansible-rulebook in %s: make venv-eda (or set KVQ_EDA_VENV)" % EDA_VENV)
+        inventory = tmp_path / "inventory.yml"
+        inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                             "      ansible_python_interpreter: %s\n" % os.path.join(EDA_VENV, "bin", "python"))
+        variables = tmp_path / "vars.yml"
+        variables.write_text("kvquota_window_idle_seconds: %d\nkvquota_window_deadline_seconds: 900\n"
+                             "kvquota_window_poll_interval: %d\nkvquota_window_top_up_settle_seconds: %d\n"
+                             % (IDLE, POLL, SETTLE))
+        env = dict(os.environ)
+        env.update({
+            "PATH": os.path.join(EDA_VENV, "bin") + os.pathsep + env["PATH"],
+            # this checkout's collection, and the kubernetes.core of the playbook venv (make roles-tests) or the
+            # one installed beside the system's ansible
+            "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+            "K8S_AUTH_KUBECONFIG": str(lab.user_kubeconfig),
+            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PYTHONUNBUFFERED": "1",
+            "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+        })
+        env.pop("KVQ_ANSIBLE_VENV_PLAYBOOKS", None)
+        self.output = tempfile.NamedTemporaryFile(prefix="kvq-rulebook-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [os.path.join(EDA_VENV, "bin", "ansible-rulebook"), "-r", "kvquota.maintenance.protect_migrations",
+             "-i", str(inventory), "--vars", str(variables), "--env-vars", "K8S_AUTH_KUBECONFIG", "--print-events"],
+            stdout=self.output, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path))
+
+    def text(self):
+        with open(self.output.name) as fh:
+            return fh.read()
+
+    def wait_for(self, fragment, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if fragment in self.text():
+                return
+            assert self.proc.poll() is None, "ansible-rulebook ended (rc %s):\n%s" % (
+                self.proc.returncode, self.text()[-6000:])
+            time.sleep(0.5)
+        raise AssertionError("no %s within %ss:\n%s" % (what, timeout, self.text()[-6000:]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def drain_served(lab, r, node, namespaces, base, units, rulebook, label):
+    """kubectl drain node beside the rulebook: every migration succeeds and every quota is back at its base;
+    the figures printed."""
+    sampler = WindowSampler(r, namespaces, base, units)
+    sampler.start()
+    try:
+        started = time.monotonic()
+        code, out = kubectl_drain(lab, node, timeout=400)
+        drained = time.monotonic() - started
+        assert code == 0, out + rulebook.text()[-6000:]
+        assert "Eviction triggered evacuation of VMI" in out, out
+        lab.kubectl("uncordon", node)
+        for ns in namespaces:
+            M.wait(lambda ns=ns: M.quota(r, ns, "q")["spec"]["hard"] == base[ns], 120,
+                   "quota %s at its base (%s)" % (ns, label))
+        M.wait(lambda: not [k for k in M.ledgers(r) if k.split("/")[0] in namespaces], 60, "no ledger left")
+    finally:
+        sampler.stopping.set()
+        sampler.join()
+    print("%s: drain %.0fs; longest quota stall with room to run %.1fs (bound %ds); longest expansion beyond "
+          "in-flight need %s (bound %ds); peak expansion per namespace (VMs) %s; %d samples"
+          % (label, drained, sampler.longest_stall, WINDOW_START + POLL + SETTLE,
+             dict((ns, round(s, 1)) for ns, s in sampler.longest_over.items()), POLL + QUOTA_CONTROLLER_LAG,
+             dict((ns, float(v)) for ns, v in sampler.peak_extra.items()), sampler.samples))
+    assert max(sampler.peak_extra.values()) > 0, "no reservation was ever seen"
+    assert sampler.longest_stall <= WINDOW_START + POLL + SETTLE, sampler.longest_stall
+    assert max(sampler.longest_over.values()) <= POLL + QUOTA_CONTROLLER_LAG, sampler.longest_over
+    assert_window_left_nothing(r, namespaces, base)
+    return drained
+
+
+def test_the_rulebook_serves_two_drains_a_restart_and_an_updater_round_with_nobody_running_a_playbook(
+        lab, emu, r, tmp_path):
+    tag = secrets.token_hex(2)
+    counts = (4, 3, 3)
+    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
+    scenarios.apply(lab, sc, timeout=180)
+    source = "fl-%s-src" % tag
+    rulebook = None
+    try:
+        base, units = tighten(r, namespaces, counts)
+        rulebook = Rulebook(lab, tmp_path)
+        rulebook.wait_for("source_ready", 90, "source_ready event")
+        drain_served(lab, r, source, namespaces, base, units, rulebook, "first drain")
+        migrations = [m for ns in namespaces
+                      for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]]
+        assert len(migrations) == sum(counts) and all(M.phase(m) == "Succeeded" for m in migrations)
+
+        # the second drain: the node that took most of the VMs, served by the same rulebook process
+        nodes = {}
+        for ns in namespaces:
+            for vmi in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]:
+                nodes[vmi["status"]["nodeName"]] = nodes.get(vmi["status"]["nodeName"], 0) + 1
+        second = sorted(nodes, key=lambda n: (-nodes[n], n))[0]
+        assert second != source
+        drain_served(lab, r, second, namespaces, base, units, rulebook, "second drain (%s)" % second)
+        assert rulebook.proc.poll() is None, rulebook.text()[-6000:]
+        # the window the rulebook started ends once the cluster is idle, and says so; the rulebook goes on
+        rulebook.wait_for("maintenance window: succeeded", IDLE + 90, "the window's summary")
+
+        # the control plane restarts (kube-apiserver down 20 s): the source's watches reconnect and list again
+        outage = Faults(lab, log=print).restart("kube-apiserver", down=20)
+        print("kube-apiserver restarted: %s" % outage)
+        assert rulebook.proc.poll() is None, rulebook.text()[-6000:]
+
+        # a workload-updater round after a KubeVirt version bump, served by the same rulebook process
+        emulator.set_knobs(lab, workload_update_period_seconds=4)
+        windows_before = rulebook.text().count("maintenance window: succeeded")
+        old = r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % namespaces[0])["items"][0]
+        new_image = old["status"]["launcherContainerImageVersion"].rsplit(":", 1)[0] + ":v1.7.4-" + tag
+        started = time.monotonic()
+        emulator.roll_out_kubevirt(lab, "v1.7.4-" + tag)
+
+        def updated():
+            vmis = [v for ns in namespaces for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]]
+            return len(vmis) == sum(counts) and all(v["status"].get("launcherContainerImageVersion") == new_image
+                                                    and "kubevirt.io/outdatedLauncherImage" not in
+                                                    v["metadata"].get("labels", {}) for v in vmis)
+        M.wait(updated, 300, "every VMI on the new launcher", interval=1)
+        print("workload-updater round: %.0fs" % (time.monotonic() - started))
+        for ns in namespaces:
+            M.wait(lambda ns=ns: M.quota(r, ns, "q")["spec"]["hard"] == base[ns], 120, "quota %s at its base" % ns)
+        updates = [m for ns in namespaces
+                   for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
+                   if m["metadata"]["name"].startswith("kubevirt-workload-update-")]
+        phases = [(m["metadata"]["name"], M.phase(m)) for m in updates]
+        assert updates and all(phase == "Succeeded" for _name, phase in phases), phases
+        M.wait(lambda: rulebook.text().count("maintenance window: succeeded") > windows_before, IDLE + 90,
+               "the updater round's window to end")
+        assert_window_left_nothing(r, namespaces, base)
+        log = rulebook.text()
+        print("\n".join(line for line in log.splitlines() if "maintenance window:" in line or "PLAY [" in line))
+        assert "QueueFull" not in log and "Traceback" not in log, log[-6000:]
+        assert rulebook.proc.poll() is None, log[-6000:]
+    finally:
+        if rulebook is not None:
+            rulebook.stop()
+        for node in (source,):
+            lab.kubectl("uncordon", node, check=False)
+        emulator.set_knobs(lab, workload_update_period_seconds=None)
+        M.rest(lab).patch(M.KV + "/namespaces/kubevirt/kubevirts/kubevirt",
+                          {"spec": {"imageTag": None, "workloadUpdateStrategy": None}})
+        scenarios.delete(lab, sc)

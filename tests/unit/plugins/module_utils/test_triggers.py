@@ -1,0 +1,214 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvquota maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The always-on source (issue 28): typed triggers from watch events (plan/triggers.py), the watch loop that keeps
+going (client/watch.py) and the source that ties them (ops/event_source.py)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+
+import pytest
+
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
+    ForbiddenError,
+    KvquotaError,
+    UnreachableError,
+)
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client import watch as W
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import event_source as ES
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import triggers as T
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as L
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as S
+
+NOW = 1800000000
+
+
+def vmim(name="m1", ns="t", refused=True, phase="Scheduling", uid=None):
+    status = {"phase": phase}
+    if refused is not None:
+        status["conditions"] = [{"type": "migrationRejectedByResourceQuota", "status": "True" if refused else "False",
+                                 "message": "exceeded quota"}]
+    return {"metadata": {"name": name, "namespace": ns, "uid": uid or "uid-" + name},
+            "spec": {"vmiName": "vm-a"}, "status": status}
+
+
+def types(events):
+    return [(e["kvquota"]["type"], e["kvquota"]["scope_key"]) for e in events]
+
+
+# ---------------------------------------------------------------------------
+# triggers
+
+def test_a_refused_migration_is_announced_once_until_its_refusal_clears():
+    state = T.TriggerState()
+    assert types(state.observe(T.MIGRATION, "ADDED", vmim(refused=None), NOW)) == []
+    first = state.observe(T.MIGRATION, "MODIFIED", vmim(), NOW)
+    assert types(first) == [("migration_refused", "namespace/t")]
+    assert first[0]["kvquota"]["subject"] == "t/m1" and "refused by ResourceQuota" in first[0]["kvquota"]["reason"]
+    assert "amount" not in json.dumps(first) and first[0]["kvquota"]["scope"] == {"nodes": [], "namespaces": ["t"]}
+    assert state.observe(T.MIGRATION, "MODIFIED", vmim(), NOW) == []          # the same fact again
+    assert state.observe(T.MIGRATION, "MODIFIED", vmim(refused=False), NOW) == []
+    assert types(state.observe(T.MIGRATION, "MODIFIED", vmim(), NOW)) == [("migration_refused", "namespace/t")]
+    assert state.observe(T.MIGRATION, "MODIFIED", vmim(phase="Failed"), NOW) == []    # final: nothing to do
+    state.observe(T.MIGRATION, "DELETED", vmim(), NOW)
+    assert state.announced[T.MIGRATION] == {}
+
+
+def test_evacuation_outdated_launchers_and_cordons_carry_their_scope():
+    state = T.TriggerState()
+    vmi = {"metadata": {"name": "vm-a", "namespace": "t", "uid": "u1", "labels": {T.OUTDATED_LABEL: "x"}},
+           "status": {"nodeName": "node-1", "evacuationNodeName": "node-1"}}
+    assert types(state.observe(T.VMI, "MODIFIED", vmi, NOW)) == [("evacuation_started", "node/node-1"),
+                                                                 ("updater_round", "namespace/t")]
+    assert state.observe(T.VMI, "MODIFIED", vmi, NOW) == []
+    node = {"metadata": {"name": "node-1", "uid": "n1"}, "spec": {"unschedulable": True}}
+    assert types(state.observe(T.NODE, "MODIFIED", node, NOW)) == [("node_cordoned", "node/node-1")]
+    assert state.observe(T.NODE, "MODIFIED", {"metadata": node["metadata"], "spec": {}}, NOW) == []
+    assert len(state.observe(T.NODE, "MODIFIED", node, NOW)) == 1           # cordoned again: a new cordon
+    with pytest.raises(KvquotaError, match="unknown kind"):
+        state.observe("pod", "ADDED", node, NOW)
+
+
+def _ledger_configmap(ttl=60):
+    quota = {"metadata": {"name": "q", "namespace": "t", "uid": "3f2b8c1e-0000-4000-8000-000000000001"},
+             "spec": {"hard": {"limits.cpu": "2"}}}
+    ledger = L.new_ledger("t", "q", uid=quota["metadata"]["uid"])
+    ledger, _outcome = L.reserve(ledger, "node-1-b0", {"limits.cpu": "1"}, {"limits.cpu": "2"}, NOW, ttl_seconds=ttl)
+    return S.ledger_configmap("kvquota-system", quota, ledger)
+
+
+def test_a_reservation_past_its_ttl_is_announced_once_by_the_tick():
+    state = T.TriggerState()
+    configmap = _ledger_configmap(ttl=60)
+    assert state.observe(T.LEDGER, "ADDED", configmap, NOW + 59) == []
+    expired = state.tick([configmap], NOW + 60)
+    assert types(expired) == [("reservation_expired", "namespace/t")]
+    assert "reservation node-1-b0 of quota t/q expired" in expired[0]["kvquota"]["reason"]
+    assert state.tick([configmap], NOW + 120) == []
+    corrupt = dict(configmap, data={"ledger": "{not json"})
+    assert state.observe(T.LEDGER, "MODIFIED", corrupt, NOW + 120) == []     # named by the reaper, not here
+    other = {"metadata": {"name": "something-else", "uid": "x"}, "data": {}}
+    assert state.observe(T.LEDGER, "ADDED", other, NOW) == []
+
+
+def test_a_relist_forgets_what_is_gone_and_announces_what_came_meanwhile():
+    state = T.TriggerState()
+    state.observe(T.MIGRATION, "ADDED", vmim("m1"), NOW)
+    again = state.resync(T.MIGRATION, [vmim("m2")], NOW)
+    assert types(again) == [("migration_refused", "namespace/t")] and again[0]["kvquota"]["subject"] == "t/m2"
+    assert [f[0] for f in state.announced[T.MIGRATION]] == ["uid-m2"]
+
+
+# ---------------------------------------------------------------------------
+# the watch loop
+
+class _Script(object):
+    """A lister and a streamer that play a script: each streamer call takes the next step, a list of events or
+    an exception."""
+
+    def __init__(self, steps, lists=None):
+        self.steps, self.list_results = list(steps), list(lists or [([], "1")])
+        self.stream_versions, self.sleeps, self.now = [], [], [0.0]
+
+    def lister(self):
+        result = self.list_results.pop(0) if len(self.list_results) > 1 else self.list_results[0]
+        return result
+
+    def streamer(self, version):
+        self.stream_versions.append(version)
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return iter(step)
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now[0] += seconds
+
+
+def _loop(script, **kw):
+    seen, resyncs, outages = [], [], []
+    loop = W.WatchLoop(script.lister, script.streamer, lambda t, o: seen.append((t, o["metadata"]["name"])),
+                       lambda items: resyncs.append([i["metadata"]["name"] for i in items]),
+                       on_outage=lambda secs, msg: outages.append((round(secs), msg)),
+                       stopped=lambda: not script.steps, clock=lambda: script.now[0], sleep=script.sleep, **kw)
+    return loop, seen, resyncs, outages
+
+
+def _obj(name, version):
+    return {"metadata": {"name": name, "resourceVersion": version}}
+
+
+def test_the_watch_resumes_from_the_last_version_a_bookmark_included_and_relists_on_410():
+    script = _Script([
+        [{"type": "ADDED", "object": _obj("a", "5")}, {"type": "BOOKMARK", "object": _obj("", "9")}],
+        [{"type": "MODIFIED", "object": _obj("a", "11")}],
+        W.Expired("too old"),
+        [{"type": "DELETED", "object": _obj("a", "30")}],
+    ], lists=[([_obj("x", "1")], "1"), ([_obj("a", "20")], "20")])
+    loop, seen, resyncs, _outages = _loop(script)
+    loop.run()
+    assert script.stream_versions == ["1", "9", "11", "20"]
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]       # no bookmark passed on
+    assert resyncs == [["x"], ["a"]] and loop.lists == 2
+
+
+def test_an_outage_past_the_budget_is_said_once_and_the_watch_relists_when_it_answers():
+    down = UnreachableError("cannot reach the API server", "wait", details={"outage_seconds": 1})
+    script = _Script([down] * 12 + [[{"type": "ADDED", "object": _obj("a", "40")}]])
+    loop, seen, resyncs, outages = _loop(script, outage_budget=10)
+    loop.run()
+    assert len(outages) == 1 and outages[0][0] >= 10 and "cannot reach" in outages[0][1]
+    assert max(script.sleeps) <= W.BACKOFF_CAP and seen == [("ADDED", "a")]
+    assert len(resyncs) == 2                                                  # listed again after the outage
+
+
+def test_a_refusal_is_not_an_outage_it_ends_the_watch():
+    script = _Script([ForbiddenError("virtualmachineinstances is forbidden", "bind kvquota-eda")])
+    loop, _seen, _resyncs, _outages = _loop(script)
+    with pytest.raises(ForbiddenError):
+        loop.run()
+
+
+class _Lines(object):
+    def __init__(self, lines):
+        self.lines = lines
+
+    def stream_lines(self, path, query, read_timeout):
+        assert query["watch"] == "1" and query["allowWatchBookmarks"] == "true"
+        for line in self.lines:
+            yield json.dumps(line).encode("utf-8")
+
+
+def test_watch_events_turns_410_into_a_relist_and_other_errors_into_one():
+    ok = list(W.watch_events(_Lines([{"type": "ADDED", "object": _obj("a", "1")}]), "/p", "1"))
+    assert ok == [{"type": "ADDED", "object": _obj("a", "1")}]
+    with pytest.raises(W.Expired):
+        list(W.watch_events(_Lines([{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]), "/p", "1"))
+    with pytest.raises(KvquotaError, match="watch /p: boom"):
+        list(W.watch_events(_Lines([{"type": "ERROR", "object": {"code": 500, "message": "boom"}}]), "/p", "1"))
+
+
+# ---------------------------------------------------------------------------
+# the source
+
+def test_the_source_is_ready_once_every_watch_listed_and_ticks_ledgers_it_saw():
+    emitted = []
+    now = [NOW]
+    source = ES.EventSource(None, emitted.append, clock=lambda: now[0])
+    for kind in (T.MIGRATION, T.VMI, T.NODE):
+        source.on_resync(kind, [])
+    assert emitted == []
+    source.on_resync(T.LEDGER, [_ledger_configmap(ttl=60)])
+    assert types(emitted) == [("source_ready", "cluster")]
+    source.on_event(T.MIGRATION, "ADDED", vmim())
+    now[0] = NOW + 61
+    source.tick()
+    assert types(emitted)[1:] == [("migration_refused", "namespace/t"), ("reservation_expired", "namespace/t")]
+    source.on_event(T.LEDGER, "DELETED", _ledger_configmap())
+    assert source.ledgers == {}
+    source.on_outage(T.VMI, 61.2, "connection refused")
+    assert emitted[-1]["kvquota"]["type"] == "source_outage" and "61 s" in emitted[-1]["kvquota"]["reason"]
+    assert sorted(ES.watched_paths("kvquota-system")) == sorted(T.KINDS)
