@@ -139,9 +139,9 @@ def check_decision_environment(collection_dir, context, galaxy, problems):
     run(["ansible-builder", "create", "-f", os.path.join(collection_dir, "meta", "decision-environment.yml"),
          "-c", context, "--output-filename", "Containerfile", "-v3"])
     build = os.path.join(context, "_build")
-    if de["images"]["base_image"]["name"] != ee["images"]["base_image"]["name"]:
-        problems.append("the DE's base image %s is not the EE's %s" % (de["images"]["base_image"]["name"],
-                                                                      ee["images"]["base_image"]["name"]))
+    de_base, ee_base = de["images"]["base_image"]["name"], ee["images"]["base_image"]["name"]
+    if de_base != ee_base:
+        problems.append("the DE's base image %s is not the EE's %s" % (de_base, ee_base))
     if not os.listdir(os.path.join(build, "collections")):
         problems.append("the DE's build context lacks the collection's tarball")
     with open(os.path.join(build, "requirements.yml")) as f:

@@ -28,9 +28,11 @@ import tempfile
 import time
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 import modlab as M
-from kvqlab import emulator, scenarios
+from kvqlab import emulator, scenarios, tenants
+from kvqlab.emulator.rest import Rest
 from kvqlab.faults import Faults
 from test_follow_lab import kubectl_drain, scenario, tighten
 from test_roles_lab import collections_path
@@ -201,4 +203,82 @@ def test_the_rulebook_serves_two_drains_a_restart_and_an_updater_round_with_nobo
         emulator.set_knobs(lab, workload_update_period_seconds=None)
         M.rest(lab).patch(M.KV + "/namespaces/kubevirt/kubevirts/kubevirt",
                           {"spec": {"imageTag": None, "workloadUpdateStrategy": None}})
+        scenarios.delete(lab, sc)
+
+
+def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttle(lab, emu, r, tmp_path):
+    """Item 3: a tenant (edit in its namespace) creates migrations of its own VMs as fast as it can for 60 s, in a
+    namespace whose quota is at its use (each refused by quota until a window reserves). The source announces each
+    refused migration once; the rulebook starts a window at most once per 30 s (ansible-rulebook's throttle, and one
+    action at a time); every window ends; every quota ends at its base, no ledger is left, the rulebook runs on."""
+    tag = secrets.token_hex(2)
+    counts = (3,)
+    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
+    scenarios.apply(lab, sc, timeout=180)
+    (ns,) = namespaces
+    rulebook = None
+    try:
+        base, _units = tighten(r, namespaces, counts)
+        tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+        rulebook = Rulebook(lab, tmp_path)
+        rulebook.wait_for("source_ready", 90, "source_ready event")
+        names = sorted(v["metadata"]["name"] for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"])
+        started, created, refused = time.monotonic(), 0, 0
+        storm = 60
+        while time.monotonic() - started < storm:
+            # KubeVirt (v1.7+) admits one unfinished migration per VMI; the lab's virt-api does not, so the tenant
+            # here creates the next migration of a VM as soon as its last one is final, as fast as KubeVirt lets it
+            busy = set(m["spec"]["vmiName"] for m in r.get(
+                M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
+                if M.phase(m) not in ("Succeeded", "Failed"))
+            for vm in names:
+                if vm in busy:
+                    continue
+                try:
+                    tenant.create(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns, {
+                        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                        "metadata": {"generateName": "storm-"}, "spec": {"vmiName": vm}})
+                    created += 1
+                except ApiException:
+                    refused += 1
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        print("storm over: %d created, %d refused by admission in %.0fs" % (created, refused, elapsed))
+        try:
+            M.wait(lambda: M.quota(r, ns, "q")["spec"]["hard"] == base[ns], 180, "quota %s at its base" % ns)
+        except AssertionError:
+            for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]:
+                if M.phase(m) not in ("Succeeded", "Failed"):
+                    print("not final:", m["metadata"]["name"], M.phase(m), (m.get("status") or {}).get("conditions"))
+            print("ledgers:", M.ledgers(r))
+            print("quota:", M.quota(r, ns, "q").get("spec"), M.quota(r, ns, "q").get("status"))
+            print(rulebook.text()[-8000:])
+            raise
+        M.wait(lambda: not [k for k in M.ledgers(r) if k.split("/")[0] == ns], 120, "no ledger left")
+        try:
+            M.wait(lambda: rulebook.text().count("PLAY [Maintenance window") ==
+                   rulebook.text().count("maintenance window: "), IDLE + 120, "every window started to end")
+        except AssertionError:
+            for m in r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]:
+                if M.phase(m) not in ("Succeeded", "Failed"):
+                    print("not final:", m["metadata"]["name"], m["spec"].get("vmiName"), M.phase(m), m.get("status"))
+            for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]:
+                print("vmi:", v["metadata"]["name"], v["metadata"].get("labels"), (v.get("status") or {}).get(
+                    "evacuationNodeName"), (v.get("status") or {}).get("nodeName"))
+            raise
+        log = rulebook.text()
+        windows = log.count("PLAY [Maintenance window")
+        announced = log.count("'type': 'migration_refused'")
+        vmims = r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
+        rejected_ever = [m for m in vmims if m["metadata"]["name"].startswith("storm-")]
+        print("storm: %d migrations created by the tenant in %.0fs (%d refused by admission), %d refusal events "
+              "announced, %d windows started" % (created, elapsed, refused, announced, windows))
+        assert created > 3
+        # at most one window per 30 s of the storm (and of its aftermath until idle), however many events
+        assert 1 <= windows <= int((time.monotonic() - started) // 30) + 1, (windows, log[-6000:])
+        assert announced <= len(rejected_ever), (announced, len(rejected_ever))
+        assert rulebook.proc.poll() is None and "Traceback" not in log, log[-6000:]
+    finally:
+        if rulebook is not None:
+            rulebook.stop()
         scenarios.delete(lab, sc)

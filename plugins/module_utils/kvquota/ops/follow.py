@@ -588,7 +588,11 @@ class Follower(object):
             return None
         if config.follow_until != "idle":
             return None
-        if not idle_in_scope(vmims, vmis, self.in_scope):
+        # a migration no group will ever reserve for (a tenant's own of a VM this window moved already: quota
+        # admission decides on it alone) keeps no window open: else one refused migration of a tenant's would hold
+        # every window until its deadline
+        never = self._never_reserved(vmims, vmis)
+        if not idle_in_scope([v for v in vmims if uid_of(v) not in never], vmis, self.in_scope):
             self.idle_since = None
             return None
         if self.idle_since is None:

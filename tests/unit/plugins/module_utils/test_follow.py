@@ -779,3 +779,42 @@ def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_sti
     # once admitted elsewhere (its namespace no longer fenced) it takes a slot as KubeVirt counts it
     queue[0] = vmim("a", "tenant-again", "vm-1", "u-t1", "t1", phase="Running", source="n2", target_pod="p")
     assert [c["metadata"]["uid"] for c in f.pick_next(queue, vmis, set(), 2, 5, everything, skip=skip)] == ["u-r2"]
+
+
+def test_a_migration_no_group_will_reserve_for_keeps_no_window_open():
+    """The always-on rulebook's tenant storm (test_eda_lab): a tenant migrates a VM this window moved already, quota
+    refuses it, no group ever reserves for it (quota admission decides on it alone). It must not hold the window
+    open until its deadline: the scope is idle without it. A migration KubeVirt may still get a reservation for
+    keeps the window open as before."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.migration_state import Batch
+
+    class Runner(object):
+        left_out_migrations = set()
+
+    class Record(object):
+        batches = []
+        started = 0.0
+
+        @staticmethod
+        def say(_line):
+            pass
+
+    moved = Batch(1, None, [("a", "vm-1")], "w-f1", followed=True)
+    moved.migrations = [{"namespace": "a", "name": "evac-1", "uid": "u-evac", "vm": "vm-1", "reused": True,
+                         "vmi_uid": "vmi-1"}]
+    moved.phases = {"a/evac-1": "Succeeded"}
+    moved.state = "released"
+    Record.batches = [moved]
+    follower = f.Follower.__new__(f.Follower)
+    follower.record, follower.runner, follower.skipped_named, follower.idle_since = Record(), Runner(), set(), None
+    follower.in_scope = everything
+    follower.config = ExecutorConfig.build(None, mode="follow", follow_idle_seconds=10)
+    vmis = {("a", "vm-1"): dict(vmi("a", "vm-1", "n2"), metadata={"namespace": "a", "name": "vm-1", "uid": "vmi-1"}),
+            ("a", "vm-2"): dict(vmi("a", "vm-2", "n1"), metadata={"namespace": "a", "name": "vm-2", "uid": "vmi-2"})}
+    again = vmim("a", "tenant-again", "vm-1", "u-t1", "t1")
+    assert follower._ended([again], vmis, 100.0) is None                  # idle from now on
+    assert follower._ended([again], vmis, 110.0).startswith("idle")
+    follower.idle_since = None
+    other = vmim("a", "evac-2", "vm-2", "u-e2", "t2")                      # KubeVirt's, still to reserve for
+    assert follower._ended([again, other], vmis, 200.0) is None
+    assert follower._ended([again, other], vmis, 300.0) is None
