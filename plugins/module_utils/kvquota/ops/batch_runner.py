@@ -681,7 +681,7 @@ class BatchRunner(object):
                                             "entries": entries, "listed": len(fresh) == 1}
             if len(fresh) == 1 and entries:
                 listing.append({"namespace": namespace, "uid": uid_of(pod), "migration": name})
-            elif uid not in self.claims_ambiguous:
+            elif len(fresh) > 1 and uid not in self.claims_ambiguous:
                 self.claims_ambiguous.add(uid)
                 self.record.say("%s/%s: %d pods created since migration %s present as its target pod (%s): none is "
                                 "listed for its ResourceClaims" % (namespace, vm, len(fresh), name, ", ".join(

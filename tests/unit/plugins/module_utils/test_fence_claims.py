@@ -250,8 +250,11 @@ def test_a_target_pod_the_fence_keeps_from_its_extended_resource_claim_stops_its
                                                       "kvquota.maintenance: namespace t is fenced ..."}]
     now = [1.0]
     runner, batch, seen, listed, _ended = _runner(monkeypatch, _Cluster([fenced_out]), now)
+    said = []
+    runner.record.say = said.append
     runner._check_target_pods(batch, seen)
     assert listed == [] and "uid-a" not in runner.claims_done
+    assert said == []       # one pod, nothing to list: no word of two pods
     now[0] = 1.0 + br.CLAIM_GRACE_SECONDS
     runner._check_target_pods(batch, seen)
     assert "extended resource backed by DRA (DRAExtendedResource)" in runner.left_out[("t", "vm-a")]
