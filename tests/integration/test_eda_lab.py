@@ -25,7 +25,9 @@ import os
 import secrets
 import subprocess
 import tempfile
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -282,3 +284,61 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
         if rulebook is not None:
             rulebook.stop()
         scenarios.delete(lab, sc)
+
+
+def _allowed(r, user, verb, resource, group="", namespace=None):
+    attributes = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    review = r.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "resourceAttributes": attributes}})
+    return bool((review.get("status") or {}).get("allowed"))
+
+
+def test_the_source_needs_only_its_own_read_only_roles(lab, emu, r):
+    """Least privilege: the source runs as a ServiceAccount bound to kvquota-eda and kvquota-eda-ledgers alone
+    (roles/install/files, as the install playbook binds them with kvquota_bind_eda): its four watches list, it says
+    so (source_ready), and a cordon comes through as an event; that identity can write nothing."""
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.event_source import EventSource
+    ns = "eda-rbac-" + secrets.token_hex(2)
+    sa = "eda-source"
+    user = "system:serviceaccount:%s:%s" % (ns, sa)
+    r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
+    r.create("/api/v1/namespaces/%s/serviceaccounts" % ns, {"metadata": {"name": sa}})
+    subject = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    r.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "metadata": {"name": ns}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kvquota-eda"}})
+    r.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % M.OPERATOR_NS, {
+        "metadata": {"name": ns}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kvquota-eda-ledgers"}})
+    node = "node-3"
+    emitted, source = [], None
+    try:
+        M.wait(lambda: _allowed(r, user, "watch", "virtualmachineinstances", "kubevirt.io")
+               and _allowed(r, user, "watch", "configmaps", namespace=M.OPERATOR_NS), 30, "the bindings granted")
+        for verb, resource, group, where in (("create", "virtualmachineinstancemigrations", "kubevirt.io", "default"),
+                                             ("update", "configmaps", "", M.OPERATOR_NS), ("list", "pods", "", None),
+                                             ("update", "resourcequotas", "", "default"), ("get", "secrets", "", None)):
+            assert not _allowed(r, user, verb, resource, group, where), (verb, resource)
+        path = Path(lab.run_dir) / ("%s.kubeconfig" % ns)
+        tenants._kubeconfig(lab, user, tenants.token_for(lab, ns, sa), path)
+        source = EventSource(M.connect({"kubeconfig": str(path)}), emitted.append, tick_seconds=1)
+        thread = threading.Thread(target=source.run, daemon=True)
+        thread.start()
+        M.wait(lambda: [e for e in emitted if e["kvquota"]["type"] == "source_ready"] or source.errors, 60,
+               "source_ready")
+        assert not source.errors, source.errors
+        lab.kubectl("cordon", node)
+        M.wait(lambda: [e for e in emitted if e["kvquota"]["type"] == "node_cordoned"
+                        and e["kvquota"]["subject"] == node], 30, "the cordon as an event")
+        assert not source.errors, source.errors
+        print("source as %s: %d events, %s" % (user, len(emitted), sorted(set(e["kvquota"]["type"] for e in emitted))))
+    finally:
+        lab.kubectl("uncordon", node, check=False)
+        if source is not None:
+            source.stop()
+        r.delete("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + ns)
+        r.delete("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings/%s" % (M.OPERATOR_NS, ns))
+        M.delete_namespace(r, ns)

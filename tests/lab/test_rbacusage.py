@@ -146,6 +146,11 @@ def test_shipped_roles_load():
     assert roles["kvquota-state"].namespace == "kvquota-system"
     assert roles["kvquota-rancher"].feature == "rancher" and roles["kvquota-shutdown"].feature == "shutdown"
     verbs = {v for r in roles.values() for rule in r.rules for v in rule["verbs"]}
-    assert "watch" not in verbs and "patch" in verbs   # patch: only node cordon
+    assert "patch" in verbs   # patch: only node cordon
+    # watch: only the event source's roles (feature eda, bound with kvquota_bind_eda), and only list + watch there
+    watching = sorted(r.name for r in roles.values() for rule in r.rules if "watch" in rule["verbs"])
+    assert watching == ["kvquota-eda", "kvquota-eda", "kvquota-eda-ledgers"], watching
+    assert all(r.feature == "eda" and all(set(rule["verbs"]) == {"list", "watch"} for rule in r.rules)
+               for r in roles.values() if r.name in watching)
     patches = [(r.name, rule["resources"]) for r in roles.values() for rule in r.rules if "patch" in rule["verbs"]]
     assert patches == [("kvquota-write", ["nodes"])]
