@@ -79,6 +79,20 @@ def devices_quota_and_template(r, ns):
             {"name": "nic", "exactly": {"deviceClassName": CLASS, "count": 2}}]}}}})
 
 
+def a_vm_with_a_claim(r, ns):
+    """Quota compute (room for the pods), the devices quota and template of devices_quota_and_template, and vm-1
+    with a claim from that template, running with its claim counted (1 claim, 2 devices: the devices quota full)."""
+    r.create("/api/v1/namespaces/%s/resourcequotas" % ns, {"metadata": {"name": "compute"}, "spec": {"hard": {
+        "limits.memory": "8Gi", "limits.cpu": "8", "pods": "10"}}})
+    devices_quota_and_template(r, ns)
+    vm = scenarios.vm_object({"name": "vm-1", "namespace": ns, "cpu": 1, "memory": "256Mi",
+                              "limits": {"cpu": "1", "memory": "256Mi"}})
+    vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
+    r.create(M.KV + "/namespaces/%s/virtualmachines" % ns, vm)
+    M.wait(lambda: M.settled(r, ns, 1) and used(r, ns, "devices").get(COUNT) == "1"
+           and used(r, ns, "devices").get(DEVICES) == "2", 90, "vm-1 running with its claim counted")
+
+
 def used(r, ns, name):
     return dict((M.quota(r, ns, name).get("status") or {}).get("used") or {})
 
@@ -87,15 +101,7 @@ def test_a_vm_with_a_template_backed_claim_migrates_within_an_exact_reservation(
     ns = "dra-" + secrets.token_hex(3)
     r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
     try:
-        r.create("/api/v1/namespaces/%s/resourcequotas" % ns, {"metadata": {"name": "compute"}, "spec": {"hard": {
-            "limits.memory": "8Gi", "limits.cpu": "8", "pods": "10"}}})
-        devices_quota_and_template(r, ns)
-        vm = scenarios.vm_object({"name": "vm-1", "namespace": ns, "cpu": 1, "memory": "256Mi",
-                                  "limits": {"cpu": "1", "memory": "256Mi"}})
-        vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
-        r.create(M.KV + "/namespaces/%s/virtualmachines" % ns, vm)
-        M.wait(lambda: M.settled(r, ns, 1) and used(r, ns, "devices").get(COUNT) == "1"
-               and used(r, ns, "devices").get(DEVICES) == "2", 90, "vm-1 running with its claim counted")
+        a_vm_with_a_claim(r, ns)
         (source_claim,) = claims(r, ns)
         (source_pod,) = [p for p in M.launcher_pods(r, ns) if M.phase(p) == "Running"]
         assert [ref["uid"] for ref in source_claim["metadata"]["ownerReferences"]] == [source_pod["metadata"]["uid"]]
@@ -362,14 +368,7 @@ def test_a_source_claim_its_tenant_orphans_blocks_its_vm_and_is_refused_while_fe
     cm = "/api/v1/namespaces/%s/configmaps/%s" % (M.OPERATOR_NS, F.FENCE_CONFIGMAP)
     r.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"kvqlab/test": "true"}}})
     try:
-        r.create("/api/v1/namespaces/%s/resourcequotas" % ns, {"metadata": {"name": "compute"}, "spec": {"hard": {
-            "limits.memory": "8Gi", "limits.cpu": "8", "pods": "10"}}})
-        devices_quota_and_template(r, ns)
-        vm = scenarios.vm_object({"name": "vm-1", "namespace": ns, "cpu": 1, "memory": "256Mi",
-                                  "limits": {"cpu": "1", "memory": "256Mi"}})
-        vm["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
-        r.create(M.KV + "/namespaces/%s/virtualmachines" % ns, vm)
-        M.wait(lambda: M.settled(r, ns, 1) and used(r, ns, "devices").get(COUNT) == "1", 90, "vm-1 running")
+        a_vm_with_a_claim(r, ns)
         (claim,) = claims(r, ns)
         path = DRA + "/namespaces/%s/resourceclaims/%s" % (ns, claim["metadata"]["name"])
         owners = claim["metadata"]["ownerReferences"]

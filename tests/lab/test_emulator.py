@@ -673,6 +673,17 @@ def test_rancher_project_limit_blocks_namespace_over_it(lab, rest, emu):
         rest.delete("/apis/management.cattle.io/v3/namespaces/local/projects/" + pname)
 
 
+def rancher_managed_quota(lab, rest, ns, limits_cpu, limits_memory):
+    """ns's Rancher-managed quota, from the namespace's Rancher annotation with these limits (the emulated agent
+    creates it), once its status is ready: (the quota, its API path)."""
+    ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsCpu": limits_cpu, "limitsMemory": limits_memory}})}
+    rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": ann}})
+    (q,) = wait(lambda: [q for q in rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]
+                         if rancher_mod.is_rancher_quota(q)], 10, "Rancher quota")
+    lab.wait_quota_ready(ns, q["metadata"]["name"])
+    return q, "/api/v1/namespaces/%s/resourcequotas/%s" % (ns, q["metadata"]["name"])
+
+
 def test_harvester_ratio_setting_and_quota_scaling(lab, rest, emu, ns, knobs):
     from kubernetes.client.exceptions import ApiException
     from kvqlab.emulator import collection
@@ -685,12 +696,7 @@ def test_harvester_ratio_setting_and_quota_scaling(lab, rest, emu, ns, knobs):
     except ApiException:
         rest.patch(setting, {"value": "2.0"})
     knobs(harvester=True, migration_seconds=1.5, source_pod_delay_seconds=3)
-    ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsCpu": "10", "limitsMemory": "20Gi"}})}
-    rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": ann}})
-    (q,) = wait(lambda: [q for q in rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]
-                         if rancher_mod.is_rancher_quota(q)], 10, "Rancher quota")
-    lab.wait_quota_ready(ns, q["metadata"]["name"])
-    qpath = "/api/v1/namespaces/%s/resourcequotas/%s" % (ns, q["metadata"]["name"])
+    q, qpath = rancher_managed_quota(lab, rest, ns, "10", "20Gi")
     make_vm(rest, ns, "vm1", cpu=2, memory="2Gi")
     v = wait_running(rest, ns, "vm1")
     kv = rest.get(KV + "/namespaces/kubevirt/kubevirts/kubevirt")
@@ -732,12 +738,7 @@ def test_harvester_v19_compensation_resync_flag_and_lock_down(lab, rest, emu, ns
     refusal is logged and retried while the emulator goes on (the migration completes, the source pod too); once
     the lock-down is off the retry restores the quota to its base and leaves the flag "false"."""
     knobs(harvester=True, harvester_version="v1.9.0", migration_seconds=0.5, source_pod_delay_seconds=1)
-    ann = {rancher_mod.QUOTA_ANNOTATION: json.dumps({"limit": {"limitsCpu": "10", "limitsMemory": "8Gi"}})}
-    rest.patch("/api/v1/namespaces/" + ns, {"metadata": {"annotations": ann}})
-    (q,) = wait(lambda: [q for q in rest.get("/api/v1/namespaces/%s/resourcequotas" % ns)["items"]
-                         if rancher_mod.is_rancher_quota(q)], 10, "Rancher quota")
-    lab.wait_quota_ready(ns, q["metadata"]["name"])
-    qpath = "/api/v1/namespaces/%s/resourcequotas/%s" % (ns, q["metadata"]["name"])
+    q, qpath = rancher_managed_quota(lab, rest, ns, "10", "8Gi")
     make_vm(rest, ns, "vm1", cpu=1, memory="1Gi")
     v = wait_running(rest, ns, "vm1")
     (pod,) = launcher_pods(rest, ns, "vm1")

@@ -587,6 +587,20 @@ def fence(cluster, operator_namespace, namespace, vmis, note=None, controller=No
             "added": result["added"], "removed": result["removed"]}
 
 
+def _add_where_listed(cluster, operator_namespace, namespace, add_data, items, what, check_mode):
+    """_update with add_data(data, namespace, items) -> (new data, items skipped); returns (_update's result, the
+    items skipped)."""
+    skipped = []
+
+    def change(data):
+        new, left_out = add_data(data, namespace, items)
+        skipped[:] = left_out
+        return new
+    result = _update(cluster, operator_namespace, change, "%s in the fence of namespace %s (configmap %s in namespace %s)"
+                     % (what, namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    return result, list(skipped)
+
+
 def admit_migrations(cluster, operator_namespace, namespace, migrations, check_mode=False):
     """List migrations (as for fence) in namespace, when it is fenced and their VMI is reserved there; the others
     are skipped (nothing there is fenced for them). The run lists a migration it creates by name just before
@@ -595,18 +609,10 @@ def admit_migrations(cluster, operator_namespace, namespace, migrations, check_m
     'removed'}."""
     check_operator_namespace(operator_namespace)
     check_namespace_name(namespace)
-    admitted = normalize_migrations(namespace, migrations)
-    skipped = []
-
-    def change(data):
-        new, left_out = add_migrations_data(data, namespace, admitted)
-        skipped[:] = left_out
-        return new
-    result = _update(cluster, operator_namespace, change,
-                     "list migrations in the fence of namespace %s (configmap %s in namespace %s)"
-                     % (namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    result, skipped = _add_where_listed(cluster, operator_namespace, namespace, add_migrations_data,
+                                        normalize_migrations(namespace, migrations), "list migrations", check_mode)
     return {"changed": result["changed"], "namespace": namespace,
-            "migrations": fenced_migrations(result["data"], namespace), "skipped": list(skipped),
+            "migrations": fenced_migrations(result["data"], namespace), "skipped": skipped,
             "added": result["added"], "removed": result["removed"]}
 
 
@@ -617,18 +623,10 @@ def admit_claim_pods(cluster, operator_namespace, namespace, pods, check_mode=Fa
     Returns {'changed', 'namespace', 'pods' ({uid: migration} listed after), 'skipped' (uids), 'added', 'removed'}."""
     check_operator_namespace(operator_namespace)
     check_namespace_name(namespace)
-    wanted = normalize_claim_pods(namespace, pods)
-    skipped = []
-
-    def change(data):
-        new, left_out = add_claim_pods_data(data, namespace, wanted)
-        skipped[:] = left_out
-        return new
-    result = _update(cluster, operator_namespace, change,
-                     "list target pods in the fence of namespace %s (configmap %s in namespace %s)"
-                     % (namespace, FENCE_CONFIGMAP, operator_namespace), check_mode)
+    result, skipped = _add_where_listed(cluster, operator_namespace, namespace, add_claim_pods_data,
+                                        normalize_claim_pods(namespace, pods), "list target pods", check_mode)
     return {"changed": result["changed"], "namespace": namespace,
-            "pods": fenced_claim_pods(result["data"], namespace), "skipped": list(skipped),
+            "pods": fenced_claim_pods(result["data"], namespace), "skipped": skipped,
             "added": result["added"], "removed": result["removed"]}
 
 
