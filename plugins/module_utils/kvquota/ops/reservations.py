@@ -296,6 +296,12 @@ class _Writer(object):
                 raise
         if is_idle(final):
             if configmap is not None:
+                if backend.guards_the_quota:
+                    # the opt-out comes off only once the owner has put the base back, and the ledger that
+                    # remembers its previous value goes only after that: Harvester never scales a quota that still
+                    # holds a reservation, and an interrupted run finds the idle ledger and finishes both
+                    self.applied(state, final)
+                    self.unguard(state, final)
                 self.delete_ledger(configmap)
         elif quota_write:
             _settle(run.store.save, state.quota, confirmed(final), configmap)
@@ -311,7 +317,7 @@ class _Writer(object):
         state.backend.wait_applied(self.run, state, final)
 
     def unguard(self, state, idle_ledger):
-        """Put back what the owner's guard changed, before the final release is written."""
+        """Put back what the owner's guard changed, once the owner applied the final release (change)."""
         state.backend.unguard(self.run, state.target, idle_ledger)
 
     def event(self, involved, reason, message, event_type, action, namespace):
@@ -1064,14 +1070,10 @@ def _release_mutation(reservation_id):
 
 
 def _release_one(run, target, reservation_id, state=None):
-    """Release reservation_id from one quota (Harvester opt-out put back first when this empties the ledger)."""
+    """Release reservation_id from one quota (when this empties the ledger, Harvester's opt-out is put back once the
+    owner applied the base: _Writer.change)."""
     if state is None:
         state = _read(run, target, run.clock())
-    if state.backend.writable and state.backend.guards_the_quota:
-        after, outcome = _release_ledger(state, reservation_id, run.clock())
-        if outcome["outcome"] == ledger_mod.RELEASED and is_idle(after):
-            run.writer.unguard(state, after)
-            state = None  # the quota changed: read again
     state, final, info, changed = _transact(run, target, _release_mutation(reservation_id), first=state)
     _report_changes(run, state)
     item = _quota_result(state, final, info, changed)

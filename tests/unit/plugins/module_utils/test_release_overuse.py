@@ -38,6 +38,7 @@ from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.tes
     RANCHER_ANNOTATION,
     TARGET,
     Clock,
+    Crash,
     FakeApi,
     cluster_objects,
 )
@@ -344,6 +345,80 @@ def test_harvester_release_stops_at_usage_and_the_reaper_restores_the_base_once_
     assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == RANCHER_ANNOTATION
     assert ledger_of(objects) is None
     assert harvester.HARVESTER_SKIP_ANNOTATION not in objects[QUOTA_PATH]["metadata"]["annotations"]
+
+
+class RecordingApi(TenantApi):
+    """TenantApi that records, after every write, the quota's limits.memory, its opt-out and whether a ledger
+    exists (the order the release leaves things in, as Harvester's controller would see them between writes)."""
+
+    def __init__(self, *args, **kwargs):
+        super(RecordingApi, self).__init__(*args, **kwargs)
+        self.seen = []
+
+    def _write(self, apply):
+        try:
+            return super(RecordingApi, self)._write(apply)
+        finally:
+            quota = self.objects[QUOTA_PATH]
+            self.seen.append((quota["spec"]["hard"]["limits.memory"],
+                              quota["metadata"]["annotations"].get(harvester.HARVESTER_SKIP_ANNOTATION),
+                              ledger_of(self.objects) is not None))
+
+
+def test_harvester_opt_out_comes_off_only_once_the_base_is_back_and_the_ledger_goes_after_it():
+    """Between any two writes of a release, a quota above its base carries the opt-out (Harvester must never add
+    its deltas on top of a reservation), and the ledger that remembers the opt-out's previous value outlives it."""
+    objects, clock = cluster_objects(rancher=True), Clock()
+    api = RecordingApi(objects, harvester=True)
+    reserve(api, clock)
+    assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "10Gi"
+    assert objects[QUOTA_PATH]["metadata"]["annotations"][harvester.HARVESTER_SKIP_ANNOTATION] == "true"
+    migrated(api, "1Gi")
+    api.set_used(**{"limits.memory": "7Gi"})
+    api.seen = []
+    release(api, clock)
+    for memory, opt_out, ledger in api.seen:
+        if memory != "8Gi":
+            assert opt_out == "true", api.seen
+        if opt_out is None:
+            assert memory == "8Gi", api.seen
+        if opt_out == "true":
+            assert ledger, api.seen     # the opt-out's previous value (absent) is still on record
+    assert api.seen[-1] == ("8Gi", None, False), api.seen
+    assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == \
+        RANCHER_ANNOTATION
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-write", "after-write"])
+def test_harvester_release_killed_at_any_write_converges_with_the_opt_out_put_back(after):
+    def reserved():
+        objects, clock = cluster_objects(rancher=True), Clock()
+        api = TenantApi(objects, harvester=True)
+        reserve(api, clock)
+        migrated(api, "1Gi")
+        api.set_used(**{"limits.memory": "7Gi"})
+        api.writes = 0
+        return objects, clock, api
+
+    _objects, clock, api = reserved()
+    release(api, clock)
+    assert 4 <= api.writes < 12, api.writes     # every write of an uninterrupted release is a crash point below
+    for crash_at in range(1, api.writes + 1):
+        objects, clock, api = reserved()
+        api.crash_at, api.after = crash_at, after
+        try:
+            release(api, clock)
+        except Crash:
+            pass
+        api.crash_at = None
+        release(api, clock)
+        V.release_expired(api, clock=clock, sleep=lambda s: None, rancher_sync_timeout=0)
+        annotations = objects[QUOTA_PATH]["metadata"]["annotations"]
+        assert harvester.HARVESTER_SKIP_ANNOTATION not in annotations, (crash_at, annotations)
+        assert objects[QUOTA_PATH]["spec"]["hard"]["limits.memory"] == "8Gi", crash_at
+        assert ledger_of(objects) is None, (crash_at, ledger_of(objects))
+        assert objects[NAMESPACE_PATH]["metadata"]["annotations"][rancher_owner.RANCHER_QUOTA_ANNOTATION] == \
+            RANCHER_ANNOTATION, crash_at
 
 
 def test_a_cluster_without_kubevirt_is_released_with_its_over_use_named():

@@ -5,7 +5,8 @@
 really holds spec.hard (Rancher's or the plain one) and opts the quota out of Harvester's scaling
 (harvesterhci.io/skipResourceQuotaAutoScaling: "true") for as long as a reservation is active, putting the
 previous value (or its absence) back exactly on the final release: in the same write as spec.hard on a plain
-quota (render), or as a write of the quota of its own before the owner's value (guard, unguard).
+quota (render), or as a write of the quota of its own before the owner's value (guard) and once the owner has
+applied the base again (unguard).
 
 Under Rancher's quota lock-down (Rancher 2.14.6 / 2.15.2, rancher/webhook 1797/1798) the opt-out cannot be
 written: the webhook refuses every write of a Rancher-labelled quota by anyone but Rancher. It refuses Harvester's
@@ -225,7 +226,8 @@ class HarvesterOwner(QuotaOwner):
                 % HARVESTER_SKIP_ANNOTATION)
 
     def unguard(self, io, target, idle_ledger):
-        """Put the opt-out back as it was, before the final restore (owner not the quota)."""
+        """Put the opt-out back as it was, once the owner applied the final restore (owner not the quota): while the
+        quota still holds the reservation, Harvester must not add its deltas on top of it."""
         if not self.guards_the_quota:
             return
         conditional_update(lambda: io.cluster.get_quota(*target),

@@ -279,7 +279,8 @@ class RancherOwner(PlainOwner):
         is adopted like an administrator's change (ledger.observe): under the namespace's lock, which every caller
         holds, against the stored ledger, the member's value becomes the base, the reservations stay on top, the
         annotation is written again and the wait starts over - at most `adoptions` times. Once no reservation is
-        left (the ledger is gone) the member's value is simply what Rancher must apply."""
+        left (the ledger is gone, or idle until Harvester's opt-out is put back) the member's value is simply what
+        Rancher must apply."""
         deadline = io.clock() + io.sync_timeout
         expected = ledger
         rewrites = []
@@ -295,8 +296,10 @@ class RancherOwner(PlainOwner):
             if refused:
                 raise KvquotaError("Rancher refused the new quota of namespace %s: %s" % (state.target[0], refused),
                                    "raise the Rancher project's limit or reserve less (smaller batches), then re-run")
-            if stored is None and is_idle(ledger):
-                expected = _kept_after_release(io, state, ledger, namespace)
+            if is_idle(expected):
+                # no reservation left (the ledger is gone, or idle until Harvester's opt-out is put back): a
+                # member's value is simply what Rancher must apply, nothing to adopt under it
+                expected = _kept_after_release(io, state, expected, namespace)
                 ok, wrong = self.followed(quota, expected)
                 if ok:
                     return None
