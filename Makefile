@@ -304,11 +304,13 @@ BENCH_SCALES ?= 0.1,1
 bench-check: deps lab-build
 	$(PY) tests/bench/bench_check.py --scales $(BENCH_SCALES) --repeat 3 --json $(CACHE)/bench-check.json
 
-# A kubectl drain of scenario d's node-1 with nothing running, Harvester's way and the maintenance_window role
-# (issue 12 item 5); both KubeVirt behaviours (per node before v1.7, every migration at once from v1.7).
-bench-window: deps lab-build
+# A kubectl drain of scenario d's node-1 with nothing running, Harvester's way, the maintenance_window role
+# (issue 12 item 5) and the always-on rulebook (issue 28 item 6); both KubeVirt behaviours (per node before v1.7,
+# every migration at once from v1.7).
+bench-window: deps lab-build $(if $(PLAYBOOK_VENV),venv-core-newest) venv-eda
 	$(PY) tests/bench/bench_window.py --json $(CACHE)/bench-window-1.5.json
-	$(PY) tests/bench/bench_window.py --kubevirt 1.7.4 --approaches harvester,window --json $(CACHE)/bench-window-1.7.json
+	KVQ_EDA_VENV=$(EDA_VENV) $(PLAYBOOKS_ON) $(PY) tests/bench/bench_window.py --kubevirt 1.7.4 \
+	  --approaches nothing,harvester,window,rulebook --json $(CACHE)/bench-window-1.7.json
 
 bench-maintenance: deps lab-build
 	$(PY) tests/bench/bench_maintenance.py --repeat 2 --approaches role,naive,serial,role-tuned --json $(CACHE)/bench-maintenance.json

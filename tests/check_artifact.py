@@ -23,6 +23,7 @@ REQUIRED = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "plugins/modules/
             "meta/execution-environment.yml", "meta/requirements.txt", "requirements.txt",
             # the Event-Driven Ansible content (issue 28) and its decision environment
             "extensions/eda/plugins/event_source/migrations.py", "extensions/eda/rulebooks/protect_migrations.yml",
+            "extensions/eda/rulebooks/protect_migrations_controller.yml",
             "meta/decision-environment.yml", "meta/decision-requirements.txt",
             "roles/node_maintenance/README.md", "docs/docsite/extra-docs.yml")
 

@@ -33,7 +33,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 import modlab as M
-from kvqlab import emulator, scenarios, tenants
+from kvqlab import aap, emulator, scenarios, tenants
 from kvqlab.emulator.rest import Rest
 from kvqlab.faults import Faults
 from test_follow_lab import kubectl_drain, scenario, tighten
@@ -50,10 +50,26 @@ POLL, SETTLE, IDLE = 1, 5, 10
 WINDOW_START = 25
 
 
+def eda_env(lab):
+    """The environment of ansible-rulebook and what it runs: the EDA venv first on PATH, this checkout's collection
+    and the kubernetes.core of the playbook venv (make roles-tests) or the one installed beside the system's
+    ansible, the lab's least-privilege user."""
+    env = dict(os.environ)
+    env.update({
+        "PATH": os.path.join(EDA_VENV, "bin") + os.pathsep + env["PATH"],
+        "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+        "K8S_AUTH_KUBECONFIG": str(lab.user_kubeconfig),
+        "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PYTHONUNBUFFERED": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+    })
+    env.pop("KVQ_ANSIBLE_VENV_PLAYBOOKS", None)
+    return env
+
+
 class Rulebook(object):
     """ansible-rulebook -r kvquota.maintenance.protect_migrations in the background; its output in a file."""
 
-    def __init__(self, lab, tmp_path):
+    def __init__(self, lab, tmp_path, rulebook="kvquota.maintenance.protect_migrations", extra_args=()):
         if not os.path.exists(os.path.join(EDA_VENV, "bin", "ansible-rulebook")):
             pytest.fail("no ansible-rulebook in %s: make venv-eda (or set KVQ_EDA_VENV)" % EDA_VENV)
         inventory = tmp_path / "inventory.yml"
@@ -63,22 +79,12 @@ class Rulebook(object):
         variables.write_text("kvquota_window_idle_seconds: %d\nkvquota_window_deadline_seconds: 900\n"
                              "kvquota_window_poll_interval: %d\nkvquota_window_top_up_settle_seconds: %d\n"
                              % (IDLE, POLL, SETTLE))
-        env = dict(os.environ)
-        env.update({
-            "PATH": os.path.join(EDA_VENV, "bin") + os.pathsep + env["PATH"],
-            # this checkout's collection, and the kubernetes.core of the playbook venv (make roles-tests) or the
-            # one installed beside the system's ansible
-            "ANSIBLE_COLLECTIONS_PATH": collections_path(),
-            "K8S_AUTH_KUBECONFIG": str(lab.user_kubeconfig),
-            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PYTHONUNBUFFERED": "1",
-            "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-        })
-        env.pop("KVQ_ANSIBLE_VENV_PLAYBOOKS", None)
+        env = eda_env(lab)
         self.output = tempfile.NamedTemporaryFile(prefix="kvq-rulebook-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [os.path.join(EDA_VENV, "bin", "ansible-rulebook"), "-r", "kvquota.maintenance.protect_migrations",
-             "-i", str(inventory), "--vars", str(variables), "--env-vars", "K8S_AUTH_KUBECONFIG", "--print-events"],
-            stdout=self.output, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path))
+            [os.path.join(EDA_VENV, "bin", "ansible-rulebook"), "-r", rulebook,
+             "-i", str(inventory), "--vars", str(variables), "--env-vars", "K8S_AUTH_KUBECONFIG", "--print-events"]
+            + list(extra_args), stdout=self.output, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path))
 
     def text(self):
         with open(self.output.name) as fh:
@@ -210,9 +216,11 @@ def test_the_rulebook_serves_two_drains_a_restart_and_an_updater_round_with_nobo
 
 def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttle(lab, emu, r, tmp_path):
     """Item 3: a tenant (edit in its namespace) creates migrations of its own VMs as fast as it can for 60 s, in a
-    namespace whose quota is at its use (each refused by quota until a window reserves). The source announces each
-    refused migration once; the rulebook starts a window at most once per 30 s (ansible-rulebook's throttle, and one
-    action at a time); every window ends; every quota ends at its base, no ledger is left, the rulebook runs on."""
+    namespace whose quota is at its use (each refused by quota until a window reserves), and marks and unmarks its
+    VMIs as running an outdated launcher (the workload updater's label) as fast. The source announces each refused
+    migration once and each marking once; the rulebook starts a window at most once per 30 s (ansible-rulebook's
+    throttle, and one action at a time); every window ends; every quota ends at its base, no ledger is left, the
+    rulebook runs on."""
     tag = secrets.token_hex(2)
     counts = (3,)
     sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
@@ -225,9 +233,15 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
         rulebook = Rulebook(lab, tmp_path)
         rulebook.wait_for("source_ready", 90, "source_ready event")
         names = sorted(v["metadata"]["name"] for v in r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"])
-        started, created, refused = time.monotonic(), 0, 0
+        started, created, refused, marked = time.monotonic(), 0, 0, 0
         storm = 60
         while time.monotonic() - started < storm:
+            # the workload updater's label, on and off: each marking is an updater_round the source may announce
+            for vm in names:
+                value = None if marked % 2 else "true"
+                tenant.patch(M.KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vm),
+                             {"metadata": {"labels": {"kubevirt.io/outdatedLauncherImage": value}}})
+            marked += 1
             # KubeVirt (v1.7+) admits one unfinished migration per VMI; the lab's virt-api does not, so the tenant
             # here creates the next migration of a VM as soon as its last one is final, as fast as KubeVirt lets it
             busy = set(m["spec"]["vmiName"] for m in r.get(
@@ -271,11 +285,14 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
         log = rulebook.text()
         windows = log.count("PLAY [Maintenance window")
         announced = log.count("'type': 'migration_refused'")
+        rounds = log.count("'type': 'updater_round'")
         vmims = r.get(M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns)["items"]
         rejected_ever = [m for m in vmims if m["metadata"]["name"].startswith("storm-")]
         print("storm: %d migrations created by the tenant in %.0fs (%d refused by admission), %d refusal events "
-              "announced, %d windows started" % (created, elapsed, refused, announced, windows))
-        assert created > 3
+              "announced; %d VMI markings, %d updater rounds announced; %d windows started"
+              % (created, elapsed, refused, announced, marked * len(names), rounds, windows))
+        assert created > 3 and marked > 10
+        assert 1 <= rounds <= (marked + 1) // 2 * len(names), (rounds, marked)
         # at most one window per 30 s of the storm (and of its aftermath until idle), however many events
         assert 1 <= windows <= int((time.monotonic() - started) // 30) + 1, (windows, log[-6000:])
         assert announced <= len(rejected_ever), (announced, len(rejected_ever))
@@ -283,6 +300,49 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
     finally:
         if rulebook is not None:
             rulebook.stop()
+        scenarios.delete(lab, sc)
+
+
+def test_the_controller_rulebook_serves_a_drain_through_aap_job_templates(lab, emu, r, tmp_path):
+    """Item 2's run_job_template: kvquota.maintenance.protect_migrations_controller with an automation controller
+    (kvqlab.aap, the part of AAP's API that ansible-rulebook's run_job_template uses, running each job's playbook
+    with ansible-playbook as a job would). A kubectl drain's refusals launch the job template "kvquota maintenance
+    window" with the rulebook's extra variables; the job reserves just in time, every migration completes, every
+    quota ends at its base, the job ends successful and the rulebook runs on."""
+    tag = secrets.token_hex(2)
+    counts = (3, 2)
+    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
+    scenarios.apply(lab, sc, timeout=180)
+    controller = rulebook = None
+    try:
+        base, units = tighten(r, namespaces, counts)
+        playbooks = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                 "playbooks")
+        controller = aap.Controller({"kvquota maintenance window": os.path.join(playbooks, "maintenance_window.yml"),
+                                     "kvquota reaper": os.path.join(playbooks, "reaper.yml")},
+                                    os.path.join(EDA_VENV, "bin", "ansible-playbook"), eda_env(lab),
+                                    str(tmp_path)).start()
+        rulebook = Rulebook(lab, tmp_path, "kvquota.maintenance.protect_migrations_controller",
+                            ["--controller-url", controller.url, "--controller-token", controller.token])
+        rulebook.wait_for("source_ready", 90, "source_ready event")
+        drain_served(lab, r, "fl-%s-src" % tag, namespaces, base, units, rulebook, "drain through AAP")
+        M.wait(lambda: controller.jobs and all(job.status in ("successful", "failed") for job in controller.jobs),
+               IDLE + 90, "the window's job to end")
+        windows = [job for job in controller.jobs if job.template == "kvquota maintenance window"]
+        print("jobs: %s" % [(job.number, job.template, job.status) for job in controller.jobs])
+        assert windows and all(job.status == "successful" for job in windows), controller.text()[-6000:]
+        assert windows[0].extra_vars["maintenance_window_until"] == "idle"
+        assert windows[0].extra_vars["maintenance_window_reservation_prefix"] == "eda"
+        assert str(windows[0].extra_vars["maintenance_window_idle_seconds"]) == str(IDLE)
+        assert "maintenance window: succeeded" in windows[0].output, windows[0].output[-3000:]
+        assert ("POST", "/api/v2/job_templates/1/launch/") in controller.requests or \
+            ("POST", "/api/v2/job_templates/2/launch/") in controller.requests
+        assert rulebook.proc.poll() is None and "Traceback" not in rulebook.text(), rulebook.text()[-6000:]
+    finally:
+        if rulebook is not None:
+            rulebook.stop()
+        if controller is not None:
+            controller.stop()
         scenarios.delete(lab, sc)
 
 

@@ -6,10 +6,12 @@
 A tenant may put any label on a pod of its own (`kubevirt.io=virt-launcher`, `kubevirt.io/created-by`,
 `vm.kubevirt.io/name`) and may post Events saying anything; labels and Event texts are display only here.
 A virt-launcher pod is the pod whose controller ownerReference is the VirtualMachineInstance (kind and UID,
-as virt-controller sets it); its active launcher is, in addition, one the VMI's status (written by KubeVirt,
-a subresource tenants cannot write) lists in activePods. An Event may say which object it is about only when
-its involvedObject carries that object's UID and its reporting component is KubeVirt's controller; even then
-it is only a pointer, never a source of amounts.
+as virt-controller sets it); its active launcher is, in addition, one the VMI's status lists in activePods.
+KubeVirt writes that status, but the VMI has no status subresource, so a tenant with KubeVirt's edit role can
+write it too, and a tenant may create a pod owned by its own VMI: which pod is a VM's active launcher is the
+tenant's input for that VM, never an amount that widens anything beyond it. An Event may say which object it is
+about only when its involvedObject carries that object's UID and its reporting component is KubeVirt's
+controller; even then it is only a pointer, never a source of amounts.
 """
 
 from __future__ import (absolute_import, division, print_function)
