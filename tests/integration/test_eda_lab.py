@@ -303,6 +303,75 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
         scenarios.delete(lab, sc)
 
 
+def test_a_tenants_forged_marks_keep_no_window_open(lab, emu, r, tmp_path):
+    """Item 3, found by an attack: a tenant writes its VMIs' status and labels (on KubeVirt the VMI has no status
+    subresource; here the tenant is given virtualmachineinstances/status to stand for that). For 60 s it marks one
+    VMI for evacuation from nodes that are not cordoned (a new one every 5 s) and labels the other as running an
+    outdated launcher. Each window the rulebook starts ends once idle (the marks count only while the node is
+    cordoned, the label only while the KubeVirt CR counts outdated workloads), none runs to its deadline, nothing
+    is reserved; a mark that is no node name is not even announced."""
+    tag = secrets.token_hex(2)
+    counts = (2,)
+    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
+    scenarios.apply(lab, sc, timeout=180)
+    (ns,) = namespaces
+    rulebook = None
+    try:
+        tighten(r, namespaces, counts)
+        tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+        r.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles" % ns, {
+            "metadata": {"name": "vmi-status"}, "rules": [{"apiGroups": ["kubevirt.io"], "verbs": ["patch"],
+                                                          "resources": ["virtualmachineinstances/status"]}]})
+        r.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % ns, {
+            "metadata": {"name": "vmi-status"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                            "name": "vmi-status"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant-edit", "namespace": ns}]})
+        vmis = r.get(M.KV + "/namespaces/%s/virtualmachineinstances" % ns)["items"]
+        vms = sorted(v["metadata"]["name"] for v in vmis)
+        # nodes the VMIs do not run on (a mark for its own node makes KubeVirt evacuate it, as it should)
+        nodes = sorted(n["metadata"]["name"] for n in r.get("/api/v1/nodes")["items"]
+                       if not (n.get("spec") or {}).get("unschedulable")
+                       and n["metadata"]["name"] not in set(v["status"].get("nodeName") for v in vmis))
+        assert nodes
+        rulebook = Rulebook(lab, tmp_path)
+        rulebook.wait_for("source_ready", 90, "source_ready event")
+        started, marks = time.monotonic(), 0
+        while time.monotonic() - started < 60:
+            node = "{{ 7*7 }}" if marks % 4 == 3 else nodes[marks % len(nodes)]
+            M.wait(lambda node=node: _patched(tenant, M.KV + "/namespaces/%s/virtualmachineinstances/%s/status"
+                                              % (ns, vms[0]), {"status": {"evacuationNodeName": node}}), 10,
+                   "the tenant's mark")
+            tenant.patch(M.KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vms[1]),
+                         {"metadata": {"labels": {"kubevirt.io/outdatedLauncherImage": "x-%d" % marks}}})
+            marks += 1
+            time.sleep(5)
+        M.wait(lambda: rulebook.text().count("PLAY [Maintenance window") ==
+               rulebook.text().count("maintenance window: "), IDLE + 120, "every window started to end")
+        log = rulebook.text()
+        windows = log.count("PLAY [Maintenance window")
+        print("forged marks: %d in %.0fs; %d evacuation events announced, %d windows started, %d ended idle"
+              % (marks, time.monotonic() - started, log.count("'type': 'evacuation_started'"), windows,
+                 log.count("maintenance window: succeeded")))
+        assert windows >= 1 and log.count("maintenance window: succeeded") == windows, log[-6000:]
+        assert "deadline_seconds" not in log and "7*7" not in log     # no node name: not announced
+        assert not [k for k in M.ledgers(r) if k.split("/")[0] == ns]
+        assert rulebook.proc.poll() is None and "Traceback" not in log, log[-6000:]
+    finally:
+        if rulebook is not None:
+            rulebook.stop()
+        scenarios.delete(lab, sc)
+
+
+def _patched(rest, path, body):
+    try:
+        rest.patch(path, body)
+        return True
+    except ApiException as err:    # the VMI's status written by the emulator meanwhile: once more
+        if err.status != 409:
+            raise
+        return False
+
+
 def test_the_controller_rulebook_serves_a_drain_through_aap_job_templates(lab, emu, r, tmp_path):
     """Item 2's run_job_template: kvquota.maintenance.protect_migrations_controller with an automation controller
     (kvqlab.aap, the part of AAP's API that ansible-rulebook's run_job_template uses, running each job's playbook

@@ -18,7 +18,8 @@ description:
   - Watches (list, then watch with bookmarks; relists on 410 Gone; reconnects through control-plane outages) the
     cluster's VirtualMachineInstanceMigrations, VirtualMachineInstances and Nodes, and the kvquota ledgers of the
     operator namespace, and emits one event per new fact, as C(event.kvquota) with C(type), C(scope)
-    (C(nodes), C(namespaces)), C(scope_key) (what a rulebook throttles by), C(subject) and C(reason).
+    (C(nodes), C(namespaces)), C(scope_key), C(subject) and C(reason). These carry names a tenant chooses: never
+    throttle by them or pass them into a playbook's variables.
   - Types are C(migration_refused) (a migration quota admission refuses; scope its namespace),
     C(evacuation_started) (a VMI marked for evacuation; scope the node being drained), C(updater_round) (a VMI with
     an outdated launcher, which KubeVirt's workload updater migrates; scope its namespace), C(node_cordoned),

@@ -42,7 +42,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import window_record
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import api_path
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import api_path, list_items
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.cluster_settings import migration_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     KvquotaError,
@@ -177,25 +177,46 @@ def _waiting(vmim):
     return vmim is not None and migration_phase(vmim) not in FINAL_MIGRATION_PHASES and never_admitted(vmim)
 
 
-def idle_in_scope(vmims, vmis, scope):
-    """True when no migration in scope is unfinished and no VMI in scope is marked for evacuation
-    (status.evacuationNodeName) or runs an outdated launcher (label kubevirt.io/outdatedLauncherImage). Pure."""
+class MoveMarks(object):
+    """What makes a VMI's mark to move count, from what only the control plane writes. A VMI's status
+    (evacuationNodeName) and labels (kubevirt.io/outdatedLauncherImage) are the tenant's to write as well as
+    KubeVirt's (the VMI has no status subresource; virt-api lets that label through): an evacuation mark counts only
+    while the node it names is cordoned (a Node's spec), an outdated-launcher label only while the KubeVirt CR's
+    status counts outdated workloads. A forged mark then holds no window open and wins no second reservation.
+    cordoned: the names of the unschedulable nodes; outdated: the CR's outdatedVirtualMachineInstanceWorkloads."""
+
+    def __init__(self, cordoned=(), outdated=0):
+        self.cordoned = frozenset(cordoned)
+        self.outdated = outdated
+
+    def evacuating(self, vmi):
+        node = ((vmi or {}).get("status") or {}).get("evacuationNodeName")
+        return bool(node) and node in self.cordoned
+
+    def outdated_launcher(self, vmi):
+        return self.outdated > 0 and OUTDATED_LABEL in (_meta(vmi).get("labels") or {})
+
+    def marked(self, vmi):
+        """Marked for evacuation from a cordoned node, or running an outdated launcher while KubeVirt counts some."""
+        return self.evacuating(vmi) or self.outdated_launcher(vmi)
+
+    def marked_again(self, vmi):
+        """Marked to move (again): evacuation from the node it runs on, or an outdated launcher."""
+        status = (vmi or {}).get("status") or {}
+        return bool((self.evacuating(vmi) and status.get("evacuationNodeName") == status.get("nodeName"))
+                    or self.outdated_launcher(vmi))
+
+
+def idle_in_scope(vmims, vmis, scope, marks):
+    """True when no migration in scope is unfinished and no VMI in scope is marked to move (marks: MoveMarks, what
+    the control plane says of the marks). Pure."""
     for vmim in vmims:
         if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and scope(vmim, source_node(vmim, vmis)):
             return False
     for vmi in vmis.values():
-        status = vmi.get("status") or {}
-        marked = status.get("evacuationNodeName") or OUTDATED_LABEL in (_meta(vmi).get("labels") or {})
-        if marked and scope(vmi, status.get("nodeName")):
+        if marks.marked(vmi) and scope(vmi, ((vmi.get("status") or {}).get("nodeName"))):
             return False
     return True
-
-
-def _marked_again(vmi):
-    """Whether KubeVirt marks vmi to move (again): evacuation from the node it runs on, or an outdated launcher."""
-    status = vmi.get("status") or {}
-    evacuating = status.get("evacuationNodeName") and status.get("evacuationNodeName") == status.get("nodeName")
-    return bool(evacuating or OUTDATED_LABEL in (_meta(vmi).get("labels") or {}))
 
 
 class Follower(object):
@@ -234,12 +255,31 @@ class Follower(object):
             found = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances")
         return vmims, dict(((_meta(v).get("namespace"), _meta(v).get("name")), v) for v in found)
 
-    def _limits(self):
+    def _kubevirt(self):
         try:
             crs = self.cluster.list_custom(*KUBEVIRT, "kubevirts")
         except KvquotaError:
             crs = []
-        return migration_limits(crs[0] if crs else None, {})
+        return crs[0] if crs else None
+
+    def _limits(self):
+        return migration_limits(self._kubevirt(), {})
+
+    def _marks(self, vmis):
+        """MoveMarks of now: read only when some VMI carries a mark (the cordoned nodes by the field selector
+        spec.unschedulable, the KubeVirt CR's status)."""
+        marked = [v for v in vmis.values() if ((v.get("status") or {}).get("evacuationNodeName")
+                                               or OUTDATED_LABEL in (_meta(v).get("labels") or {}))]
+        if not marked:
+            return MoveMarks()
+        cordoned = [_meta(n).get("name") for n in list_items(self.cluster, api_path("v1", "nodes"),
+                                                             {"fieldSelector": "spec.unschedulable=true"},
+                                                             "list cordoned nodes")]
+        outdated = 0
+        if any(OUTDATED_LABEL in (_meta(v).get("labels") or {}) for v in marked):
+            count = ((self._kubevirt() or {}).get("status") or {}).get("outdatedVirtualMachineInstanceWorkloads")
+            outdated = count if isinstance(count, int) and not isinstance(count, bool) else 0
+        return MoveMarks(cordoned, outdated)
 
     # -- resume ------------------------------------------------------------
 
@@ -395,7 +435,7 @@ class Follower(object):
                       if m["namespace"] and self._not_admitted(vmims, m["uid"]))
         per_cluster, per_node = self._limits()
         chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting,
-                           self._free_rooms(vmims, vmis, followed), self._never_reserved(vmims, vmis))
+                           self._free_rooms(vmims, vmis, followed), self._never_reserved(vmims, vmis, self._marks(vmis)))
         if not chosen:
             return
         index = self.next_index
@@ -413,20 +453,20 @@ class Follower(object):
                             % (group.label(), ", ".join("%s/%s" % (m["namespace"], m["name"]) for m in group.migrations),
                                per_cluster, per_node, headroom_text(group.deltas)))
 
-    def _never_reserved(self, vmims, vmis):
+    def _never_reserved(self, vmims, vmis, marks):
         """UIDs of the migrations no group reserves for: those of VMs left out of their group (grown past their
         pin), and any later migration of a VMI (by UID) that a followed migration of this window already moved.
         The window reserves once per VM and move: a tenant that migrates its VM again after it left the node gets
         no headroom for it, and the fence admits no target pod for it either; a VM KubeVirt marks to move again
         (evacuation from the node it runs on now: a second node drained in the same window; an outdated launcher
-        after a KubeVirt update) is reserved for again. Only KubeVirt writes those marks (VMI status, and a
-        kubevirt.io/ label virt-api refuses to users)."""
+        after a KubeVirt update) is reserved for again. A tenant can write those marks too (the VMI's status and
+        labels): they count only as MoveMarks says, by the Node's cordon and the KubeVirt CR's status."""
         moved = set(m["vmi_uid"] for g in self.record.batches for m in g.migrations
                     if m.get("vmi_uid") and g.phases.get("%s/%s" % (m["namespace"], m["name"])) == "Succeeded")
         skip = set(self.runner.left_out_migrations)
         for vmim in vmims:
             vmi = vmis.get((_meta(vmim).get("namespace"), (vmim.get("spec") or {}).get("vmiName")))
-            if vmi is None or uid_of(vmi) not in moved or _marked_again(vmi):
+            if vmi is None or uid_of(vmi) not in moved or marks.marked_again(vmi):
                 continue
             skip.add(uid_of(vmim))
             if migration_phase(vmim) not in FINAL_MIGRATION_PHASES and uid_of(vmim) not in self.skipped_named:
@@ -591,8 +631,9 @@ class Follower(object):
         # a migration no group will ever reserve for (a tenant's own of a VM this window moved already: quota
         # admission decides on it alone) keeps no window open: else one refused migration of a tenant's would hold
         # every window until its deadline
-        never = self._never_reserved(vmims, vmis)
-        if not idle_in_scope([v for v in vmims if uid_of(v) not in never], vmis, self.in_scope):
+        marks = self._marks(vmis)
+        never = self._never_reserved(vmims, vmis, marks)
+        if not idle_in_scope([v for v in vmims if uid_of(v) not in never], vmis, self.in_scope, marks):
             self.idle_since = None
             return None
         if self.idle_since is None:
@@ -639,4 +680,4 @@ class Follower(object):
                    group.final_at - group.started, int(elapsed)))
 
 
-__all__ = ["Follower", "pick_next", "idle_in_scope", "source_node", "queue_priority", "queue_order"]
+__all__ = ["Follower", "MoveMarks", "pick_next", "idle_in_scope", "source_node", "queue_priority", "queue_order"]

@@ -27,6 +27,8 @@ exist (a DELETED event, or a relist that no longer has an object, forgets it).
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import re
+
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.ownership import FINAL_MIGRATION_PHASES
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.admission import rejected_condition
@@ -41,6 +43,8 @@ RESERVATION_EXPIRED = "reservation_expired"
 TYPES = (MIGRATION_REFUSED, EVACUATION_STARTED, UPDATER_ROUND, NODE_CORDONED, RESERVATION_EXPIRED)
 
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
+# a DNS-1123 subdomain, what a Node's name is
+NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # the kinds of objects TriggerState.observe takes
 MIGRATION, VMI, NODE, LEDGER = "migration", "vmi", "node", "ledger"
 KINDS = (MIGRATION, VMI, NODE, LEDGER)
@@ -63,7 +67,7 @@ ACTIONS = {MIGRATION_REFUSED: WINDOW, EVACUATION_STARTED: WINDOW, UPDATER_ROUND:
 def trigger(kind, scope_nodes=(), scope_namespaces=(), subject="", reason=""):
     """A trigger as the source emits it: {"kvquota": {type, action, scope: {nodes, namespaces}, scope_key, subject,
     reason}}; action (window, reap, info) is what protect_migrations.yml acts on and throttles by, scope_key
-    ("node/<name>", "namespace/<name>", "cluster") what a rulebook that scopes its windows would."""
+    ("node/<name>", "namespace/<name>", "cluster") where the trigger is (names a tenant chooses: no throttle key)."""
     nodes, namespaces = sorted(set(scope_nodes)), sorted(set(scope_namespaces))
     key = ",".join(["node/" + n for n in nodes] + ["namespace/" + n for n in namespaces]) or "cluster"
     return {"kvquota": {"type": kind, "action": ACTIONS.get(kind, INFO),
@@ -88,7 +92,12 @@ class TriggerState(object):
             for fact in [f for f in known if f[0] == key]:
                 del known[fact]
             return []
-        facts = dict(getattr(self, "_" + kind)(obj, now))
+        try:
+            facts = dict(getattr(self, "_" + kind)(obj, now))
+        except Exception:  # pylint: disable=broad-except
+            # an object of a shape nothing here expects (a tenant's, where a schema lets it): it says nothing,
+            # and the watch goes on for every other object
+            facts = {}
         # a fact no longer true is forgotten (a refusal cleared, an uncordon): it is announced again when it returns
         for fact in [f for f in known if f[0] == key and f not in facts]:
             del known[fact]
@@ -138,7 +147,9 @@ class TriggerState(object):
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         facts = []
         node = status.get("evacuationNodeName")
-        if isinstance(node, str) and node:
+        # a tenant can write the VMI's status: only a name a Node can have is taken (and a window it starts counts
+        # the mark only while that node is cordoned: follow.MoveMarks)
+        if isinstance(node, str) and NODE_NAME.match(node) and len(node) <= 253:
             facts.append(((_key(vmi), "evacuation/" + node), trigger(
                 EVACUATION_STARTED, scope_nodes=[node], subject="%s/%s" % (ns, name),
                 reason="VMI %s/%s is marked for evacuation from node %s" % (ns, name, node))))

@@ -164,12 +164,34 @@ def test_a_tenants_priority_cannot_outrank_system_critical_migrations_of_other_n
 def test_idle_means_no_migration_and_no_vmi_marked_in_scope():
     done = [vmim("a", "m1", "vm-1", "u1", "t1", phase="Succeeded", source="n1")]
     calm = {("a", "vm-1"): vmi("a", "vm-1", "n2")}
-    assert f.idle_in_scope(done, calm, everything)
-    assert not f.idle_in_scope(done + [vmim("a", "m2", "vm-1", "u2", "t2")], calm, everything)
-    assert not f.idle_in_scope(done, {("a", "vm-1"): vmi("a", "vm-1", "n1", evacuationNodeName="n1")}, everything)
+    draining = f.MoveMarks(cordoned=["n1"], outdated=1)
+    assert f.idle_in_scope(done, calm, everything, draining)
+    assert not f.idle_in_scope(done + [vmim("a", "m2", "vm-1", "u2", "t2")], calm, everything, draining)
+    evacuating = {("a", "vm-1"): vmi("a", "vm-1", "n1", evacuationNodeName="n1")}
+    assert not f.idle_in_scope(done, evacuating, everything, draining)
     outdated = {("a", "vm-1"): vmi("a", "vm-1", "n1", labels={f.OUTDATED_LABEL: ""})}
-    assert not f.idle_in_scope(done, outdated, everything)
-    assert f.idle_in_scope(done, outdated, lambda obj, node: obj["metadata"]["namespace"] == "other")
+    assert not f.idle_in_scope(done, outdated, everything, draining)
+    assert f.idle_in_scope(done, outdated, lambda obj, node: obj["metadata"]["namespace"] == "other", draining)
+
+
+def test_a_mark_the_control_plane_does_not_back_keeps_no_window_open():
+    """A tenant writes its VMI's status and labels (the VMI has no status subresource): an evacuation mark counts
+    only while the node it names is cordoned, an outdated-launcher label only while the KubeVirt CR counts outdated
+    workloads. Else one forged mark held every window until its deadline (and the reaper behind it)."""
+    done = [vmim("a", "m1", "vm-1", "u1", "t1", phase="Succeeded", source="n1")]
+    forged = {("a", "vm-1"): vmi("a", "vm-1", "n1", evacuationNodeName="no-such-node-7")}
+    assert f.idle_in_scope(done, forged, everything, f.MoveMarks(cordoned=["n1"], outdated=0))
+    uncordoned = {("a", "vm-1"): vmi("a", "vm-1", "n1", evacuationNodeName="n1")}
+    assert f.idle_in_scope(done, uncordoned, everything, f.MoveMarks(cordoned=[], outdated=0))
+    labelled = {("a", "vm-1"): vmi("a", "vm-1", "n1", labels={f.OUTDATED_LABEL: ""})}
+    assert f.idle_in_scope(done, labelled, everything, f.MoveMarks(cordoned=["n1"], outdated=0))
+    # a second reservation for a moved VM only on a mark the control plane backs
+    marks = f.MoveMarks(cordoned=["n2"], outdated=0)
+    moved = vmi("a", "vm-1", "n3", evacuationNodeName="n3")
+    assert not marks.marked_again(moved)
+    assert marks.marked_again(vmi("a", "vm-1", "n2", evacuationNodeName="n2"))
+    assert not f.MoveMarks(cordoned=["n2"], outdated=0).marked_again(vmi("a", "vm-1", "n2", labels={f.OUTDATED_LABEL: ""}))
+    assert f.MoveMarks(cordoned=[], outdated=3).marked_again(vmi("a", "vm-1", "n2", labels={f.OUTDATED_LABEL: ""}))
 
 
 # -- configuration ----------------------------------------------------------------------------------------------------
@@ -762,17 +784,20 @@ def test_a_later_migration_of_a_vm_this_window_moved_gets_no_reservation_but_sti
              vmim("a", "retry-2", "vm-2", "u-r2", "t2"),           # KubeVirt retries a failed one: reserved
              vmim("a", "evac-3", "vm-3", "u-e3", "t3"),
              vmim("a", "grown", "vm-3", "u-grown", "t0")]
-    skip = follower._never_reserved(queue, vmis)
+    marks = f.MoveMarks(cordoned=["n1", "n2"])
+    skip = follower._never_reserved(queue, vmis, marks)
     assert skip == {"u-t1", "u-grown"}
     assert len(said) == 1 and "tenant-again" in said[0]          # named once
-    follower._never_reserved(queue, vmis)
+    follower._never_reserved(queue, vmis, marks)
     assert len(said) == 1
     # KubeVirt marks the moved VM again (a second node of the window drained, where it landed): reserved again
     vmis[("a", "vm-1")]["status"].update(evacuationNodeName="n2")
-    assert follower._never_reserved(queue, vmis) == {"u-grown"}
+    assert follower._never_reserved(queue, vmis, marks) == {"u-grown"}
+    # the same mark written by the tenant while n2 is not cordoned wins nothing
+    assert follower._never_reserved(queue, vmis, f.MoveMarks(cordoned=["n1"])) == {"u-t1", "u-grown"}
     # a mark for another node than the one it runs on is not one
     vmis[("a", "vm-1")]["status"].update(evacuationNodeName="n1")
-    assert follower._never_reserved(queue, vmis) == {"u-t1", "u-grown"}
+    assert follower._never_reserved(queue, vmis, marks) == {"u-t1", "u-grown"}
     vmis[("a", "vm-1")]["status"].pop("evacuationNodeName")
     chosen = f.pick_next(queue, vmis, set(), 5, 5, everything, skip=skip)
     assert [c["metadata"]["uid"] for c in chosen] == ["u-r2", "u-e3"]

@@ -71,6 +71,21 @@ def test_evacuation_outdated_launchers_and_cordons_carry_their_scope():
         state.observe("pod", "ADDED", node, NOW)
 
 
+def test_a_tenants_evacuation_mark_that_is_no_node_name_or_an_object_of_no_expected_shape_says_nothing():
+    """A tenant writes its VMI's status: a mark that is not a DNS-1123 name (Jinja, a megabyte of text) is not
+    announced; an object of a shape nothing expects (a condition that is not an object) says nothing, and the
+    watch goes on for the others (it used to end the whole source)."""
+    state = T.TriggerState()
+    for forged in ("no-such-node-{{ 7*7 }}", "x" * 254, "Node-1", "{{ lookup('pipe', 'id') }}", "a" * 1024 * 1024):
+        vmi = {"metadata": {"name": "vm-a", "namespace": "t", "uid": "u-%d" % len(forged)},
+               "status": {"nodeName": "node-1", "evacuationNodeName": forged}}
+        assert state.observe(T.VMI, "MODIFIED", vmi, NOW) == [], forged[:40]
+    odd = {"metadata": {"name": "m1", "namespace": "t", "uid": "u-odd"}, "status": {"conditions": [None]}}
+    assert state.observe(T.MIGRATION, "MODIFIED", odd, NOW) == []
+    assert types(state.observe(T.MIGRATION, "MODIFIED", vmim("m2", uid="u-m2"), NOW)) == [
+        ("migration_refused", "namespace/t")]
+
+
 def _ledger_configmap(ttl=60):
     quota = {"metadata": {"name": "q", "namespace": "t", "uid": "3f2b8c1e-0000-4000-8000-000000000001"},
              "spec": {"hard": {"limits.cpu": "2"}}}
