@@ -109,6 +109,13 @@ class Rulebook(object):
                 self.proc.kill()
 
 
+def one_namespace(lab, counts):
+    """(scenario, [namespace]) of VMs in one namespace on KubeVirt v1.7.4 with the priority queue, applied."""
+    sc, namespaces = scenario(secrets.token_hex(2), counts, version="1.7.4", gates=("MigrationPriorityQueue",))
+    scenarios.apply(lab, sc, timeout=180)
+    return sc, namespaces
+
+
 def drain_served(lab, r, node, namespaces, base, units, rulebook, label):
     """kubectl drain node beside the rulebook: every migration succeeds and every quota is back at its base;
     the figures printed."""
@@ -221,10 +228,8 @@ def test_a_tenants_storm_of_migrations_starts_windows_no_faster_than_the_throttl
     migration once and each marking once; the rulebook starts a window at most once per 30 s (ansible-rulebook's
     throttle, and one action at a time); every window ends; every quota ends at its base, no ledger is left, the
     rulebook runs on."""
-    tag = secrets.token_hex(2)
     counts = (3,)
-    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
-    scenarios.apply(lab, sc, timeout=180)
+    sc, namespaces = one_namespace(lab, counts)
     (ns,) = namespaces
     rulebook = None
     try:
@@ -310,10 +315,8 @@ def test_a_tenants_forged_marks_keep_no_window_open(lab, emu, r, tmp_path):
     outdated launcher. Each window the rulebook starts ends once idle (the marks count only while the node is
     cordoned, the label only while the KubeVirt CR counts outdated workloads), none runs to its deadline, nothing
     is reserved; a mark that is no node name is not even announced."""
-    tag = secrets.token_hex(2)
     counts = (2,)
-    sc, namespaces = scenario(tag, counts, version="1.7.4", gates=("MigrationPriorityQueue",))
-    scenarios.apply(lab, sc, timeout=180)
+    sc, namespaces = one_namespace(lab, counts)
     (ns,) = namespaces
     rulebook = None
     try:

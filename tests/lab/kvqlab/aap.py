@@ -18,6 +18,7 @@ import os
 import secrets
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -140,7 +141,6 @@ class Controller(object):
         return job
 
     def _run(self, job, playbook):
-        import time
         job.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         variables = os.path.join(self.workdir, "job-%d-extra-vars.json" % job.number)
         with open(variables, "w") as fh:
@@ -150,7 +150,7 @@ class Controller(object):
             argv += ["-i", self.inventory]
         job.status = "running"
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              env=self.env, cwd=self.workdir)
+                              env=self.env, cwd=self.workdir, check=False)
         job.output = done.stdout
         job.status = "successful" if done.returncode == 0 else "failed"
 
