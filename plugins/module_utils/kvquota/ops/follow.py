@@ -262,12 +262,9 @@ class Follower(object):
             crs = []
         return crs[0] if crs else None
 
-    def _limits(self):
-        return migration_limits(self._kubevirt(), {})
-
-    def _marks(self, vmis):
+    def _marks(self, vmis, kubevirt=None):
         """MoveMarks of now: read only when some VMI carries a mark (the cordoned nodes by the field selector
-        spec.unschedulable, the KubeVirt CR's status)."""
+        spec.unschedulable, the KubeVirt CR's status; kubevirt: the CR when the caller read it already)."""
         marked = [v for v in vmis.values() if ((v.get("status") or {}).get("evacuationNodeName")
                                                or OUTDATED_LABEL in (_meta(v).get("labels") or {}))]
         if not marked:
@@ -277,7 +274,8 @@ class Follower(object):
                                                              "list cordoned nodes")]
         outdated = 0
         if any(OUTDATED_LABEL in (_meta(v).get("labels") or {}) for v in marked):
-            count = ((self._kubevirt() or {}).get("status") or {}).get("outdatedVirtualMachineInstanceWorkloads")
+            count = (((kubevirt or self._kubevirt()) or {}).get("status") or {}).get(
+                "outdatedVirtualMachineInstanceWorkloads")
             outdated = count if isinstance(count, int) and not isinstance(count, bool) else 0
         return MoveMarks(cordoned, outdated)
 
@@ -433,9 +431,11 @@ class Follower(object):
         followed = set(m["uid"] for g in self.record.batches for m in g.migrations if m.get("uid"))
         waiting = set(m["namespace"] for g in self.record.batches if g.state == RUNNING for m in g.migrations
                       if m["namespace"] and self._not_admitted(vmims, m["uid"]))
-        per_cluster, per_node = self._limits()
+        kubevirt = self._kubevirt()     # read once: the parallel limits and the count of outdated workloads
+        per_cluster, per_node = migration_limits(kubevirt, {})
         chosen = pick_next(vmims, vmis, followed, per_cluster, per_node, self.in_scope, waiting,
-                           self._free_rooms(vmims, vmis, followed), self._never_reserved(vmims, vmis, self._marks(vmis)))
+                           self._free_rooms(vmims, vmis, followed),
+                           self._never_reserved(vmims, vmis, self._marks(vmis, kubevirt)))
         if not chosen:
             return
         index = self.next_index
