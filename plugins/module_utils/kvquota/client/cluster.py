@@ -431,13 +431,24 @@ class Cluster(object):
         # kubernetes 24 to 36 read the whole body unless told not to; 37 never reads it and wraps the response
         if "_preload_content" in inspect.signature(client.rest_client.request).parameters:
             kwargs["_preload_content"] = False
-        response = client.rest_client.request("GET", url, **kwargs)
+        try:
+            response = client.rest_client.request("GET", url, **kwargs)
+        except Exception as exc:  # pylint: disable=broad-except
+            self._note_failure(exc, path)
+            raise
         raw = getattr(response, "response", response)
         try:
             if not 200 <= raw.status <= 299:
                 if callable(getattr(response, "read", None)):
                     response.read()
-                raise ApiException(http_resp=response)
+                error = ApiException(http_resp=response)
+                if error.status in STARTUP_STATUSES and self._recovering and not self._ready():
+                    # the watch of an API server that is coming back: its RBAC caches are not filled yet
+                    raise UnreachableError(
+                        "the API server answered %s while it starts (its /readyz is not ready yet) for %s"
+                        % (error.status, path), "wait: the watch reconnects",
+                        details={"status": error.status, "starting": True})
+                raise error
             pending = b""
             for chunk in raw.stream(65536, decode_content=True):
                 pending += chunk
@@ -447,8 +458,17 @@ class Cluster(object):
                         yield line
             if pending.strip():
                 yield pending
+        except Exception as exc:  # pylint: disable=broad-except
+            self._note_failure(exc, path)
+            raise
         finally:
             raw.release_conn()
+
+    def _note_failure(self, exc, path):
+        """A transient failure of a request not retried here (a watch): what the API server answers next may be
+        an answer of one that is starting (STARTUP_STATUSES), asked of its /readyz before it is believed."""
+        if _is_request_error(exc) and transient_kind(exc, path) is not None:
+            self._recovering = True
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.
@@ -792,6 +812,11 @@ def retry_on_conflict(attempt, attempts=10, what="update", sleep=time.sleep):
 def is_outage(err):
     """Whether err is a request that used up the outage budget (Cluster._outage_error)."""
     return isinstance(err, UnreachableError) and "outage_seconds" in (getattr(err, "details", None) or {})
+
+
+def is_starting(err):
+    """Whether err is the answer of an API server that is starting (Cluster.stream_lines): no answer yet."""
+    return isinstance(err, UnreachableError) and bool((getattr(err, "details", None) or {}).get("starting"))
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@
   with a jittered, doubling backoff (BACKOFF_FIRST to BACKOFF_CAP). Once failures have lasted the outage budget,
   on_outage(seconds, message) is called once, and the loop keeps trying (an always-on source outlives any outage);
   the first success after an outage lists again, as after 410;
+- after a transient failure, a 401/403/404 while the API server's /readyz says it is not ready is one more
+  transient failure (a kube-apiserver that restarts serves watches before its RBAC caches are filled);
 - any other error (403: RBAC; 404: the resource is not served) raises: a configuration to fix, not an outage.
 
 The consumer's on_event(type, object) gets ADDED, MODIFIED and DELETED; BOOKMARK and ERROR are handled here.
@@ -143,8 +145,9 @@ def _message(exc):
 def _transient(exc):
     """Whether exc is a failure a reconnect may cure: the client's and urllib3's request errors that
     cluster.transient_kind calls transient, and a list whose own retries ran out of the outage budget
-    (cluster.is_outage; not a TLS or configuration error)."""
-    if cluster_mod.is_outage(exc):
+    (cluster.is_outage; not a TLS or configuration error), and the 401/403/404 of an API server that is coming
+    back (cluster.is_starting: after a transient failure, while its /readyz is not ready)."""
+    if cluster_mod.is_outage(exc) or cluster_mod.is_starting(exc):
         return True
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True

@@ -365,6 +365,45 @@ def test_a_403_from_an_api_server_still_starting_after_an_outage_is_retried():
     assert [url.split(HOST, 1)[1] for _method, url, _body in script.requests][5:] == ["/api/v1/namespaces/a"]
 
 
+class StreamResponse(FakeResponse):
+    """A streamed answer (a watch): its body comes by stream(), its connection is released."""
+
+    def stream(self, _amount, decode_content=True):
+        yield self.data
+
+    def release_conn(self):
+        pass
+
+
+WATCH = "/apis/kubevirt.io/v1/virtualmachineinstances"
+
+
+def test_a_watch_refused_by_an_api_server_still_starting_after_a_broken_watch_is_a_transient_failure():
+    # the CI failure of 6f083b7: kube-apiserver restarted, the source's watch reconnected and was refused with 403
+    # (RBAC caches not filled yet), and the rulebook ended
+    denied = StreamResponse(403, status_body(403, "Forbidden", "virtualmachineinstances.kubevirt.io is forbidden"))
+    script = Script([refused(), denied, FakeResponse(500, None), denied, FakeResponse(200, None)])
+    cluster = cluster_for(script)
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    with pytest.raises(UnreachableError) as starting:
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    assert C.is_starting(starting.value) and "403" in str(starting.value)
+    with pytest.raises(kubernetes.client.rest.ApiException) as refusal:   # /readyz ready: a refusal is an answer
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    assert refusal.value.status == 403 and not C.is_starting(refusal.value)
+    paths = [url.split(HOST, 1)[1].split("?", 1)[0] for _method, url, _body in script.requests]
+    assert paths == [WATCH, WATCH, "/readyz", WATCH, "/readyz"]
+
+
+def test_a_watch_refused_without_a_failure_before_it_is_an_answer_with_no_readiness_probe():
+    denied = StreamResponse(403, status_body(403, "Forbidden", "no"))
+    script = Script([denied])
+    with pytest.raises(kubernetes.client.rest.ApiException):
+        list(cluster_for(script).stream_lines(WATCH, {"watch": "1"}, 30))
+    assert len(script.requests) == 1
+
+
 def test_a_403_without_an_outage_before_it_is_an_answer_with_no_readiness_probe():
     denied = FakeResponse(403, status_body(403, "Forbidden", "no"))
     script = Script([denied, OK_NAMESPACE])

@@ -187,6 +187,15 @@ def test_a_refusal_is_not_an_outage_it_ends_the_watch():
         loop.run()
 
 
+def test_the_refusal_of_an_api_server_that_is_starting_is_one_more_transient_failure():
+    starting = UnreachableError("the API server answered 403 while it starts", "wait", details={"status": 403,
+                                                                                              "starting": True})
+    script = _Script([starting, [{"type": "ADDED", "object": _obj("a", "40")}]])
+    loop, seen, _resyncs, outages = _loop(script)
+    loop.run()
+    assert seen == [("ADDED", "a")] and outages == [] and len(script.sleeps) == 1
+
+
 class _Lines(object):
     def __init__(self, lines):
         self.lines = lines
