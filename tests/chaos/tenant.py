@@ -2035,6 +2035,122 @@ def attack_new_vm_window(c, attack):
         reset(c, attack)
 
 
+def _mark(rest, path, body):
+    """A tenant's patch of a VMI's status, once more after a 409 (the emulator wrote the status meanwhile)."""
+    for _try in range(10):
+        status, text = attempt(rest.patch, path, body)
+        if status != 409:
+            return status, text
+        time.sleep(0.2)
+    return status, text
+
+
+def attack_forged_marks_window(c, attack):
+    """edit tenant that also writes its VMIs' status (on KubeVirt a VMI has no status subresource and edit writes
+    it; the lab grants virtualmachineinstances/status to stand for that), beside `kubectl drain` with the
+    maintenance_window role until idle over the whole cluster (what the always-on rulebook runs): from before the
+    drain until the window ends it marks its VMIs for evacuation from nodes that are not cordoned (another every
+    3 s, one of them no node name) and labels them as running an outdated launcher. A forged mark counts only while
+    the node it names is cordoned, the label only while the KubeVirt CR counts outdated workloads: the window must
+    end idle soon after the drain, long before its deadline, reserve for no migration but the drain's, and leave
+    every quota at its base."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    drained_vms = [vm for _ns, vm in _vms_on(c, node, ns)]
+    role = "kvq-attack-vmi-status"
+    c.rest.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles" % ns, {
+        "metadata": {"name": role}, "rules": [{"apiGroups": ["kubevirt.io"], "verbs": ["patch"],
+                                               "resources": ["virtualmachineinstances/status"]}]})
+    c.rest.create("/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings" % ns, {
+        "metadata": {"name": role}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant-edit", "namespace": ns}]})
+    tenant = c.tenant(ns)
+    deadline_seconds, idle_seconds = 240, 10
+    sampler = c.sampler = Sampler(c, c.base)
+    sampler.start()
+    proc = c.proc = c.start({"maintenance_window_until": "idle", "maintenance_window_idle_seconds": idle_seconds,
+                             "maintenance_window_deadline_seconds": deadline_seconds,
+                             "maintenance_window_poll_interval": 1, "maintenance_window_reservation_ttl": "10m",
+                             "maintenance_window_top_up_settle_seconds": 5}, name="maintenance_window")
+    drained, marks, marked = {}, 0, set()
+    c.r.set_knobs(migration_seconds=3)
+    try:
+        deadline = time.monotonic() + deadline_seconds + 60
+        drainer = None
+        while proc.poll() is None and time.monotonic() < deadline:
+            # a VMI of the tenant's not on the node being drained (a mark for its own node is a real evacuation)
+            others = sorted((vm, n) for vm, n in c.vmi_nodes(ns).items() if n and n != node)
+            free = sorted(n["metadata"]["name"] for n in c.rest.get("/api/v1/nodes")["items"]
+                          if not (n.get("spec") or {}).get("unschedulable"))
+            if others:
+                vm, its_node = others[marks % len(others)]
+                elsewhere = [n for n in free if n not in (its_node, node)] or ["node-none"]
+                target = "{{ 7*7 }}" if marks % 4 == 3 else elsewhere[marks % len(elsewhere)]
+                path = KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vm)
+                status, text = _mark(tenant, path + "/status", {"status": {"evacuationNodeName": target}})
+                if status:
+                    attack.fail("the tenant could not mark %s: %s %s" % (vm, status, text[:200]))
+                    break
+                attempt(tenant.patch, path, {"metadata": {"labels": {"kubevirt.io/outdatedLauncherImage": "x"}}})
+                marked.add(vm)
+                marks += 1
+            if drainer is None and (marks >= 2 or time.monotonic() - proc.started > 8):
+                def kubectl_drain():
+                    res = subprocess.run(["kubectl", "--kubeconfig", str(c.r.lab.admin_kubeconfig), "drain", node,
+                                          "--timeout=200s"], capture_output=True, text=True, timeout=260, check=False)
+                    drained["rc"], drained["out"], drained["at"] = res.returncode, res.stdout + res.stderr, time.monotonic()
+                drainer = threading.Thread(target=kubectl_drain, daemon=True)
+                drainer.start()
+            if "at" in drained and not (drained.get("uncordoned")):
+                c.r.lab.kubectl("uncordon", node)
+                drained["uncordoned"] = True
+            time.sleep(3)
+        if drainer is not None:
+            drainer.join(260)
+        if drainer is None or drained.get("rc"):
+            attack.fail("kubectl drain did not run or failed: %s" % drained.get("out", "")[-600:])
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+        rc, out, secs = c.finish(proc)
+        ended = time.monotonic()
+        sampler.stop()
+        c.r.lab.kubectl("uncordon", node, check=False)
+        for vm in marked:     # the administrator takes the tenant's marks back
+            path = KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vm)
+            _mark(c.rest, path + "/status", {"status": {"evacuationNodeName": None}})
+            attempt(c.rest.patch, path, {"metadata": {"labels": {"kubevirt.io/outdatedLauncherImage": None}}})
+        attempt(c.rest.delete, "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings/%s" % (ns, role))
+        attempt(c.rest.delete, "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles/%s" % (ns, role))
+    attack.runs.append(("maintenance_window", rc, secs))
+    attack.uncovered.extend(sampler.uncovered)
+    after_drain = ended - drained["at"] if "at" in drained else None
+    attack.notes.append("%d forged marks on %s; the window ended %s after the drain (idle %d s, deadline %d s)"
+                        % (marks, ", ".join(sorted(marked)) or "nothing",
+                           "%.0f s" % after_drain if after_drain is not None else "?", idle_seconds, deadline_seconds))
+    if rc != 0:
+        attack.blocked = True
+        attack.fail("the window failed (rc %s): %s" % (rc, _failure_text(out)))
+    elif after_drain is None or after_drain > idle_seconds + 45:
+        attack.fail("the window ran %s after the drain: the forged marks kept it open" % (
+            "%.0f s" % after_drain if after_drain is not None else "on"))
+    if marks < 3:
+        attack.fail("the tenant forged only %d marks while the window ran" % marks)
+    if "deadline_seconds" in out:
+        attack.fail("the window ran to its deadline")
+    followed = set(re.findall(r"%s/(kubevirt-evacuation-[a-z0-9-]+)" % re.escape(ns), out))
+    vm_of = dict((m["metadata"]["name"], m["spec"].get("vmiName")) for m in c.r.vmims(ns))
+    strays = sorted("%s (VM %s)" % (m, vm_of.get(m)) for m in followed if vm_of.get(m) not in drained_vms)
+    if not followed and drained_vms:
+        attack.fail("the window followed none of the drain's migrations of %s" % ns)
+    if strays:
+        attack.fail("the window followed migrations the drain did not start: %s" % strays)
+    if "7*7" in out or "49" in re.findall(r"evacuationNodeName[^,]*", out):
+        attack.fail("the window's output carries the tenant's mark text")
+    settle(c, attack, node)
+    if attack.failures:
+        reset(c, attack)
+
+
 # name, namespace, function, in --quick
 ATTACKS = (
     # issue 24 first: each needs the layout its nodes have at first (node-5 to node-8)
@@ -2047,6 +2163,7 @@ ATTACKS = (
     ("grow-during-batch", GROW_NS, attack_grow_during_batch, False),
     ("own-migration-follow", OTHER_NS, attack_own_migration_follow, False),
     ("new-vm-window", PVC_NS, attack_new_vm_window, False),
+    ("forged-marks-window", OTHER_NS, attack_forged_marks_window, True),
     ("forged-event", PLAIN[0], attack_forged_event, True),
     ("forged-ledger", RANCHER_NS, attack_forged_ledger, True),
     ("lock-squat", PLAIN[1], attack_lock_squat, True),

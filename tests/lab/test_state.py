@@ -64,6 +64,8 @@ def cluster():
             {"metadata": {"name": "kube-root-ca.crt", "resourceVersion": "1"}, "data": {}},
             {"metadata": {"name": "kvq-window-follow-node-1", "resourceVersion": "3"},
              "data": {"cordoned": '{"node-1": {"seen": "2026-11-24T10:00:00Z", "uid": "n"}}'}},
+            {"metadata": {"name": "kvq-running-eda", "resourceVersion": "4"},
+             "data": {"since": "2026-11-24T10:00:00Z", "renewed": "2026-11-24T10:00:30Z"}},
         ],
         "/apis/coordination.k8s.io/v1/namespaces/kvquota-system/leases": [
             lease("kvquota-system", "kvq-lock-a-tenant", "job-1@h", NOW - 10),          # in force until NOW + 80
@@ -115,11 +117,12 @@ def test_leftovers_of_some_namespaces():
     # a window's record belongs to no namespace: named when every namespace is checked
     assert [text for text in state.leftovers(cluster(), now=NOW) if text.startswith("window record left")] == [
         'window record left: kvquota-system/kvq-window-follow-node-1 (nodes seen cordoned: '
-        '{"node-1": {"seen": "2026-11-24T10:00:00Z", "uid": "n"}})']
+        '{"node-1": {"seen": "2026-11-24T10:00:00Z", "uid": "n"}})',
+        'window record left: kvquota-system/kvq-running-eda (running since 2026-11-24T10:00:00Z)']
 
 
 def test_snapshot_names_only_ledgers_window_records_and_locks():
     assert state.snapshot(cluster()) == {
         "configmaps": {"kvq-ledger-u-1": "7", "kvq-ledger-u-9": "7", "kvq-ledger-u-8": "7",
-                       "kvq-window-follow-node-1": "3"},
+                       "kvq-window-follow-node-1": "3", "kvq-running-eda": "4"},
         "leases": {"kvq-lock-a-tenant": "9", "kvq-lock-b-tenant": "9", "kvq-lock-c-tenant": "9"}}

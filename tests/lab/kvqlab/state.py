@@ -31,6 +31,7 @@ from .emulator import _rest_for
 OPERATOR_NAMESPACE = "kvquota-system"
 LEDGER_PREFIX = "kvq-ledger-"
 WINDOW_PREFIX = "kvq-window-"
+RUNNING_PREFIX = "kvq-running-"
 LEDGER_KEY = "ledger"
 LOCK_PREFIX = "kvq-lock-"
 QUOTA_ANNOTATION = "kvquota.maintenance/quota"
@@ -72,9 +73,10 @@ def ledger_configmaps(target, operator_namespace=OPERATOR_NAMESPACE):
 
 
 def window_records(target, operator_namespace=OPERATOR_NAMESPACE):
-    """Every ConfigMap named kvq-window-* in the operator namespace: the nodes a maintenance window saw cordoned
-    (window_record.py), kept while the window runs or for its re-run, deleted when it ends."""
-    return _operator_configmaps(target, operator_namespace, [WINDOW_PREFIX])
+    """Every ConfigMap named kvq-window-* or kvq-running-* in the operator namespace: the nodes a maintenance window
+    saw cordoned, and that it runs (window_record.py), kept while the window runs (the first also for its re-run),
+    deleted when it ends."""
+    return _operator_configmaps(target, operator_namespace, [WINDOW_PREFIX, RUNNING_PREFIX])
 
 
 def ledger_data(configmap):
@@ -205,7 +207,8 @@ def snapshot(target, operator_namespace=OPERATOR_NAMESPACE):
     compare two to prove a run wrote nothing there."""
     rest = _rest(target)
     return {"configmaps": dict((cm["metadata"]["name"], cm["metadata"]["resourceVersion"])
-                               for cm in _operator_configmaps(rest, operator_namespace, [LEDGER_PREFIX, WINDOW_PREFIX])),
+                               for cm in _operator_configmaps(rest, operator_namespace,
+                                                               [LEDGER_PREFIX, WINDOW_PREFIX, RUNNING_PREFIX])),
             "leases": dict((lease["metadata"]["name"], lease["metadata"]["resourceVersion"])
                            for lease in lock_leases(rest, operator_namespace))}
 
@@ -222,8 +225,10 @@ def leftovers(target, namespaces=None, operator_namespace=OPERATOR_NAMESPACE, no
             out.append("ledger left for %s/%s: reservations %s" % (ns, quota, reservation_ids([data])))
     if not namespaces:
         for cm in window_records(rest, operator_namespace):
-            out.append("window record left: %s/%s (nodes seen cordoned: %s)" % (
-                operator_namespace, cm["metadata"]["name"], (cm.get("data") or {}).get("cordoned")))
+            out.append("window record left: %s/%s (%s)" % (
+                operator_namespace, cm["metadata"]["name"], "running since %s" % (cm.get("data") or {}).get("since")
+                if cm["metadata"]["name"].startswith(RUNNING_PREFIX) else
+                "nodes seen cordoned: %s" % (cm.get("data") or {}).get("cordoned")))
     for ns, status in sorted(locks(rest, operator_namespace, now).items()):
         if not namespaces or ns in namespaces:
             out.append("lock left on %s: lease %s/%s held by %s until %s" % (

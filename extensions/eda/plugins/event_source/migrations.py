@@ -23,7 +23,8 @@ description:
   - Types are C(migration_refused) (a migration quota admission refuses; scope its namespace),
     C(evacuation_started) (a VMI marked for evacuation; scope the node being drained), C(updater_round) (a VMI with
     an outdated launcher, which KubeVirt's workload updater migrates; scope its namespace), C(node_cordoned),
-    C(reservation_expired) (a kvquota reservation past its TTL; scope its quota's namespace), C(source_ready) (every
+    C(reservation_expired) (a kvquota reservation past its TTL; scope its quota's namespace), C(window_wanted) (a
+    window asked for again, see O(window_prefix)), C(window_not_started), C(source_ready) (every
     watch listed) and C(source_outage) (a watch's API server silent for O(api_outage_budget) seconds; it keeps
     trying).
   - An event never carries an amount; the playbooks a rulebook starts read the cluster themselves. Facts that
@@ -58,9 +59,28 @@ options:
     type: int
     default: 60
   tick_seconds:
-    description: How often the ledgers are looked at for reservations whose TTL ran out.
+    description: How often the ledgers are looked at for reservations whose TTL ran out (and whether a window is
+      wanted again).
     type: int
     default: 15
+  actions:
+    description:
+      - The actions whose events this source emits (C(event.kvquota.action)). ansible-rulebook runs one action at a
+        time per ruleset, so a rulebook gives the reaper a ruleset and source of its own (C([reap]), which watches
+        only the ledgers) and the windows another (C([window, info])).
+    type: list
+    elements: str
+    choices: [window, reap, info]
+    default: [window, reap, info]
+  window_prefix:
+    description:
+      - The reservation prefix of the rulebook's windows (C(maintenance_window_reservation_prefix)). While a window
+        of that prefix runs (its ConfigMap C(kvq-running-<prefix>) in the operator namespace, renewed every 30
+        seconds) no window event is emitted, for that window serves them; once it ends, one C(window_wanted) event
+        asks for another when any came meanwhile. A window asked for that does not start within 60 seconds is
+        asked for again, up to three times, then C(window_not_started) says so.
+    type: str
+    default: eda
 """
 
 EXAMPLES = r"""
@@ -104,6 +124,8 @@ def _collections_root():
 _collections_root()
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops.event_source import (  # noqa: E402 pylint: disable=wrong-import-position
+    ACTIONS,
+    DEFAULT_WINDOW_PREFIX,
     EventSource,
     TICK_SECONDS,
 )
@@ -136,7 +158,9 @@ async def main(queue, args):
 
     source = EventSource(cluster, emit, operator_namespace=args.get("operator_namespace") or DEFAULT_OPERATOR_NAMESPACE,
                          outage_budget=int(args.get("api_outage_budget", 60)),
-                         tick_seconds=int(args.get("tick_seconds", TICK_SECONDS)))
+                         tick_seconds=int(args.get("tick_seconds", TICK_SECONDS)),
+                         actions=args.get("actions") or ACTIONS,
+                         window_prefix=args.get("window_prefix") or DEFAULT_WINDOW_PREFIX)
     try:
         await loop.run_in_executor(None, source.run)
     finally:

@@ -42,7 +42,11 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import release_readiness
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import window_record
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import api_path, list_items
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.client.cluster import (
+    api_path,
+    list_items,
+    one_attempt_after_outage,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.cluster_settings import migration_limits
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     KvquotaError,
@@ -235,6 +239,7 @@ class Follower(object):
         self.cordoned = set()   # the nodes of the scope seen unschedulable, by this run or one it resumes
         self.recorded = set()   # those of them in the window record (window_record.py)
         self.skipped_named = set()   # UIDs of the migrations _never_reserved skipped and the record named
+        self.running_said = None     # when kvq-running-<prefix> was last written (window_record.mark_running)
 
     # -- scope -------------------------------------------------------------
 
@@ -385,8 +390,35 @@ class Follower(object):
         self.record.ended_by = "check_mode"
 
     def _loop(self):
+        """Follow until the window ends, saying meanwhile that it runs (kvq-running-<prefix>: the event source
+        queues no other window behind it); the record goes when the loop ends, however it ends."""
+        self._say_running()
+        try:
+            self._follow()
+        except BaseException as err:
+            with one_attempt_after_outage(self.cluster, err):
+                self._say_ended()
+            raise
+        self._say_ended()
+
+    def _say_running(self):
+        now = self.config.clock()
+        if self.running_said is None or now - self.running_said >= window_record.RENEW_SECONDS:
+            window_record.mark_running(self.cluster, self.config.operator_namespace, self.config.reservation_prefix,
+                                       self.record.started, now)
+            self.running_said = now
+
+    def _say_ended(self):
+        try:
+            window_record.unmark_running(self.cluster, self.config.operator_namespace, self.config.reservation_prefix)
+        except KvquotaError as err:   # the source stops counting it once it is STALE_SECONDS old
+            self.record.warn(["could not delete configmap %s: %s" % (
+                window_record.running_name(self.config.reservation_prefix), err)])
+
+    def _follow(self):
         last_full = None
         while True:
+            self._say_running()
             now = self.config.clock()
             ended_before = self._ended_migrations()
             for group in self.record.batches:

@@ -18,6 +18,15 @@ starts. Nodes and the operator namespace's ledgers are the control plane's and t
     node_cordoned         a Node turned unschedulable, once per cordon          scope: that node
     reservation_expired   a reservation of a kvquota ledger past its TTL (the reaper releases it), once per
                           ledger and reservation                                scope: the quota's namespace
+    window_wanted         a window asked for again (WindowGate): events came while the last one ran, or none
+                          started after the last ask                            scope: the cluster
+    window_not_started    no window started after WindowGate asked 1 + RETRIES times; it stops asking
+
+WindowGate stands between the triggers and the rulebook: while a window runs (its kvq-running-<prefix> record, see
+state/window_record.py) the window triggers are held back, for that window serves them; once it ends, one more
+window is asked for when any came meanwhile. ansible-rulebook runs one action at a time, so without it a long
+window had one window queued behind it per throttle period (and ansible-rulebook 1.3 spins a CPU once more than 10
+are queued).
 
 Pure: objects are plain dicts (API JSON), time is given. TriggerState remembers what it announced so that a status
 update or a relist repeating the same fact announces nothing; what it remembers is bounded by the objects that
@@ -34,13 +43,17 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.o
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.admission import rejected_condition
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import ledger as ledger_mod
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store as store_mod
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import window_record
 
 MIGRATION_REFUSED = "migration_refused"
 EVACUATION_STARTED = "evacuation_started"
 UPDATER_ROUND = "updater_round"
 NODE_CORDONED = "node_cordoned"
 RESERVATION_EXPIRED = "reservation_expired"
-TYPES = (MIGRATION_REFUSED, EVACUATION_STARTED, UPDATER_ROUND, NODE_CORDONED, RESERVATION_EXPIRED)
+WINDOW_WANTED = "window_wanted"
+WINDOW_NOT_STARTED = "window_not_started"
+TYPES = (MIGRATION_REFUSED, EVACUATION_STARTED, UPDATER_ROUND, NODE_CORDONED, RESERVATION_EXPIRED, WINDOW_WANTED,
+         WINDOW_NOT_STARTED)
 
 OUTDATED_LABEL = "kubevirt.io/outdatedLauncherImage"
 # a DNS-1123 subdomain, what a Node's name is
@@ -61,7 +74,8 @@ def _key(obj):
 
 # what a rulebook does about each type: start a maintenance window, run the reaper, or only say it
 WINDOW, REAP, INFO = "window", "reap", "info"
-ACTIONS = {MIGRATION_REFUSED: WINDOW, EVACUATION_STARTED: WINDOW, UPDATER_ROUND: WINDOW, RESERVATION_EXPIRED: REAP}
+ACTIONS = {MIGRATION_REFUSED: WINDOW, EVACUATION_STARTED: WINDOW, UPDATER_ROUND: WINDOW, WINDOW_WANTED: WINDOW,
+           RESERVATION_EXPIRED: REAP}
 
 
 def trigger(kind, scope_nodes=(), scope_namespaces=(), subject="", reason=""):
@@ -183,3 +197,90 @@ class TriggerState(object):
                 reason="reservation %s of quota %s/%s expired (the reaper releases it)"
                        % (rid, ledger.namespace, ledger.quota))))
         return out
+
+
+class WindowGate(object):
+    """Queues no window behind a running one (see the module's docstring). Times are the source's clock (seconds).
+
+    observe(event_type, configmap, now) takes each ConfigMap of the operator namespace as watched (listed ones as
+    ADDED); only kvq-running-<prefix> counts, written by the operator's windows alone. A window runs while its
+    record exists and was last rewritten (a new resourceVersion) less than stale_seconds ago: a killed window's
+    record stops counting. A window seen starting (a record of another UID or start time) serves everything that
+    came before it: nothing is wanted any more.
+
+    gate(trigger, now) -> the triggers to send for a window trigger: none while a window runs (one is wanted once
+    it ends), else the trigger (wanted until a window is seen starting). tick(now) -> window_wanted once no window
+    runs and one is wanted, at once after a window that held events back, else retry_seconds after the last ask
+    (the rulebook's throttle may have dropped it, or the window failed before it started); after 1 + retries asks
+    without a window starting, window_not_started once, and nothing is wanted any more."""
+
+    def __init__(self, prefix, retry_seconds=60, retries=3, stale_seconds=window_record.STALE_SECONDS):
+        self.name = window_record.running_name(prefix)
+        self.retry_seconds, self.retries, self.stale_seconds = retry_seconds, retries, stale_seconds
+        self.window = None        # (UID, start time) of the running window's record
+        self.version = None       # its resourceVersion as last seen
+        self.renewed_at = None    # when a new resourceVersion of it was seen
+        self.wanted = None        # when the first window trigger not yet served came
+        self.held = 0             # window triggers held back while the window ran
+        self.asks = 0             # times a window was asked for since wanted
+        self.asked_at = None
+
+    def runs(self, now):
+        return self.window is not None and now - self.renewed_at < self.stale_seconds
+
+    def observe(self, event_type, configmap, now):
+        meta = _meta(configmap)
+        if meta.get("name") != self.name:
+            return
+        if event_type == "DELETED":
+            self._ended()
+            return
+        window = (meta.get("uid"), ((configmap or {}).get("data") or {}).get("since"))
+        if window != self.window:
+            self.window, self.version, self.renewed_at = window, None, now
+            self.wanted, self.held, self.asks, self.asked_at = None, 0, 0, None
+        if meta.get("resourceVersion") != self.version:
+            self.version, self.renewed_at = meta.get("resourceVersion"), now
+
+    def resync(self, configmaps, now):
+        """After a relist of the operator namespace's ConfigMaps."""
+        mine = [c for c in configmaps if _meta(c).get("name") == self.name]
+        if mine:
+            self.observe("ADDED", mine[0], now)
+        elif self.window is not None:
+            self._ended()
+
+    def _ended(self):
+        self.window = self.version = self.renewed_at = None
+        if self.held:
+            self.asks, self.asked_at = 0, None     # ask at once for what came while it ran
+
+    def gate(self, event, now):
+        if self.wanted is None:
+            self.wanted = now
+        if self.runs(now):
+            self.held += 1
+            return []
+        self.asks += 1
+        self.asked_at = now
+        return [event]
+
+    def tick(self, now):
+        if self.wanted is None:
+            return []
+        if self.window is not None and not self.runs(now):
+            self._ended()     # a killed window: its record was not renewed
+        if self.runs(now) or self.asked_at is not None and now - self.asked_at < self.retry_seconds:
+            return []
+        if self.asks > self.retries:
+            asks, since = self.asks, self.wanted
+            self.wanted, self.held, self.asks, self.asked_at = None, 0, 0, None
+            return [trigger(WINDOW_NOT_STARTED, reason=(
+                "no window started in %.0f s after %d asks (is the rulebook's window playbook failing?); the next "
+                "event asks again" % (now - since, asks)))]
+        held, self.held = self.held, 0
+        self.asks += 1
+        self.asked_at = now
+        return [trigger(WINDOW_WANTED, reason=(
+            "%d event(s) came while the last window ran" % held if held else
+            "no window started in the %.0f s since one was first asked for" % (now - self.wanted)))]

@@ -9,6 +9,12 @@ for has begun, even when the drain ended and the node was uncordoned while no ru
 Only the operator can write there; a tenant can neither end a window early nor keep it open. A recorded node
 counts only while it is the same Node (its UID) and the record is younger than the reservations' TTL: an old
 window's record says nothing about a new one. The window deletes its record when it ends.
+
+Every follow window also says that it runs, in the ConfigMap kvq-running-<reservation prefix> (since: when it
+started; renewed: rewritten every RENEW_SECONDS), deleted when it ends. The event source reads it (the rulebook's
+windows, prefix eda): while a window of its prefix runs, that window serves what happens, so no other is queued
+behind it (ops/event_source.WindowGate). A window killed outright leaves it behind; it stops counting once it has
+not been renewed for STALE_SECONDS.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -22,6 +28,9 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.t
 
 RECORD_PREFIX = "kvq-window-"
 RECORD_KEY = "cordoned"
+RUNNING_PREFIX = "kvq-running-"
+RENEW_SECONDS = 30
+STALE_SECONDS = 3 * RENEW_SECONDS
 
 
 def record_name(prefix):
@@ -86,4 +95,31 @@ def remove(cluster, operator_namespace, prefix):
     return configmap is not None and store.delete_record(cluster, operator_namespace, configmap)
 
 
-__all__ = ["record_name", "parse_record", "read", "still_valid", "add", "remove"]
+def running_name(prefix):
+    """kvq-running-<prefix>: the ConfigMap that says a window of that prefix runs."""
+    return store.record_name(RUNNING_PREFIX, prefix)
+
+
+def mark_running(cluster, operator_namespace, prefix, since, now):
+    """Say (create, or renew conditionally) that the window of prefix started at since runs, at now."""
+    name = running_name(prefix)
+
+    def read():
+        configmap = store.record_configmap(cluster, operator_namespace, name)
+        return configmap, (configmap or {}).get("data") or {}
+
+    def updated(_data):
+        return {"since": format_time(since), "renewed": format_time(now)}
+
+    return store.save_record(cluster, operator_namespace, name, read, updated, {"kvquota.maintenance/window": str(prefix)},
+                             "say in configmap %s in namespace %s that the window runs" % (name, operator_namespace))
+
+
+def unmark_running(cluster, operator_namespace, prefix):
+    """Delete kvq-running-<prefix> (the window ended); False when there is none."""
+    configmap = store.record_configmap(cluster, operator_namespace, running_name(prefix))
+    return configmap is not None and store.delete_record(cluster, operator_namespace, configmap)
+
+
+__all__ = ["record_name", "parse_record", "read", "still_valid", "add", "remove", "running_name", "mark_running",
+           "unmark_running", "RENEW_SECONDS", "STALE_SECONDS"]

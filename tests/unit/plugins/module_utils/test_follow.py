@@ -359,7 +359,8 @@ def _faked(monkeypatch, cluster, ledgers=None):
 
 
 def _follower(cluster, **options):
-    config = ExecutorConfig.build(None, mode="follow", nodes=["n1"], follow_idle_seconds=3, poll_interval=0.5,
+    options.setdefault("follow_idle_seconds", 3)
+    config = ExecutorConfig.build(None, mode="follow", nodes=["n1"], poll_interval=0.5,
                                   clock=cluster.clock, sleep=cluster.sleep, token="tok", **options)
     return m.Executor(cluster, config)
 
@@ -638,9 +639,36 @@ def test_a_cordon_seen_is_recorded_at_once_and_the_record_deleted_when_the_windo
     monkeypatch.setattr(cluster, "tick", drain)
     result = _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=60).run()
     assert result["ended_by"] == "nodes n1 schedulable"
-    (record,) = records[0].values()
+    assert sorted(records[0]) == ["kvq-running-follow-n1", "kvq-window-follow-n1"]
+    record = records[0]["kvq-window-follow-n1"]
     assert record["metadata"]["name"] == "kvq-window-follow-n1" and '"n1": {"seen": ' in record["data"]["cordoned"]
     assert cluster.configmaps == {}
+
+
+def test_a_window_says_it_runs_renews_that_and_takes_it_back_however_it_ends(monkeypatch):
+    # the event source queues no window behind a running one (event_source.WindowGate) by this record
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    seen = []
+    ticked = cluster.tick
+
+    def watch():
+        running = cluster.configmaps.get("kvq-running-follow-n1")
+        seen.append((cluster.now, dict(running["data"]) if running else None))
+        ticked()
+    monkeypatch.setattr(cluster, "tick", watch)
+    result = _follower(cluster, follow_until="idle", deadline_seconds=600, follow_idle_seconds=70).run()
+    assert result["ended_by"].startswith("idle")
+    renewals = sorted(set(data["renewed"] for _now, data in seen if data))
+    assert seen[0][1] is not None and len(set(data["since"] for _now, data in seen if data)) == 1
+    assert len(renewals) >= 2 and cluster.now >= 60       # renewed every 30 s of a window that ran a minute
+    assert "kvq-running-follow-n1" not in cluster.configmaps
+    # a window that fails (its deadline) takes it back too
+    cluster = _Cluster(vms=2)
+    _faked(monkeypatch, cluster)
+    with pytest.raises(WaitTimeoutError):
+        _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=5).run()
+    assert "kvq-running-follow-n1" not in cluster.configmaps
 
 
 def _recorded(cluster, seen_at, uid="node-uid"):

@@ -230,9 +230,101 @@ def test_the_source_is_ready_once_every_watch_listed_and_ticks_ledgers_it_saw():
     source.on_event(T.MIGRATION, "ADDED", vmim())
     now[0] = NOW + 61
     source.tick()
-    assert types(emitted)[1:] == [("migration_refused", "namespace/t"), ("reservation_expired", "namespace/t")]
+    # and no window started in the 61 s since the refusal asked for one: asked for again
+    assert types(emitted)[1:] == [("migration_refused", "namespace/t"), ("reservation_expired", "namespace/t"),
+                                  ("window_wanted", "cluster")]
     source.on_event(T.LEDGER, "DELETED", _ledger_configmap())
     assert source.ledgers == {}
     source.on_outage(T.VMI, 61.2, "connection refused")
     assert emitted[-1]["kvquota"]["type"] == "source_outage" and "61 s" in emitted[-1]["kvquota"]["reason"]
     assert sorted(ES.watched_paths("kvquota-system")) == sorted(T.KINDS)
+
+
+# ---------------------------------------------------------------------------
+# no window queued behind a running one (WindowGate)
+
+def _running(uid="w1", since="2027-01-15T08:00:00Z", version="1", prefix="eda"):
+    return {"metadata": {"name": "kvq-running-" + prefix, "namespace": "kvquota-system", "uid": uid,
+                         "resourceVersion": version}, "data": {"since": since, "renewed": since}}
+
+
+def _ready_source(**kw):
+    emitted, now = [], [NOW]
+    source = ES.EventSource(None, emitted.append, clock=lambda: now[0], **kw)
+    for kind in source.kinds:
+        source.on_resync(kind, [])
+    assert types(emitted) == [("source_ready", "cluster")]
+    del emitted[:]
+    return source, emitted, now
+
+
+def test_no_window_event_while_a_window_runs_and_one_after_it_when_any_came():
+    source, emitted, now = _ready_source()
+    source.on_event(T.LEDGER, "ADDED", _running())
+    source.on_event(T.MIGRATION, "ADDED", vmim("m1"))
+    source.on_event(T.VMI, "ADDED", {"metadata": {"name": "vm-a", "namespace": "t", "uid": "v1",
+                                                  "labels": {T.OUTDATED_LABEL: "true"}}, "status": {}})
+    now[0] += 30
+    source.on_event(T.LEDGER, "MODIFIED", _running(version="2"))     # renewed
+    now[0] += 60
+    source.tick()
+    assert emitted == []                                                # the running window serves them
+    source.on_event(T.NODE, "MODIFIED", {"metadata": {"name": "n1", "uid": "n"}, "spec": {"unschedulable": True}})
+    assert types(emitted) == [("node_cordoned", "node/n1")]           # info is not held back
+    source.on_event(T.LEDGER, "DELETED", _running(version="2"))
+    source.tick()
+    assert [e["kvquota"]["type"] for e in emitted[1:]] == ["window_wanted"]
+    assert emitted[-1]["kvquota"]["action"] == "window" and "2 event(s)" in emitted[-1]["kvquota"]["reason"]
+    now[0] += 15
+    source.tick()
+    assert len(emitted) == 2                                            # asked; not again at once
+    source.on_event(T.LEDGER, "ADDED", _running(uid="w2"))             # the next window started: it serves all
+    source.on_event(T.LEDGER, "DELETED", _running(uid="w2"))
+    now[0] += 600
+    source.tick()
+    assert len(emitted) == 2
+    source.on_event(T.MIGRATION, "ADDED", vmim("m3"))                  # no window runs: at once
+    assert types(emitted[2:]) == [("migration_refused", "namespace/t")]
+
+
+def test_a_window_killed_outright_stops_counting_once_its_record_is_stale():
+    source, emitted, now = _ready_source()
+    source.on_event(T.LEDGER, "ADDED", _running())
+    source.on_event(T.MIGRATION, "ADDED", vmim("m1"))
+    now[0] += 60
+    source.on_resync(T.LEDGER, [_running()])              # a relist of the same record renews nothing
+    now[0] += 29
+    source.tick()
+    assert emitted == []
+    now[0] += 1                                           # 90 s without a new resourceVersion
+    source.tick()
+    assert types(emitted) == [("window_wanted", "cluster")]
+
+
+def test_a_window_asked_for_that_never_starts_is_asked_for_again_then_said_once():
+    source, emitted, now = _ready_source()
+    source.on_event(T.MIGRATION, "ADDED", vmim("m1"))
+    for _tick in range(20):
+        now[0] += 15
+        source.tick()
+    kinds = [e["kvquota"]["type"] for e in emitted]
+    assert kinds == ["migration_refused", "window_wanted", "window_wanted", "window_wanted", "window_not_started"]
+    assert emitted[-1]["kvquota"]["action"] == "info" and "4 asks" in emitted[-1]["kvquota"]["reason"]
+
+
+def test_a_source_for_the_reaper_alone_watches_only_the_ledgers_and_says_only_expiries():
+    source, emitted, now = _ready_source(actions=["reap"])
+    assert source.kinds == (T.LEDGER,) and sorted(source.make_loops()) == [T.LEDGER]
+    source.on_event(T.MIGRATION, "ADDED", vmim("m1"))
+    source.on_event(T.LEDGER, "ADDED", _ledger_configmap(ttl=60))
+    now[0] += 61
+    source.tick()
+    assert types(emitted) == [("reservation_expired", "namespace/t")]
+    windows, _ = _ready_source(actions=["window", "info"])[:2]
+    windows.on_event(T.LEDGER, "ADDED", _ledger_configmap(ttl=60))
+    windows.clock = lambda: NOW + 61
+    windows.tick()
+    assert windows.kinds == T.KINDS
+    for bad in ([], "reap", ["reap", "drain"]):
+        with pytest.raises(KvquotaError, match="actions must be"):
+            ES.EventSource(None, emitted.append, actions=bad)
