@@ -2123,16 +2123,14 @@ def attack_forged_marks_window(c, attack):
         attempt(c.rest.delete, "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles/%s" % (ns, role))
     attack.runs.append(("maintenance_window", rc, secs))
     attack.uncovered.extend(sampler.uncovered)
-    after_drain = ended - drained["at"] if "at" in drained else None
+    after_drain = "%.0f s" % (ended - drained["at"]) if "at" in drained else "?"
     attack.notes.append("%d forged marks on %s; the window ended %s after the drain (idle %d s, deadline %d s)"
-                        % (marks, ", ".join(sorted(marked)) or "nothing",
-                           "%.0f s" % after_drain if after_drain is not None else "?", idle_seconds, deadline_seconds))
+                        % (marks, ", ".join(sorted(marked)) or "nothing", after_drain, idle_seconds, deadline_seconds))
     if rc != 0:
         attack.blocked = True
         attack.fail("the window failed (rc %s): %s" % (rc, _failure_text(out)))
-    elif after_drain is None or after_drain > idle_seconds + 45:
-        attack.fail("the window ran %s after the drain: the forged marks kept it open" % (
-            "%.0f s" % after_drain if after_drain is not None else "on"))
+    elif "at" not in drained or ended - drained["at"] > idle_seconds + 45:
+        attack.fail("the window ran %s after the drain: the forged marks kept it open" % after_drain)
     if marks < 3:
         attack.fail("the tenant forged only %d marks while the window ran" % marks)
     if "deadline_seconds" in out:

@@ -206,9 +206,8 @@ def snapshot(target, operator_namespace=OPERATOR_NAMESPACE):
     """{"configmaps": {name: resourceVersion}, "leases": {name: resourceVersion}} of the operator namespace:
     compare two to prove a run wrote nothing there."""
     rest = _rest(target)
-    return {"configmaps": dict((cm["metadata"]["name"], cm["metadata"]["resourceVersion"])
-                               for cm in _operator_configmaps(rest, operator_namespace,
-                                                               [LEDGER_PREFIX, WINDOW_PREFIX, RUNNING_PREFIX])),
+    records = _operator_configmaps(rest, operator_namespace, [LEDGER_PREFIX, WINDOW_PREFIX, RUNNING_PREFIX])
+    return {"configmaps": dict((cm["metadata"]["name"], cm["metadata"]["resourceVersion"]) for cm in records),
             "leases": dict((lease["metadata"]["name"], lease["metadata"]["resourceVersion"])
                            for lease in lock_leases(rest, operator_namespace))}
 
