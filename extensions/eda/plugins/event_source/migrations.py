@@ -76,9 +76,10 @@ options:
     description:
       - The reservation prefix of the rulebook's windows (C(maintenance_window_reservation_prefix)). While a window
         of that prefix runs (its ConfigMap C(kvq-running-<prefix>) in the operator namespace, renewed every 30
-        seconds) no window event is emitted, for that window serves them; once it ends, one C(window_wanted) event
-        asks for another when any came meanwhile. A window asked for that does not start within 60 seconds is
-        asked for again, up to three times, then C(window_not_started) says so.
+        seconds; stale after 4 minutes) no window or info event is emitted, for that window serves them; once it
+        ends, one C(window_wanted) event asks for another when any came meanwhile, or at once when it failed (up to
+        three failed windows in a row). A window asked for that does not start within 60 seconds is asked for
+        again, up to three times; then C(window_not_started) says so.
     type: str
     default: eda
 """

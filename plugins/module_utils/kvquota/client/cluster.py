@@ -314,6 +314,7 @@ class Cluster(object):
         # set by a transient failure, cleared by a ready /readyz: an API server coming back serves requests
         # before its caches are filled (RBAC denies, CRDs are not found), which are no answers yet
         self._recovering = False
+        self._failed_at = None   # when a request or watch last failed transiently
         self.api_client = None
         self.configuration = None
         self.host = None
@@ -442,7 +443,7 @@ class Cluster(object):
                 if callable(getattr(response, "read", None)):
                     response.read()
                 error = ApiException(http_resp=response)
-                if error.status in STARTUP_STATUSES and self._recovering and not self._ready():
+                if error.status in STARTUP_STATUSES and self._maybe_starting() and not self._ready():
                     # the watch of an API server that is coming back: its RBAC caches are not filled yet
                     raise UnreachableError(
                         "the API server answered %s while it starts (its /readyz is not ready yet) for %s"
@@ -466,9 +467,11 @@ class Cluster(object):
 
     def _note_failure(self, exc, path):
         """A transient failure of a request not retried here (a watch): what the API server answers next may be
-        an answer of one that is starting (STARTUP_STATUSES), asked of its /readyz before it is believed."""
+        an answer of one that is starting (STARTUP_STATUSES), asked of its /readyz before it is believed, for at
+        most the outage budget after this failure (a token revoked for good, whose /readyz is refused too, ends
+        the watch then)."""
         if _is_request_error(exc) and transient_kind(exc, path) is not None:
-            self._recovering = True
+            self._recovering, self._failed_at = True, self.clock()
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.
@@ -493,10 +496,11 @@ class Cluster(object):
                     raise
                 error = map_error(exc, what, self.host)
                 kind = transient_kind(exc, path)
-                if kind is None and self._recovering and getattr(exc, "status", None) in STARTUP_STATUSES:
-                    kind = None if self._ready() else NOT_SENT
                 if kind is not None:
-                    self._recovering = True
+                    self._recovering, self._failed_at = True, self.clock()
+                elif getattr(exc, "status", None) in STARTUP_STATUSES and self._maybe_starting():
+                    # not a failure of its own: it does not extend how long such answers are doubted
+                    kind = None if self._ready() else NOT_SENT
                 if kind is None:
                     if maybe_applied and (isinstance(error, ConflictError) or
                                           method == "DELETE" and isinstance(error, NotFoundError)):
@@ -523,6 +527,13 @@ class Cluster(object):
                 if retry_after is not None:
                     delay = max(delay, retry_after)
                 self.sleep(min(delay, remaining))
+
+    def _maybe_starting(self):
+        """Whether a 401/403/404 may still be the answer of an API server that is starting: after a transient
+        failure, for at most the outage budget since the last one (a refusal that lasts, say of a token revoked
+        for good whose /readyz is refused too, is believed then)."""
+        return self._recovering and self._failed_at is not None and \
+            self.clock() - self._failed_at <= self.outage_budget
 
     def _ready(self):
         """Whether the API server says it is ready (GET /readyz, one attempt); clears the recovering state."""

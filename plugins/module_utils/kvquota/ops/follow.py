@@ -397,20 +397,24 @@ class Follower(object):
             self._follow()
         except BaseException as err:
             with one_attempt_after_outage(self.cluster, err):
-                self._say_ended()
+                self._say_ended(failed=True)
             raise
         self._say_ended()
 
-    def _say_running(self):
+    def _say_running(self, failed=False):
         now = self.config.clock()
-        if self.running_said is None or now - self.running_said >= window_record.RENEW_SECONDS:
+        # a wall clock stepped back renews too: the record must not look stale
+        if failed or self.running_said is None or not 0 <= now - self.running_said < window_record.RENEW_SECONDS:
             window_record.mark_running(self.cluster, self.config.operator_namespace, self.config.reservation_prefix,
-                                       self.record.started, now)
+                                       self.record.started, now, failed=failed)
             self.running_said = now
 
-    def _say_ended(self):
+    def _say_ended(self, failed=False):
         try:
-            window_record.unmark_running(self.cluster, self.config.operator_namespace, self.config.reservation_prefix)
+            if failed:
+                self._say_running(failed=True)
+            window_record.unmark_running(self.cluster, self.config.operator_namespace, self.config.reservation_prefix,
+                                         self.record.started)
         except KvquotaError as err:   # the source stops counting it once it is STALE_SECONDS old
             self.record.warn(["could not delete configmap %s: %s" % (
                 window_record.running_name(self.config.reservation_prefix), err)])

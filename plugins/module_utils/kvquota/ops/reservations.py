@@ -1339,7 +1339,13 @@ def _unfence_idle(run, active):
         return []
     results = []
     for namespace in sorted(set(fence_mod.fences(run.cluster, run.store.namespace)) - set(active)):
-        results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, None, run.check_mode))
+        # a run reserving there now fences first, then writes its ledger, under the namespace's lock (a window
+        # beside this reaper: the rulebook runs both at once): decide under that lock, on a fresh read
+        with run.locked([namespace]):
+            if any(entry.namespace == namespace and entry.reservations
+                   for entry, _configmap in run.store.list(run.warnings).values()):
+                continue
+            results.append(fence_mod.unfence(run.cluster, run.store.namespace, namespace, None, run.check_mode))
     return results
 
 

@@ -200,60 +200,91 @@ class TriggerState(object):
 
 
 class WindowGate(object):
-    """Queues no window behind a running one (see the module's docstring). Times are the source's clock (seconds).
+    """Queues no window behind a running one (see the module's docstring). Times are the source's monotonic clock
+    (seconds): a step of the wall clock neither holds events back nor ends a window.
 
-    observe(event_type, configmap, now) takes each ConfigMap of the operator namespace as watched (listed ones as
-    ADDED); only kvq-running-<prefix> counts, written by the operator's windows alone. A window runs while its
-    record exists and was last rewritten (a new resourceVersion) less than stale_seconds ago: a killed window's
-    record stops counting. A window seen starting (a record of another UID or start time) serves everything that
-    came before it: nothing is wanted any more.
+    observe(event_type, configmap, now, listed=False) takes each ConfigMap of the operator namespace as watched
+    (listed ones from resync); only kvq-running-<prefix> counts, written by the operator's windows alone. A window
+    runs while its record exists and was last rewritten (a new resourceVersion) less than stale_seconds ago: a
+    killed window's record stops counting, and is not taken for a new window when a relist shows it again. A record
+    seen being written (a watch event) proves a live window; one only listed (at the source's start, after an
+    outage) proves nothing until it is rewritten. A window seen starting serves everything that came before it:
+    nothing is wanted any more; one that says it failed (its record's "ended": "failed" before it goes) served
+    nothing, and another is asked for at once, up to max_failures windows in a row.
 
     gate(trigger, now) -> the triggers to send for a window trigger: none while a window runs (one is wanted once
     it ends), else the trigger (wanted until a window is seen starting). tick(now) -> window_wanted once no window
-    runs and one is wanted, at once after a window that held events back, else retry_seconds after the last ask
-    (the rulebook's throttle may have dropped it, or the window failed before it started); after 1 + retries asks
-    without a window starting, window_not_started once, and nothing is wanted any more."""
+    runs and one is wanted, at once after a window that held events back or failed, else retry_seconds after the
+    last ask (the rulebook's throttle may have dropped it, or the window failed before it started); after
+    1 + retries asks without a window starting, or max_failures failed windows in a row, window_not_started once,
+    and nothing is wanted any more."""
 
-    def __init__(self, prefix, retry_seconds=60, retries=3, stale_seconds=window_record.STALE_SECONDS):
+    def __init__(self, prefix, retry_seconds=60, retries=3, stale_seconds=window_record.STALE_SECONDS,
+                 max_failures=3):
         self.name = window_record.running_name(prefix)
         self.retry_seconds, self.retries, self.stale_seconds = retry_seconds, retries, stale_seconds
+        self.max_failures = max_failures
         self.window = None        # (UID, start time) of the running window's record
         self.version = None       # its resourceVersion as last seen
-        self.renewed_at = None    # when a new resourceVersion of it was seen
+        self.renewed_at = None    # when a new resourceVersion of it was seen (None: only listed, not proven)
+        self.dead = None          # (UID, start time, resourceVersion) of a record that went stale
         self.wanted = None        # when the first window trigger not yet served came
         self.held = 0             # window triggers held back while the window ran
         self.asks = 0             # times a window was asked for since wanted
         self.asked_at = None
+        self.failures = 0         # windows in a row that said they failed
 
     def runs(self, now):
-        return self.window is not None and now - self.renewed_at < self.stale_seconds
+        return self.window is not None and self.renewed_at is not None and now - self.renewed_at < self.stale_seconds
 
-    def observe(self, event_type, configmap, now):
+    def observe(self, event_type, configmap, now, listed=False):
         meta = _meta(configmap)
         if meta.get("name") != self.name:
             return
         if event_type == "DELETED":
             self._ended()
             return
-        window = (meta.get("uid"), ((configmap or {}).get("data") or {}).get("since"))
+        data = (configmap or {}).get("data") or {}
+        window, version = (meta.get("uid"), data.get("since")), meta.get("resourceVersion")
+        if self.dead == window + (version,):
+            return                                  # the stale record of a killed window, listed again
+        if data.get("ended") == "failed":
+            self._failed(now)
+            return
         if window != self.window:
-            self.window, self.version, self.renewed_at = window, None, now
-            self.wanted, self.held, self.asks, self.asked_at = None, 0, 0, None
-        if meta.get("resourceVersion") != self.version:
-            self.version, self.renewed_at = meta.get("resourceVersion"), now
+            self.window, self.version, self.renewed_at = window, version, None if listed else now
+            if not listed:
+                self._started()
+            return
+        if version != self.version:
+            if self.renewed_at is None:
+                self._started()                     # a listed record rewritten: a live window after all
+            self.version, self.renewed_at = version, now
+
+    def _started(self):
+        self.wanted, self.held, self.asks, self.asked_at = None, 0, 0, None
 
     def resync(self, configmaps, now):
         """After a relist of the operator namespace's ConfigMaps."""
         mine = [c for c in configmaps if _meta(c).get("name") == self.name]
         if mine:
-            self.observe("ADDED", mine[0], now)
+            self.observe("ADDED", mine[0], now, listed=True)
         elif self.window is not None:
             self._ended()
 
     def _ended(self):
+        if self.window is not None and self.renewed_at is not None:
+            self.failures = 0                        # a window that ended without saying it failed
         self.window = self.version = self.renewed_at = None
         if self.held:
             self.asks, self.asked_at = 0, None     # ask at once for what came while it ran
+
+    def _failed(self, now):
+        self.window = self.version = self.renewed_at = None
+        self.failures += 1
+        if self.wanted is None:
+            self.wanted = now
+        self.asks, self.asked_at = 0, None
 
     def gate(self, event, now):
         if self.wanted is None:
@@ -261,21 +292,25 @@ class WindowGate(object):
         if self.runs(now):
             self.held += 1
             return []
-        self.asks += 1
-        self.asked_at = now
+        if self.asked_at is None or now - self.asked_at >= self.retry_seconds:
+            self.asks += 1                           # a burst of events is one ask
+            self.asked_at = now
         return [event]
 
     def tick(self, now):
+        if self.window is not None and self.renewed_at is not None and not self.runs(now):
+            self.dead = self.window + (self.version,)
+            self._ended()     # a killed window: its record was not renewed
         if self.wanted is None:
             return []
-        if self.window is not None and not self.runs(now):
-            self._ended()     # a killed window: its record was not renewed
         if self.runs(now) or self.asked_at is not None and now - self.asked_at < self.retry_seconds:
             return []
-        if self.asks > self.retries:
-            asks, since = self.asks, self.wanted
-            self.wanted, self.held, self.asks, self.asked_at = None, 0, 0, None
+        if self.asks > self.retries or self.failures >= self.max_failures:
+            asks, since, failures = self.asks, self.wanted, self.failures
+            self.wanted, self.held, self.asks, self.asked_at, self.failures = None, 0, 0, None, 0
             return [trigger(WINDOW_NOT_STARTED, reason=(
+                "%d window(s) in a row failed; not asking again (read their output); the next event asks again"
+                % failures if failures >= self.max_failures else
                 "no window started in %.0f s after %d asks (is the rulebook's window playbook failing?); the next "
                 "event asks again" % (now - since, asks)))]
         held, self.held = self.held, 0
@@ -283,4 +318,5 @@ class WindowGate(object):
         self.asked_at = now
         return [trigger(WINDOW_WANTED, reason=(
             "%d event(s) came while the last window ran" % held if held else
+            "the last window failed" if self.failures else
             "no window started in the %.0f s since one was first asked for" % (now - self.wanted)))]

@@ -13,8 +13,8 @@ window's record says nothing about a new one. The window deletes its record when
 Every follow window also says that it runs, in the ConfigMap kvq-running-<reservation prefix> (since: when it
 started; renewed: rewritten every RENEW_SECONDS), deleted when it ends. The event source reads it (the rulebook's
 windows, prefix eda): while a window of its prefix runs, that window serves what happens, so no other is queued
-behind it (ops/event_source.WindowGate). A window killed outright leaves it behind; it stops counting once it has
-not been renewed for STALE_SECONDS.
+behind it (plan/triggers.WindowGate). A window that fails says so before it deletes the record (another is asked
+for). A window killed outright leaves it behind; it stops counting once it has not been renewed for STALE_SECONDS.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -30,7 +30,8 @@ RECORD_PREFIX = "kvq-window-"
 RECORD_KEY = "cordoned"
 RUNNING_PREFIX = "kvq-running-"
 RENEW_SECONDS = 30
-STALE_SECONDS = 3 * RENEW_SECONDS
+# a window renews between two polls; one poll may wait up to about 2 minutes (a namespace lock, quota enforcement)
+STALE_SECONDS = 240
 
 
 def record_name(prefix):
@@ -100,8 +101,9 @@ def running_name(prefix):
     return store.record_name(RUNNING_PREFIX, prefix)
 
 
-def mark_running(cluster, operator_namespace, prefix, since, now):
-    """Say (create, or renew conditionally) that the window of prefix started at since runs, at now."""
+def mark_running(cluster, operator_namespace, prefix, since, now, failed=False):
+    """Say (create, or renew conditionally) that the window of prefix started at since runs, at now; failed: that
+    it failed (written just before unmark_running, so that the event source asks for another window)."""
     name = running_name(prefix)
 
     def read():
@@ -109,16 +111,22 @@ def mark_running(cluster, operator_namespace, prefix, since, now):
         return configmap, (configmap or {}).get("data") or {}
 
     def updated(_data):
-        return {"since": format_time(since), "renewed": format_time(now)}
+        data = {"since": format_time(since), "renewed": format_time(now)}
+        if failed:
+            data["ended"] = "failed"
+        return data
 
     return store.save_record(cluster, operator_namespace, name, read, updated, {"kvquota.maintenance/window": str(prefix)},
                              "say in configmap %s in namespace %s that the window runs" % (name, operator_namespace))
 
 
-def unmark_running(cluster, operator_namespace, prefix):
-    """Delete kvq-running-<prefix> (the window ended); False when there is none."""
+def unmark_running(cluster, operator_namespace, prefix, since):
+    """Delete kvq-running-<prefix> (the window that started at since ended); False when there is none, or when
+    it is another window's (a second window of the same prefix took it over: its record stays)."""
     configmap = store.record_configmap(cluster, operator_namespace, running_name(prefix))
-    return configmap is not None and store.delete_record(cluster, operator_namespace, configmap)
+    if configmap is None or ((configmap.get("data") or {}).get("since")) != format_time(since):
+        return False
+    return store.delete_record(cluster, operator_namespace, configmap)
 
 
 __all__ = ["record_name", "parse_record", "read", "still_valid", "add", "remove", "running_name", "mark_running",

@@ -396,6 +396,38 @@ def test_a_watch_refused_by_an_api_server_still_starting_after_a_broken_watch_is
     assert paths == [WATCH, WATCH, "/readyz", WATCH, "/readyz"]
 
 
+def test_a_watch_refused_for_good_ends_once_the_outage_budget_after_its_last_failure_is_spent():
+    # found by an attack: a revoked token gets 401 from the watch and from /readyz alike; without a bound the
+    # source would reconnect for ever, blind, instead of ending with the refusal named
+    denied = StreamResponse(401, status_body(401, "Unauthorized", "Unauthorized"))
+    script = Script([refused(), denied, FakeResponse(401, None)])
+    cluster = cluster_for(script, budget=60)
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    with pytest.raises(UnreachableError):          # within the budget: maybe a server starting
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    script.now += 61
+    script.outcomes = [denied]
+    with pytest.raises(kubernetes.client.rest.ApiException) as refusal:
+        list(cluster.stream_lines(WATCH, {"watch": "1"}, 30))
+    assert refusal.value.status == 401
+
+
+def test_a_request_refused_for_good_after_an_outage_is_believed_within_the_budget():
+    # a revoked token after a blip: 401 from the request and from /readyz; retried as a server starting only
+    # until the outage budget after the blip, then the refusal is raised (not an outage a watch would retry)
+    denied = FakeResponse(401, status_body(401, "Unauthorized", "Unauthorized"))
+    script = Script([refused(), denied, FakeResponse(401, None)], attempt_cost=5.0)
+    cluster = cluster_for(script, budget=60)
+    with pytest.raises(UnreachableError) as outage:       # the blip's request: its budget names the 401 last
+        cluster.get_namespace("a")
+    assert C.is_outage(outage.value) and "401" in str(outage.value)
+    script.outcomes, asked = [denied], len(script.requests)
+    with pytest.raises(ForbiddenError):                    # the next one (a watch's relist): believed at once
+        cluster.get_namespace("a")
+    assert len(script.requests) == asked + 1
+
+
 def test_a_watch_refused_without_a_failure_before_it_is_an_answer_with_no_readiness_probe():
     denied = StreamResponse(403, status_body(403, "Forbidden", "no"))
     script = Script([denied])

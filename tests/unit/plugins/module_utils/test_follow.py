@@ -663,12 +663,23 @@ def test_a_window_says_it_runs_renews_that_and_takes_it_back_however_it_ends(mon
     assert seen[0][1] is not None and len(set(data["since"] for _now, data in seen if data)) == 1
     assert len(renewals) >= 2 and cluster.now >= 60       # renewed every 30 s of a window that ran a minute
     assert "kvq-running-follow-n1" not in cluster.configmaps
-    # a window that fails (its deadline) takes it back too
+    # a window that fails (its deadline) says so, then takes it back too (the event source asks for another)
     cluster = _Cluster(vms=2)
     _faked(monkeypatch, cluster)
+    said = []
+    mark = f.window_record.mark_running
+    monkeypatch.setattr(f.window_record, "mark_running",
+                        lambda *a, **kw: said.append(kw.get("failed", False)) or mark(*a, **kw))
     with pytest.raises(WaitTimeoutError):
         _follower(cluster, follow_until="nodes_schedulable", deadline_seconds=5).run()
+    assert said[0] is False and said[-1] is True
     assert "kvq-running-follow-n1" not in cluster.configmaps
+    # a record another window of the same prefix took over stays
+    cluster.configmaps["kvq-running-follow-n1"] = {"metadata": {"name": "kvq-running-follow-n1",
+                                                                "resourceVersion": "9"},
+                                                   "data": {"since": "2030-01-01T00:00:00Z"}}
+    assert not f.window_record.unmark_running(cluster, "kvquota-system", "follow-n1", 0)
+    assert "kvq-running-follow-n1" in cluster.configmaps
 
 
 def _recorded(cluster, seen_at, uid="node-uid"):

@@ -657,3 +657,45 @@ def test_a_vmi_another_active_reservation_names_stays_fenced_when_one_reservatio
     assert fence_keys(objects).get("vmi.tenant-a.vmi-1") == "vm-1" and "ns.tenant-a" in fence_keys(objects)
     release(api, clock, rid="node-1-b1")
     assert fence_keys(objects) == {}
+
+
+def test_the_reaper_unfences_only_under_the_namespace_lock_on_a_fresh_read(monkeypatch):
+    # found by an attack: the rulebook runs the reaper beside a window; a window reserving in x fences x first,
+    # then writes its ledger, under x's lock. A reaper that read the ledgers before and unfenced x after would
+    # open the window's fresh headroom to the tenant's own pods.
+    import contextlib
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import reservations as R
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import fence as fence_mod
+
+    class Entry(object):
+        def __init__(self, namespace, reservations):
+            self.namespace, self.reservations = namespace, reservations
+
+    events = []
+
+    class Store(object):
+        namespace = "kvquota-system"
+
+        def list(self, warnings):
+            events.append("read ledgers")
+            return {"u1": (Entry("x", {"eda-f3": {}}), None), "u2": (Entry("y", {}), None)}
+
+    class Run(object):
+        cluster, store, check_mode, warnings = None, Store(), False, []
+
+        def fence_installed(self):
+            return True
+
+        @contextlib.contextmanager
+        def locked(self, namespaces):
+            events.append("lock %s" % ",".join(namespaces))
+            yield
+            events.append("unlock")
+
+    monkeypatch.setattr(fence_mod, "fences", lambda cluster, ns: {"x": {}, "y": {}})
+    monkeypatch.setattr(fence_mod, "unfence", lambda cluster, ns, namespace, vmis, check: (
+        events.append("unfence %s" % namespace) or {"changed": True, "namespace": namespace}))
+    # the scan at the reaper's start saw no reservation in x or y (active is empty)
+    unfenced = R._unfence_idle(Run(), set())   # pylint: disable=protected-access
+    assert [u["namespace"] for u in unfenced] == ["y"]
+    assert events == ["lock x", "read ledgers", "unlock", "lock y", "read ledgers", "unfence y", "unlock"]
