@@ -882,3 +882,14 @@ def test_a_migration_no_group_will_reserve_for_keeps_no_window_open():
     other = vmim("a", "evac-2", "vm-2", "u-e2", "t2")                      # KubeVirt's, still to reserve for
     assert follower._ended([again, other], vmis, 200.0) is None
     assert follower._ended([again, other], vmis, 300.0) is None
+
+
+def test_the_window_records_of_a_prefix_that_is_no_name_part_are_still_configmap_names():
+    # make test 21:23: the default prefix of a window over namespaces joins them with '+', and the API server
+    # refused to create kvq-running-follow-a+b+c
+    name = f.window_record.running_name("follow-fl-8e61-0+fl-8e61-1+fl-8e61-2")
+    assert re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name) and name.startswith("kvq-running-follow-fl-8e61-0-")
+    assert name != f.window_record.running_name("follow-fl-8e61-0-fl-8e61-1+fl-8e61-2")
+    assert f.window_record.running_name("eda") == "kvq-running-eda"
+    assert f.window_record.record_name("follow-n1") == "kvq-window-follow-n1"
+    assert re.match(r"^[a-z0-9-]+$", f.window_record.record_name("follow-A+b"))
