@@ -85,13 +85,23 @@ def configmap_path(operator_namespace, name=None):
     return api_path("v1", "configmaps", operator_namespace, name)
 
 
+_NAME_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
 def record_name(prefix, key):
-    """prefix + key as the name of a record ConfigMap, shortened with a hash of key when too long for a ConfigMap
-    name (253)."""
-    name = prefix + str(key)
+    """prefix + key as the name of a record ConfigMap: a key that is no part of such a name (a window's default
+    reservation prefix joins its namespaces with '+') keeps its characters that may be, the others as '-', and gets
+    a hash of it; shortened with a hash of key when too long for a ConfigMap name (253)."""
+    key = str(key)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:10]
+    part = key
+    if not _NAME_PART.match(key):
+        cleaned = re.sub(r"[^a-z0-9.-]+", "-", key.lower()).strip("-.")
+        part = (cleaned + "-" if cleaned else "") + digest
+    name = prefix + part
     if len(name) <= 253:
         return name
-    return name[:242].rstrip("-.") + "-" + hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:10]
+    return name[:242].rstrip("-.") + "-" + digest
 
 
 def record_configmap(cluster, operator_namespace, name):

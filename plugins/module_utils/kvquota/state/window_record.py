@@ -20,9 +20,7 @@ for). A window killed outright leaves it behind; it stops counting once it has n
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import hashlib
 import json
-import re
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state import store
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
@@ -36,22 +34,9 @@ RENEW_SECONDS = 30
 STALE_SECONDS = 240
 
 
-_NAME_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-
-
-def _name_part(prefix):
-    """prefix as a part of a ConfigMap name: itself when it is one, else its characters that may be (the others
-    as '-') and a hash of it (a window's default prefix joins its namespaces with '+')."""
-    prefix = str(prefix)
-    if _NAME_PART.match(prefix):
-        return prefix
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", prefix.lower()).strip("-.")
-    return (cleaned + "-" if cleaned else "") + hashlib.sha256(prefix.encode("utf-8")).hexdigest()[:10]
-
-
 def record_name(prefix):
-    """kvq-window-<prefix> (store.record_name: shortened with a hash when too long)."""
-    return store.record_name(RECORD_PREFIX, _name_part(prefix))
+    """kvq-window-<prefix> (store.record_name: a valid ConfigMap name for any prefix)."""
+    return store.record_name(RECORD_PREFIX, prefix)
 
 
 def parse_record(configmap):
@@ -113,7 +98,7 @@ def remove(cluster, operator_namespace, prefix):
 
 def running_name(prefix):
     """kvq-running-<prefix>: the ConfigMap that says a window of that prefix runs."""
-    return store.record_name(RUNNING_PREFIX, _name_part(prefix))
+    return store.record_name(RUNNING_PREFIX, prefix)
 
 
 def mark_running(cluster, operator_namespace, prefix, since, now, failed=False):
