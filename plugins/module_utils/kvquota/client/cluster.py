@@ -443,7 +443,7 @@ class Cluster(object):
                 if callable(getattr(response, "read", None)):
                     response.read()
                 error = ApiException(http_resp=response)
-                if error.status in STARTUP_STATUSES and self._maybe_starting() and not self._ready():
+                if self._starting_answer(error):
                     # the watch of an API server that is coming back: its RBAC caches are not filled yet
                     raise UnreachableError(
                         "the API server answered %s while it starts (its /readyz is not ready yet) for %s"
@@ -466,12 +466,14 @@ class Cluster(object):
             raw.release_conn()
 
     def _note_failure(self, exc, path):
-        """A transient failure of a request not retried here (a watch): what the API server answers next may be
+        """transient_kind(exc, path), remembering a transient failure: what the API server answers next may be
         an answer of one that is starting (STARTUP_STATUSES), asked of its /readyz before it is believed, for at
         most the outage budget after this failure (a token revoked for good, whose /readyz is refused too, ends
         the watch then)."""
-        if _is_request_error(exc) and transient_kind(exc, path) is not None:
+        kind = transient_kind(exc, path) if _is_request_error(exc) else None
+        if kind is not None:
             self._recovering, self._failed_at = True, self.clock()
+        return kind
 
     def _with_retries(self, attempt, method, path, what, repeatable=True):
         """attempt() until it succeeds, fails for good, or the outage budget runs out.
@@ -495,12 +497,10 @@ class Cluster(object):
                 if not _is_request_error(exc):
                     raise
                 error = map_error(exc, what, self.host)
-                kind = transient_kind(exc, path)
-                if kind is not None:
-                    self._recovering, self._failed_at = True, self.clock()
-                elif getattr(exc, "status", None) in STARTUP_STATUSES and self._maybe_starting():
+                kind = self._note_failure(exc, path)
+                if kind is None and self._starting_answer(exc):
                     # not a failure of its own: it does not extend how long such answers are doubted
-                    kind = None if self._ready() else NOT_SENT
+                    kind = NOT_SENT
                 if kind is None:
                     if maybe_applied and (isinstance(error, ConflictError) or
                                           method == "DELETE" and isinstance(error, NotFoundError)):
@@ -527,6 +527,11 @@ class Cluster(object):
                 if retry_after is not None:
                     delay = max(delay, retry_after)
                 self.sleep(min(delay, remaining))
+
+    def _starting_answer(self, exc):
+        """Whether exc (a 401/403/404) is, as far as can be told, the answer of an API server that is starting:
+        doubted (_maybe_starting), and its /readyz is not ready."""
+        return getattr(exc, "status", None) in STARTUP_STATUSES and self._maybe_starting() and not self._ready()
 
     def _maybe_starting(self):
         """Whether a 401/403/404 may still be the answer of an API server that is starting: after a transient
