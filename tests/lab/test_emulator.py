@@ -13,6 +13,7 @@ import pytest
 
 from kvqlab import emulator, scenarios
 from kvqlab.emulator import knobs as knobs_mod
+from kvqlab.emulator import metrics as metrics_mod
 from kvqlab.emulator import rancher as rancher_mod
 from kvqlab.emulator import render
 from kvqlab.emulator.rest import Rest, WorkQueue
@@ -23,6 +24,22 @@ KV = "/apis/kubevirt.io/v1"
 
 
 # ====================================================================== pure tests
+
+def test_overhead_metric_copies_the_status_field_as_virt_controller_v1_9_does():
+    def vmi(ns, name, overhead=None):
+        status = {} if overhead is None else {"memory": {"memoryOverhead": overhead}}
+        return {"metadata": {"namespace": ns, "name": name}, "status": status}
+    text = metrics_mod.exposition([vmi("b", "vm-2", "280984Ki"), vmi("a", "vm-1"), vmi("a", 'q"x', "1.5"),
+                                   vmi("a", "bad", "lots-of-ram"), vmi("a", "dict", {"x": 1})])
+    lines = text.splitlines()
+    assert lines[:2] == ["# HELP kubevirt_vmi_launcher_memory_overhead_bytes Estimation of the memory amount required "
+                         "for virt-launcher's infrastructure components (e.g. libvirt, QEMU).",
+                         "# TYPE kubevirt_vmi_launcher_memory_overhead_bytes gauge"]
+    # no field: 0; a fraction rounds up (Quantity.Value()); what Go could not decode is not served; sorted
+    assert lines[2:] == ['kubevirt_vmi_launcher_memory_overhead_bytes{name="q\\"x",namespace="a"} 2',
+                         'kubevirt_vmi_launcher_memory_overhead_bytes{name="vm-1",namespace="a"} 0',
+                         'kubevirt_vmi_launcher_memory_overhead_bytes{name="vm-2",namespace="b"} %d' % (280984 * 1024)]
+
 
 def test_knobs_parse_and_layering():
     base = knobs_mod.Knobs(source_pod_delay_seconds=30)

@@ -227,6 +227,7 @@ class EmulatorHandle:
         self.pid_file = os.path.join(self.dir, "emulator.pid")
         self.ready_file = os.path.join(self.dir, "emulator.ready")
         self.log_file = os.path.join(self.dir, "emulator.log")
+        self.metrics_port_file = os.path.join(self.dir, "metrics.port")
         self.proc = None
 
     @property
@@ -248,7 +249,8 @@ class EmulatorHandle:
             os.unlink(self.ready_file)
         cmd = [sys.executable, "-m", "kvqlab.emulator", "--kubeconfig", str(self.lab.admin_kubeconfig),
                "--namespace-of-knobs", self.namespace, "--workers", str(self.workers),
-               "--log-file", self.log_file, "--pid-file", self.pid_file, "--ready-file", self.ready_file]
+               "--log-file", self.log_file, "--pid-file", self.pid_file, "--ready-file", self.ready_file,
+               "--metrics-port-file", self.metrics_port_file]
         if self.kubevirt_version:
             cmd += ["--kubevirt-version", self.kubevirt_version]
         for k, v in knobs_to_data(self.defaults).items():
@@ -281,13 +283,18 @@ class EmulatorHandle:
             self.proc = None
         else:
             stop_pid_file(self.pid_file, timeout)
-        for f in (self.ready_file, self.pid_file):
+        for f in (self.ready_file, self.pid_file, self.metrics_port_file):
             if os.path.exists(f):
                 os.unlink(f)
 
     def restart(self):
         self.stop()
         return self.start()
+
+    def metrics_url(self):
+        """Where the emulated virt-controller serves its metrics (http://127.0.0.1:PORT/metrics)."""
+        with open(self.metrics_port_file, encoding="utf-8") as fh:
+            return "http://127.0.0.1:%d/metrics" % int(fh.read().strip())
 
     def log_text(self):
         try:

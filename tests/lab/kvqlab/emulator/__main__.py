@@ -9,6 +9,7 @@ import threading
 from . import install_crds, install_identities
 from .controller import DEFAULT_KV_VERSION, run
 from .knobs import parse_knobs
+from .metrics import MetricsServer
 from .rest import Rest, make_api_client
 
 
@@ -27,6 +28,8 @@ def main(argv=None):
     ap.add_argument("--log-file")
     ap.add_argument("--pid-file")
     ap.add_argument("--ready-file", help="written once caches are synced and workers run")
+    ap.add_argument("--metrics-port-file",
+                    help="serve virt-controller's VMI overhead metric on a loopback port and write the port here")
     ap.add_argument("--no-install-crds", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -45,12 +48,19 @@ def main(argv=None):
     signal.signal(signal.SIGINT, lambda *_: done.set())
     emu = run(args.kubeconfig, args.namespace_of_knobs, workers=args.workers, default_knobs=defaults,
               default_version=args.kubevirt_version, pid_file=args.pid_file)
+    served = None
+    if args.metrics_port_file:
+        served = MetricsServer(emu.vmis.list).start()
+        with open(args.metrics_port_file, "w") as fh:
+            fh.write(str(served.port))
     if args.ready_file:
         with open(args.ready_file, "w") as fh:
             fh.write(str(os.getpid()))
     done.wait()
     logging.getLogger("kvqlab.emulator").info("stopping (counters %s)", emu.counters)
     emu.stop()
+    if served is not None:
+        served.stop()
     if args.ready_file and os.path.exists(args.ready_file):
         os.unlink(args.ready_file)
     if args.pid_file and os.path.exists(args.pid_file):

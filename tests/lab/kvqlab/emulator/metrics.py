@@ -1,0 +1,85 @@
+"""virt-controller's metrics endpoint, as far as the lab needs it: `kubevirt_vmi_launcher_memory_overhead_bytes`.
+
+KubeVirt v1.9.0's VMI stats collector (pkg/monitoring/metrics/virt-controller/vmistats_collector.go,
+collectVMILauncherMemoryOverhead) reports, per VMI in virt-controller's cache, `status.memory.memoryOverhead`'s
+Value() (0 when the field is not set), labelled namespace and name. The metric is a copy of that status field, so
+it is no more a control plane's own number than the field is (a VMI has no status subresource and kubevirt.io:edit
+may update it): the lab serves it so that its tests can show that, and kvquota reads neither for an amount.
+
+Served over plain HTTP on a loopback port (GET /metrics, the Prometheus text format); the emulator writes the port
+to the file --metrics-port-file names.
+"""
+import logging
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import collection
+
+log = logging.getLogger("virt-controller-metrics")
+
+METRIC = "kubevirt_vmi_launcher_memory_overhead_bytes"
+HELP = "Estimation of the memory amount required for virt-launcher's infrastructure components (e.g. libvirt, QEMU)."
+
+
+def _value(text):
+    """Quantity.Value() of a status field (rounded up to a whole number), or None for a value the Go client could
+    not decode (virt-controller's informer would not hold such a VMI)."""
+    if text is None:
+        return 0
+    collection.ensure_importable()
+    from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
+    try:
+        return int(math.ceil(parse_quantity(str(text))))
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def _label(text):
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(vmis):
+    """The metric's lines in the Prometheus text format for vmis (VMI objects as the informer holds them)."""
+    lines = ["# HELP %s %s" % (METRIC, HELP), "# TYPE %s gauge" % METRIC]
+    for vmi in sorted(vmis, key=lambda v: (v["metadata"].get("namespace") or "", v["metadata"].get("name") or "")):
+        value = _value(((vmi.get("status") or {}).get("memory") or {}).get("memoryOverhead"))
+        if value is None:
+            continue
+        md = vmi["metadata"]
+        labels = 'name="%s",namespace="%s"' % (_label(md.get("name")), _label(md.get("namespace")))
+        lines.append("%s{%s} %d" % (METRIC, labels, value))
+    return "\n".join(lines) + "\n"
+
+
+class MetricsServer:
+    """GET /metrics with exposition(list_vmis()), on a daemon thread."""
+
+    def __init__(self, list_vmis, port=0):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                data = exposition(list_vmis()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, fmt, *args):
+                log.debug(fmt, *args)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
