@@ -324,6 +324,7 @@ class Cluster(object):
         self._count = 0
         self._count_lock = threading.Lock()
         self._facts = None
+        self._groups = None
         self._resources = {}
         # GET /version of the API server as the connection's discovery read it ({major, minor, gitVersion, ...});
         # None: not known (the quota rules then follow Kubernetes 1.33 to 1.36, see quotas.pod_requests_limits)
@@ -498,7 +499,7 @@ class Cluster(object):
                     raise
                 error = map_error(exc, what, self.host)
                 kind = self._note_failure(exc, path)
-                if kind is None and self._starting_answer(exc):
+                if kind is None and self._starting_answer(exc, retrying=first_failure is not None):
                     # not a failure of its own: it does not extend how long such answers are doubted
                     kind = NOT_SENT
                 if kind is None:
@@ -528,10 +529,13 @@ class Cluster(object):
                     delay = max(delay, retry_after)
                 self.sleep(min(delay, remaining))
 
-    def _starting_answer(self, exc):
+    def _starting_answer(self, exc, retrying=False):
         """Whether exc (a 401/403/404) is, as far as can be told, the answer of an API server that is starting:
-        doubted (_maybe_starting), and its /readyz is not ready."""
-        return getattr(exc, "status", None) in STARTUP_STATUSES and self._maybe_starting() and not self._ready()
+        doubted (_maybe_starting, or retrying: a request already retrying through an outage, whose own budget bounds
+        how long it doubts, so that it ends as that outage, naming the refusal last, whatever the jitter of its
+        waits), and its /readyz is not ready."""
+        return getattr(exc, "status", None) in STARTUP_STATUSES and (retrying or self._maybe_starting()) and \
+            not self._ready()
 
     def _maybe_starting(self):
         """Whether a 401/403/404 may still be the answer of an API server that is starting: after a transient
@@ -687,14 +691,20 @@ class Cluster(object):
                            "create events in namespace %s" % ns)
 
     def api_groups(self):
-        """{group name: [group/version, ...]} from discovery (one request)."""
-        data = self.request("GET", "/apis", what="discover API groups") or {}
-        return dict((group.get("name"), [v.get("groupVersion") for v in group.get("versions") or []])
-                    for group in data.get("groups") or [])
+        """{group name: [group/version, ...]} from discovery (one request per connection: the inventory and the
+        cluster facts share it)."""
+        if self._groups is None:
+            data = self.request("GET", "/apis", what="discover API groups") or {}
+            self._groups = dict((group.get("name"), [v.get("groupVersion") for v in group.get("versions") or []])
+                                for group in data.get("groups") or [])
+        return dict(self._groups)
 
-    def facts(self, refresh=False):
+    def facts(self, refresh=False, harvester_settings=None):
         """What kind of cluster this is, for owners.registry.owner_of: harvester, harvester_version, rancher_projects,
-        aaq, kubevirt (bools) — from discovery, plus Harvester's server-version setting when present."""
+        aaq, kubevirt (bools) — from discovery, plus Harvester's server-version setting when present (taken from
+        harvester_settings, {name: setting}, when the caller listed them: no request then). The one place they are
+        told: the inventory records them for the check and the plan (Snapshot.cluster_facts), the reservations
+        service asks here; the first answer of a connection is kept."""
         if self._facts is not None and not refresh:
             return dict(self._facts)
         groups = self.api_groups()
@@ -705,8 +715,12 @@ class Cluster(object):
             "aaq": "aaq.kubevirt.io" in groups,
             "kubevirt": "kubevirt.io" in groups,
         }
-        if facts["harvester"]:
+        if facts["harvester"] and harvester_settings is not None:
             # the settings API alone is no Harvester (a CRD left behind, a lab): every Harvester has server-version
+            server = harvester_settings.get("server-version")
+            facts["harvester"] = server is not None
+            facts["harvester_version"] = (server or {}).get("value") or (server or {}).get("default")
+        elif facts["harvester"]:
             try:
                 setting = self.get_custom("harvesterhci.io", "v1beta1", "settings", "server-version")
                 facts["harvester_version"] = setting.get("value") or setting.get("default")
