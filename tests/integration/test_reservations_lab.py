@@ -178,6 +178,37 @@ def test_margin_and_top_up(lab, admin, cl, ns):
     assert raw_quota(admin, ns)["spec"]["hard"] == {"limits.memory": "5000Mi"}
 
 
+def test_a_batchs_created_migrations_are_recorded_in_its_ledgers_alone(lab, admin, cl, ns):
+    """A batch is reserved once (before its migrations: their target pods need the headroom); the UIDs of the
+    migrations it then created are recorded by record_migrations: the ledgers' refs change, no quota is written, a
+    dry run writes nothing, a repeat or a released reservation records nothing."""
+    make_quota(lab, admin, ns, {"limits.cpu": "2"})
+    make_quota(lab, admin, ns, {"pods": "4"}, name="count")
+    followed = [{"namespace": ns, "name": "theirs", "uid": "u-theirs"}]
+    V.reserve(cl, "b0", {(ns, "compute"): {"limits.cpu": "1"}, (ns, "count"): {"pods": "1"}}, "t", "r", 600,
+              refs={"migrations": followed})
+    before = dict((q, raw_quota(admin, ns, q)) for q in ("compute", "count"))
+    targets = [(ns, "compute"), (ns, "count")]
+    created = [{"namespace": ns, "name": "vm-a-kvq-1", "uid": "uid-a"}]
+    service = R.Reservations(cl)
+
+    def recorded(name):
+        return ledger(admin, raw_quota(admin, ns, name))["reservations"]["b0"]["refs"]["migrations"]
+
+    assert service.dry_run().record_migrations("b0", targets, created) == targets
+    assert [recorded(q) for q in ("compute", "count")] == [followed, followed]
+    assert service.record_migrations("b0", targets, created) == targets
+    for name in ("compute", "count"):
+        assert recorded(name) == followed + created
+        after = raw_quota(admin, ns, name)
+        assert after["metadata"]["resourceVersion"] == before[name]["metadata"]["resourceVersion"]
+        assert after["spec"]["hard"] == before[name]["spec"]["hard"]
+    assert service.record_migrations("b0", targets, created) == []          # recorded already
+    V.release(cl, "b0", timeout=10)
+    assert service.record_migrations("b0", targets, created) == []          # not held any more
+    assert ledger(admin, raw_quota(admin, ns)) is None
+
+
 # ---------------------------------------------------------------------------
 # external changes
 

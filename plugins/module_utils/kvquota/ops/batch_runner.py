@@ -365,7 +365,6 @@ class BatchRunner(object):
             self._done_with_nothing_held(batch)
             return
         self.wait_enforced(batch, self._note_written(batch, result), "reservation %s" % batch.reservation)
-        batch.prepared = (needs, refs)
 
     def launch(self, batch, just_prepared=False):
         """Create the prepared batch's migrations (or follow those already under way) and record their UIDs.
@@ -401,7 +400,7 @@ class BatchRunner(object):
         if own:
             reservations.admit_migrations(self.cluster, [self._fence_entry(m) for m in own if m["uid"]],
                                           self.config.check_mode, self.config.operator_namespace, installed=True)
-        self._record_created(batch, *batch.prepared)
+        self._record_created(batch)
 
     def _followed_ref(self, migration):
         """A migration the batch follows as the reservation's refs record it (the fence lists it from there), with
@@ -428,16 +427,15 @@ class BatchRunner(object):
         pin = self._pin_of((migration["namespace"], migration["vm"])) if migration.get("vm") else None
         return fence_mod.claims_value((pin or {}).get("claims"))
 
-    def _record_created(self, batch, needs, refs):
-        """Record the UIDs of the migrations just created in the reservation's refs (the same headroom again:
-        only the refs change), so that a re-run knows them for its own by UID."""
+    def _record_created(self, batch):
+        """Record the UIDs of the migrations just created in the reservation's ledgers (only their refs change: the
+        headroom is the batch's one reservation), so that a re-run and the release know them for the run's own by
+        UID."""
         created = [{"namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}
                    for m in batch.migrations if m["uid"] and not m["reused"]]
         if not created or not batch.targets:
             return
-        result = self.reservations.reserve(
-            self._request(batch, needs, dict(refs, migrations=refs["migrations"] + created)), enforce_timeout=0)
-        self.record.warn(result.get("warnings"))
+        self.reservations.record_migrations(batch.reservation, batch.targets, created)
 
     def _note_written(self, batch, result):
         """Record what a reserve or top-up result wrote to spec.hard in batch.written; returns that part."""

@@ -163,7 +163,6 @@ class Batch(object):
         self.phases = {}
         self.order = None
         self.launched = None     # when its migrations were created; None while only reserved for (prepared)
-        self.prepared = None     # (needs, refs) of its reservation, made before its migrations (BatchRunner.prepare)
         self.failed = []
         self.moved = False      # every migration of the batch Succeeded (or, after a stop, some did)
         self.release_waits = []  # why the last release attempt could not give the reservation back yet

@@ -329,6 +329,10 @@ class _Writer(object):
     def delete_ledger(self, configmap):
         _settle(self.run.store.delete, configmap)
 
+    def record(self, quota, ledger, configmap):
+        """Save ledger over configmap (read with it: a 409 if another writer changed it since)."""
+        self.run.store.save(quota, ledger, configmap)
+
 
 class _DryRun(_Writer):
     """Check mode: nothing is written, taken or waited for."""
@@ -360,6 +364,9 @@ class _DryRun(_Writer):
         return []
 
     def delete_ledger(self, configmap):
+        return None
+
+    def record(self, quota, ledger, configmap):
         return None
 
 
@@ -606,6 +613,9 @@ class Reservations:
     def reserve(self, request, enforce_timeout=None):
         return _reserve_request(self, request, enforce_timeout)
 
+    def record_migrations(self, reservation_id, targets, migrations):
+        return _record_migrations(self, reservation_id, targets, migrations)
+
     def release(self, request):
         return _release_request(self, request)
 
@@ -671,6 +681,44 @@ def _reserve_request(service, request, enforce_timeout):
                 "NAMESPACE -o yaml` shows status.hard equal to spec.hard once it does); the reservation stays held: "
                 "re-run once it does, or release '%s'" % reservation_id)
     return result
+
+
+def _record_migrations(service, reservation_id, targets, migrations):
+    """Add migrations ([{namespace, name, uid}]: those a batch created) to the refs of reservation_id in the ledger of
+    every quota of targets ([(namespace, quota)]) that holds it. A batch's reservation is one transaction
+    (reserve), made before its migrations because their target pods need its headroom; their UIDs exist only once
+    they are created, and bind the reservation to them by UID (a re-run's own migrations: migrate.our_migration_uids;
+    the release's readiness). So this changes only the ledgers' refs: one conditional write per ledger, re-read and
+    retried on a conflict, under the namespaces' Leases as every ledger write; no quota or owner object is read for
+    its values or written, nothing is fenced (the fence lists the UIDs itself: admit_migrations). A quota that is gone,
+    a ledger that no longer holds the reservation (released meanwhile) or already records them: left as it is.
+    Returns the (namespace, quota) whose ledger changed (would change, in check mode)."""
+    _check_id(reservation_id)
+    refs = {"migrations": [dict(m) for m in migrations]}
+    run = service._run()
+    recorded = []
+    with run.locked(sorted(set(ns for ns, _q in targets))):
+        for target in sorted(set(tuple(t) for t in targets)):
+            if _record_refs(run, target, reservation_id, refs):
+                recorded.append(target)
+    return recorded
+
+
+def _record_refs(run, target, reservation_id, refs):
+    """Whether reservation_id's refs in the ledger of the quota target were extended by refs (_record_migrations)."""
+    def attempt(_number):
+        try:
+            quota = run.cluster.get_quota(*target)
+        except NotFoundError:
+            return False
+        stored, configmap = run.store.read(quota)
+        new = ledger_mod.record_refs(stored, reservation_id, refs) if stored is not None else None
+        if new is None:
+            return False
+        run.writer.record(quota, new, configmap)
+        return True
+    return retry_on_conflict(attempt, DEFAULT_ATTEMPTS, "record the migrations of reservation '%s' on %s/%s"
+                             % ((reservation_id,) + tuple(target)), run.sleep)
 
 
 def lock_duration(rancher_sync_timeout=DEFAULT_RANCHER_SYNC_TIMEOUT):

@@ -654,6 +654,21 @@ def reserve(ledger, rid, delta, current, now, owner="", reason="", ttl_seconds=N
     return result, outcome
 
 
+def record_refs(ledger, rid, refs):
+    """ledger with refs merged into reservation rid's (list-valued refs are unions, as reserve merges them), or None
+    when rid is not held here or already records them all. What a batch adds once its migrations exist: their
+    UIDs, which bind the reservation to them (see reservations.record_migrations)."""
+    entry = ledger.reservations.get(rid)
+    if entry is None:
+        return None
+    merged = _merge_refs(entry.refs, refs)
+    if merged == entry.refs:
+        return None
+    result = ledger.copy()
+    result.reservations[rid].refs = merged
+    return result
+
+
 def release(ledger, rid, now):
     """Remove reservation rid. Returns (new ledger, outcome dict); releasing an id that is not active is a
     no-op whose outcome says so (ALREADY_RELEASED when this ledger remembers it, else UNKNOWN)."""

@@ -147,6 +147,8 @@ def _runner(monkeypatch, cluster):
         ("end", [(m["name"], m["uid"]) for m in migrations])) or [])
     service_fakes.patch(monkeypatch, "reserve", lambda _c, rid, needs, *a, **kw: cluster.calls.append(
         ("reserve", [(m["name"], m["uid"]) for m in kw["refs"]["migrations"]])) or {})
+    service_fakes.patch(monkeypatch, "record_migrations", lambda _c, rid, targets, migrations, **kw: cluster.calls.append(
+        ("record", rid, targets, [(m["name"], m["uid"]) for m in migrations])) or [])
     return runner
 
 
@@ -155,8 +157,6 @@ def _prepared(runner, fenced_namespaces=("t",)):
     batch.state, batch.targets = RUNNING, [("t", "q")]
     batch.migrations = [{"namespace": "t", "vm": "vm-a", "reused": False, "name": "vm-a-kvq-260101000000", "uid": None},
                         {"namespace": "t", "vm": "vm-b", "reused": True, "name": "theirs", "uid": "u-theirs"}]
-    batch.prepared = ({("t", "q"): {"limits.cpu": "1"}}, {"vms": [], "migrations": [
-        {"namespace": "t", "name": "theirs", "uid": "u-theirs"}]})
     runner._record_reservation(batch, {"fence": [{"namespace": ns} for ns in fenced_namespaces], "quotas": []})
     return batch
 
@@ -169,14 +169,15 @@ def test_launch_lists_a_migration_by_name_before_creating_it_and_its_uid_right_a
         ("admit", [("vm-a-kvq-260101000000", None, "vm-a")]),          # pending: before virt-controller can act
         ("create", "vm-a-kvq-260101000000"),
         ("admit", [("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000", "vm-a")]),
-        ("reserve", [("theirs", "u-theirs"), ("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000")])]
+        # the batch's one reservation was made before (prepare); only the created migration's UID is recorded
+        ("record", "node-1-b0", [("t", "q")], [("vm-a-kvq-260101000000", "uid-of-vm-a-kvq-260101000000")])]
 
 
 def test_launch_lists_nothing_where_the_reservation_fenced_nothing(monkeypatch):
     cluster = _Cluster()
     runner = _runner(monkeypatch, cluster)
     runner.launch(_prepared(runner, fenced_namespaces=()))
-    assert [c[0] for c in cluster.calls] == ["create", "reserve"]
+    assert [c[0] for c in cluster.calls] == ["create", "record"]
 
 
 def test_a_final_migration_is_unfenced_once_while_the_others_run(monkeypatch):

@@ -507,3 +507,19 @@ def test_a_remainder_flag_that_is_no_boolean_is_corrupt():
     data["reservations"]["other"]["remainder"] = "yes"
     with pytest.raises(InputError, match="remainder flag"):
         L.load(json.dumps(data), "t", "q")
+
+
+def test_record_refs_adds_a_batchs_migrations_to_its_reservation_alone():
+    ledger, _outcome = L.reserve(L.new_ledger("t", "q", uid="u"), "b0", {"limits.cpu": "1"}, {"limits.cpu": "2"},
+                                 T0, refs={"migrations": [{"namespace": "t", "name": "theirs", "uid": "u1"}]})
+    ledger, _outcome = L.reserve(ledger, "b1", {"limits.cpu": "1"}, {"limits.cpu": "2"}, T0)
+    created = {"migrations": [{"namespace": "t", "name": "mine", "uid": "u2"}]}
+    new = L.record_refs(ledger, "b0", created)
+    assert new.reservations["b0"].refs["migrations"] == [{"namespace": "t", "name": "theirs", "uid": "u1"},
+                                                         {"namespace": "t", "name": "mine", "uid": "u2"}]
+    assert new.reservations["b1"].refs == ledger.reservations["b1"].refs
+    assert (new.base, new.written, new.reservations["b0"].delta) == (ledger.base, ledger.written,
+                                                                     ledger.reservations["b0"].delta)
+    assert "mine" not in str(ledger.reservations["b0"].refs)            # the ledger given is not changed
+    assert L.record_refs(new, "b0", created) is None                     # recorded already
+    assert L.record_refs(ledger, "gone", created) is None                # not held here

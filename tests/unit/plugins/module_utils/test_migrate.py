@@ -480,10 +480,19 @@ def _reserve_writing(cluster):
     return reserve
 
 
+def _recording(cluster):
+    """reservations.record_migrations stand-in: notes the migrations a batch recorded in its ledgers."""
+    def record(_cluster, rid, targets, migrations, **_kwargs):
+        cluster.order.append("record %s %s" % (rid, ",".join(m["name"] for m in migrations)))
+        return list(targets)
+    return record
+
+
 def _startable(monkeypatch, cluster):
     monkeypatch.setattr(headroom_mod, "batch_headroom", lambda c, vms, options=None, planned=None, pins=None: (
         {("t", "compute"): {"limits.cpu": "1"}}, {"vms": [], "sourcePods": []}, {"namespaces": {}}))
     service_fakes.patch(monkeypatch, "reserve", _reserve_writing(cluster))
+    service_fakes.patch(monkeypatch, "record_migrations", _recording(cluster))
     ex = _built(cluster, [["t/vm-1"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
     ex.record.per_gib_now, ex.record.progress_now = 150, 150
     return ex, ex.batches[0]
@@ -495,7 +504,7 @@ def test_migrations_start_only_once_status_hard_shows_the_reservation(monkeypatc
     ex.record.started = 0.0
     ex.runner.start(batch)
     assert cluster.order == ["reserve node-1-b0", "read t/compute", "read t/compute", "read t/compute",
-                             "read t/compute", "create vm-1-kvq-tok", "reserve node-1-b0"]
+                             "read t/compute", "create vm-1-kvq-tok", "record node-1-b0 vm-1-kvq-tok"]
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
     assert batch.report(0.0)["status_hard_wait_seconds"] == 1.5       # three naps of 0.5 s
     assert "quota admission enforces reservation node-1-b0 after 1.5s" in ex.log[-1]

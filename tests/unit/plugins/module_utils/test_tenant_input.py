@@ -335,7 +335,7 @@ def test_a_refused_target_pod_grown_since_the_plan_is_not_topped_up(monkeypatch)
 
 # ---------------------------------------------------------------- the batch runner
 
-from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import _Quotas, _Refused, _built, _executor, _reserve_writing  # noqa: E402  (its fakes)
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.module_utils.test_migrate import _Quotas, _Refused, _built, _executor, _recording, _reserve_writing  # noqa: E402  (its fakes)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m  # noqa: E402
 
 GROWN = "t/vm-2: its target pod now charges limits.cpu=2600m instead of the planned limits.cpu=2 (changed: " \
@@ -369,6 +369,7 @@ def _two_vm_batch(monkeypatch):
                                                          "sourcePods": []}, sized
     monkeypatch.setattr(h, "batch_headroom", batch_headroom)
     service_fakes.patch(monkeypatch, "reserve", _reserve_writing(cluster))
+    service_fakes.patch(monkeypatch, "record_migrations", _recording(cluster))
     ex = _built(cluster, [["t/vm-1", "t/vm-2"]], clock=cluster.clock, sleep=cluster.sleep, token="tok")
     ex.record.per_gib_now, ex.record.progress_now = 150, 150
     ex.record.started = 0.0
@@ -381,7 +382,8 @@ def test_prepare_leaves_a_grown_vm_out_of_its_batch_and_the_run_says_why(monkeyp
     assert asked == [["vm-1", "vm-2"]]
     assert batch.vms == [("t", "vm-1")]
     assert [mig["vm"] for mig in batch.migrations] == ["vm-1"]
-    assert [o for o in cluster.order if o.startswith("create")] == ["create vm-1-kvq-tok"]
+    made = [o for o in cluster.order if o.startswith(("create", "record"))]
+    assert made == ["create vm-1-kvq-tok", "record node-1-b0 vm-1-kvq-tok"]
     assert ex.runner.left_out == {("t", "vm-2"): GROWN}
     assert "batch 1/1: left out, it stays where it is: " + GROWN in ex.log
     # what the node_maintenance role reads: the VM still on the node, with why
