@@ -321,7 +321,8 @@ def evaluate(snapshot, options=None, scope_plan=None):
     now = _now(options)
     policy = findings.non_migratable_policy(options)
     planned = scope_plan or plan(snapshot, options)
-    cluster_warnings = findings.cluster_warnings(snapshot, scheduling.oversized_vms(planned.movers, planned.limits[2]))
+    cluster_warnings = findings.cluster_warnings(snapshot, planned.facts,
+                                                 scheduling.oversized_vms(planned.movers, planned.limits[2]))
 
     aaq = aaq_mod.aaq_report(snapshot, planned.namespaces)
     aaq_entries = (aaq or {}).get("namespaces") or {}

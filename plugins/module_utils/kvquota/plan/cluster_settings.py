@@ -50,18 +50,16 @@ def cluster_config(snapshot, options):
 
 
 def cluster_facts(snapshot):
-    """What owners.registry.owner_of wants to know about the cluster."""
-    settings = snapshot.harvester_settings
-    version = None
-    if settings:
-        server = settings.get("server-version") or {}
-        version = server.get("value") or server.get("default")
+    """What owners.registry.owner_of wants to know about the cluster (harvester, harvester_version, rancher_projects,
+    aaq), as the connection discovered it (Snapshot.cluster_facts: client.cluster.Cluster.facts, the one place they
+    are told, which the reservations service asks too, so that the check and the reservations choose the same owner
+    for a quota); all false for a snapshot read without discovery."""
+    found = snapshot.cluster_facts or {}
     return {
-        # the settings API alone is no Harvester (a CRD left behind): every Harvester has server-version
-        "harvester": bool(settings) and "server-version" in settings,
-        "harvester_version": version,
-        "rancher_projects": snapshot.rancher_projects is not None,
-        "aaq": snapshot.aaq_quotas is not None,
+        "harvester": bool(found.get("harvester")),
+        "harvester_version": found.get("harvester_version"),
+        "rancher_projects": bool(found.get("rancher_projects")),
+        "aaq": bool(found.get("aaq")),
     }
 
 

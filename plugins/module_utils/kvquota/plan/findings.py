@@ -86,13 +86,12 @@ def overall_verdict(blockers, counts):
 # Cluster-wide
 # ---------------------------------------------------------------------------
 
-def cluster_warnings(snapshot, oversized):
-    """Harvester's and AAQ's presence, and the VMs larger than per_namespace_cap (scheduling.oversized_vms)."""
+def cluster_warnings(snapshot, facts, oversized):
+    """Harvester's and AAQ's presence (facts: cluster_settings.cluster_facts), and the VMs larger than
+    per_namespace_cap (scheduling.oversized_vms)."""
     warnings = []
-    warnings = []
-    harvester = snapshot.harvester_settings
-    if harvester is not None:
-        setting = harvester.get(HARVESTER_RATIO_SETTING) or {}
+    if facts.get("harvester"):
+        setting = (snapshot.harvester_settings or {}).get(HARVESTER_RATIO_SETTING) or {}
         warnings.append(finding(
             "harvester_present", None,
             "Harvester detected (overhead ratio setting %s = %r): its quota controller scales limits.cpu and "
@@ -100,8 +99,7 @@ def cluster_warnings(snapshot, oversized):
             % (HARVESTER_RATIO_SETTING, setting.get("value") or setting.get("default")),
             "kvquota_reserve opts each quota it expands out of Harvester's scaling for the maintenance window "
             "(annotation %s) and puts it back afterwards" % HARVESTER_SKIP_ANNOTATION))
-    aaq = snapshot.aaq_quotas
-    if aaq is not None:
+    if facts.get("aaq"):
         warnings.append(finding(
             "aaq_present", None,
             "application-aware-quota (AAQ) is installed: kvquota reads its quotas and never writes them (see aaq in "

@@ -140,6 +140,19 @@ def api_groups(cluster):
         return None
 
 
+def discovered_facts(cluster, harvester_settings):
+    """The cluster facts as the connection tells them (client.cluster.Cluster.facts, sharing its discovery request
+    with api_groups, and Harvester's server-version with the settings listed: harvester_settings), or None when the
+    cluster object cannot tell or discovery is refused."""
+    facts = getattr(cluster, "facts", None)
+    if facts is None:
+        return None
+    try:
+        return facts(harvester_settings=harvester_settings)
+    except (NotFoundError, ForbiddenError):
+        return None
+
+
 def _optional(cluster, groups, group, version, plural, what, page_size, notes, required=False, **params):
     """A list of a kind that may not be installed: None when its API group is not served (or 404).
 
@@ -195,6 +208,7 @@ class Snapshot:
     migration_events: dict = field(default_factory=dict)  # {(namespace, migration): verified FailedCreate Events}
     kubevirt: dict = None                               # the KubeVirt CR, or None
     harvester_settings: dict = None                     # {name: setting}; None: Harvester not installed
+    cluster_facts: dict = None                          # Cluster.facts() (discovery); None: not discovered
     kubernetes_minor: int = None                        # the API server's minor release; None: not known
     aaq_quotas: dict = None                             # {namespace: [ApplicationAwareResourceQuota]}; None: no AAQ
     aaq_cluster_quotas: list = None                     # [ApplicationAwareClusterResourceQuota]; None: not read
@@ -389,6 +403,7 @@ def _read(cluster, scope, options, pool):
     settings = _optional(cluster, groups, HARVESTER_SETTINGS[0], HARVESTER_SETTINGS[1], HARVESTER_SETTINGS[2],
                          "list Harvester settings", page, notes, required=not ratio_in_cr)
     harvester_settings = None if settings is None else dict((_name(s), s) for s in settings)
+    facts = discovered_facts(cluster, harvester_settings)
 
     # AAQ's ApplicationAwareResourceQuotas.
     aaq = _optional(cluster, groups, AAQ_QUOTAS[0], AAQ_QUOTAS[1], AAQ_QUOTAS[2],
@@ -444,6 +459,7 @@ def _read(cluster, scope, options, pool):
         migration_events=refusals,
         kubevirt=kubevirts[0] if kubevirts else None,
         harvester_settings=harvester_settings,
+        cluster_facts=facts,
         kubernetes_minor=getattr(cluster, "kubernetes_minor", None),
         aaq_quotas=aaq_quotas,
         aaq_cluster_quotas=aaq_cluster_quotas,

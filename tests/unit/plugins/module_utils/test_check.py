@@ -28,6 +28,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base import timeutil
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import ledger_audit as audit
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.state.owners import registry
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import scheduling as sched
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
     ForbiddenError,
@@ -451,6 +452,36 @@ def test_inventory_optional_kinds():
         inv.read_inventory(cluster, {"namespaces": ["t0"]})
 
 
+def test_the_check_and_the_reservations_read_the_same_cluster_facts():
+    """One home for the cluster facts (Cluster.facts): the check plans a quota with the owner the reservations
+    service then writes it through. Before, the check derived them from what it could list: Rancher projects
+    served but not readable were 'not served (a downstream cluster)', and Harvester settings it could not list
+    (not needed: the KubeVirt CR states the ratio) were 'no Harvester', while the reservations (discovery) said
+    Rancher and Harvester."""
+    objs = _objects(1, 1)
+    objs["kubevirts"] = [kubevirt_cr(ratio="1.0")]
+    for vmi in objs["virtualmachineinstances"]:
+        vmi["spec"] = make_vmi("x", "y")["spec"]
+        vmi["status"]["conditions"] = [{"type": "LiveMigratable", "status": "True"}]
+    objs["pods"] = [launcher_manifest(v, config_from_cluster(kubevirt_cr(ratio="1.0")), {"limits.cpu"},
+                                      name="virt-launcher-" + v["metadata"]["name"])
+                    for v in objs["virtualmachineinstances"]]
+    quota = objs["resourcequotas"][0]
+    quota["metadata"]["labels"] = {"resourcequota.management.cattle.io/default-resource-quota": "true"}
+    objs["namespaces"][0]["metadata"]["annotations"] = {"field.cattle.io/projectId": "c-1:p-1"}
+    objs["settings"] = [{"metadata": {"name": "server-version"}, "value": "v1.5.0"}]
+    cluster = FakeCluster(objs, missing=["applicationawareresourcequotas"], forbidden=["projects", "settings"])
+    report = c.check(cluster, {"namespaces": ["t0"]}, {"now": NOW, "plan": True})
+    served = cluster.facts()
+    assert served["rancher_projects"] and served["harvester"] and served["harvester_version"] is None
+    assert report["plan"]["cluster_facts"] == {"harvester": True, "harvester_version": None,
+                                               "rancher_projects": True, "aaq": False}
+    (plan,) = report["namespaces"]["t0"]["quotas"]
+    owner = registry.owner_of(quota, objs["namespaces"][0], dict(served, project=None))
+    assert plan["owner"] == "rancher" and plan["backend"]["backend"] == owner.name == "harvester"
+    assert any("could not be read" in note for note in plan["backend"]["notes"])
+
+
 def test_scope_normalisation():
     assert inv.normalize_scope(None) == {"nodes": [], "namespaces": []}
     assert inv.normalize_scope({"node": "w1", "nodes": ["w2", "w1"]}) == {"nodes": ["w1", "w2"], "namespaces": []}
@@ -754,7 +785,9 @@ def test_harvester_and_aaq_are_reported_and_ratio_comes_from_harvester():
     quota = make_quota("default-abcde", "t", {"limits.memory": "100Gi", "limits.cpu": "100"},
                        labels={"resourcequota.management.cattle.io/default-resource-quota": "true"})
     snap = snapshot({"t": ([quota], [make_vmi("vm1", "t")])}, kv=kv,
-                    harvester_settings=settings_, aaq_quotas={"t": [{"metadata": {"name": "arq"}}]})
+                    harvester_settings=settings_, aaq_quotas={"t": [{"metadata": {"name": "arq"}}]},
+                    cluster_facts={"harvester": True, "harvester_version": "v1.4.2", "rancher_projects": False,
+                                   "aaq": True, "kubevirt": True})
     report = c.evaluate(snap, {"now": NOW})
     assert report["kubevirt"]["overhead_ratio"] == "1.5"
     kinds = [w["kind"] for w in report["warnings"]]
