@@ -623,7 +623,9 @@ class Follower(object):
 
     def _record_refs(self, group, namespace, refs):
         """Write refs (merged into the ledger's) plus the group's adopted and displaced migrations (each map
-        written whole) to its reservation in namespace: the same amount again, only the refs change."""
+        written whole) to its reservation in namespace: the same amount again, only the refs change. Through
+        reserve, not record_migrations: an adopted migration's VM (refs["vms"]) must be listed in the fence too,
+        which reserve does from the refs."""
         refs = dict(refs, adopted=dict((m["uid"], "%s/%s" % (m["namespace"], m["name"])) for m in group.migrations
                                        if m.get("adopted") and m.get("uid")),
                     displaced=dict((m["uid"], "%s/%s" % (m["namespace"], m["name"])) for m in group.displaced
