@@ -88,10 +88,10 @@ def _scraped(emu):
         text = response.read().decode()
     found = {}
     for line in text.splitlines():
-        match = re.match(r'^kubevirt_vmi_launcher_memory_overhead_bytes\{name="([^"]*)",namespace="([^"]*)"\} (\d+)$',
+        match = re.match(r'^kubevirt_vmi_launcher_memory_overhead_bytes\{name="([^"]*)",namespace="([^"]*)"\} (\S+)$',
                          line)
         if match:
-            found[(match.group(2), match.group(1))] = int(match.group(3))
+            found[(match.group(2), match.group(1))] = int(float(match.group(3)))
     return found
 
 

@@ -195,17 +195,17 @@ def test_a_batchs_created_migrations_are_recorded_in_its_ledgers_alone(lab, admi
     def recorded(name):
         return ledger(admin, raw_quota(admin, ns, name))["reservations"]["b0"]["refs"]["migrations"]
 
-    assert service.dry_run().record_migrations("b0", targets, created) == targets
+    assert service.dry_run().record_migrations("b0", targets, created) == {"recorded": targets, "warnings": []}
     assert [recorded(q) for q in ("compute", "count")] == [followed, followed]
-    assert service.record_migrations("b0", targets, created) == targets
+    assert service.record_migrations("b0", targets, created)["recorded"] == targets
     for name in ("compute", "count"):
         assert recorded(name) == followed + created
         after = raw_quota(admin, ns, name)
         assert after["metadata"]["resourceVersion"] == before[name]["metadata"]["resourceVersion"]
         assert after["spec"]["hard"] == before[name]["spec"]["hard"]
-    assert service.record_migrations("b0", targets, created) == []          # recorded already
+    assert service.record_migrations("b0", targets, created)["recorded"] == []          # recorded already
     V.release(cl, "b0", timeout=10)
-    assert service.record_migrations("b0", targets, created) == []          # not held any more
+    assert service.record_migrations("b0", targets, created)["recorded"] == []          # not held any more
     assert ledger(admin, raw_quota(admin, ns)) is None
 
 

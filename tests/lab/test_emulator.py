@@ -36,9 +36,12 @@ def test_overhead_metric_copies_the_status_field_as_virt_controller_v1_9_does():
                          "for virt-launcher's infrastructure components (e.g. libvirt, QEMU).",
                          "# TYPE kubevirt_vmi_launcher_memory_overhead_bytes gauge"]
     # no field: 0; a fraction rounds up (Quantity.Value()); what Go could not decode is not served; sorted
+    # values as client_golang prints them (strconv 'g', shortest): 280984Ki = 287727616 -> 2.87727616e+08
     assert lines[2:] == ['kubevirt_vmi_launcher_memory_overhead_bytes{name="q\\"x",namespace="a"} 2',
                          'kubevirt_vmi_launcher_memory_overhead_bytes{name="vm-1",namespace="a"} 0',
-                         'kubevirt_vmi_launcher_memory_overhead_bytes{name="vm-2",namespace="b"} %d' % (280984 * 1024)]
+                         'kubevirt_vmi_launcher_memory_overhead_bytes{name="vm-2",namespace="b"} 2.87727616e+08']
+    assert [metrics_mod.go_float(v) for v in (123456, 1234567, 1.5, 0.00001, 234881024, 2 ** 30)] == \
+        ["123456", "1.234567e+06", "1.5", "1e-05", "2.34881024e+08", "1.073741824e+09"]
 
 
 def test_knobs_parse_and_layering():

@@ -488,6 +488,7 @@ class Cluster(object):
         first_failure = None
         attempts = 0
         maybe_applied = False
+        failed_itself = False   # this request itself failed transiently (not only met doubted answers)
         while True:
             attempts += 1
             try:
@@ -499,7 +500,8 @@ class Cluster(object):
                     raise
                 error = map_error(exc, what, self.host)
                 kind = self._note_failure(exc, path)
-                if kind is None and self._starting_answer(exc, retrying=first_failure is not None):
+                failed_itself = failed_itself or kind is not None
+                if kind is None and self._starting_answer(exc, retrying=failed_itself):
                     # not a failure of its own: it does not extend how long such answers are doubted
                     kind = NOT_SENT
                 if kind is None:
@@ -531,9 +533,10 @@ class Cluster(object):
 
     def _starting_answer(self, exc, retrying=False):
         """Whether exc (a 401/403/404) is, as far as can be told, the answer of an API server that is starting:
-        doubted (_maybe_starting, or retrying: a request already retrying through an outage, whose own budget bounds
-        how long it doubts, so that it ends as that outage, naming the refusal last, whatever the jitter of its
-        waits), and its /readyz is not ready."""
+        doubted (_maybe_starting, or retrying: a request that itself failed transiently and is retrying through that
+        outage, whose own budget bounds how long it doubts, so that it ends as that outage, naming the refusal last,
+        whatever the jitter of its waits; a request that only met doubted answers is bounded by _maybe_starting, so a
+        revoked token is believed within the outage budget of the last failure), and its /readyz is not ready."""
         return getattr(exc, "status", None) in STARTUP_STATUSES and (retrying or self._maybe_starting()) and \
             not self._ready()
 

@@ -435,7 +435,8 @@ class BatchRunner(object):
                    for m in batch.migrations if m["uid"] and not m["reused"]]
         if not created or not batch.targets:
             return
-        self.reservations.record_migrations(batch.reservation, batch.targets, created)
+        result = self.reservations.record_migrations(batch.reservation, batch.targets, created)
+        self.record.warn(result.get("warnings"))
 
     def _note_written(self, batch, result):
         """Record what a reserve or top-up result wrote to spec.hard in batch.written; returns that part."""

@@ -692,7 +692,7 @@ def _record_migrations(service, reservation_id, targets, migrations):
     retried on a conflict, under the namespaces' Leases as every ledger write; no quota or owner object is read for
     its values or written, nothing is fenced (the fence lists the UIDs itself: admit_migrations). A quota that is gone,
     a ledger that no longer holds the reservation (released meanwhile) or already records them: left as it is.
-    Returns the (namespace, quota) whose ledger changed (would change, in check mode)."""
+    Returns {"recorded": the (namespace, quota) whose ledger changed (would change, in check mode), "warnings"}."""
     _check_id(reservation_id)
     refs = {"migrations": [dict(m) for m in migrations]}
     run = service._run()
@@ -701,7 +701,7 @@ def _record_migrations(service, reservation_id, targets, migrations):
         for target in sorted(set(tuple(t) for t in targets)):
             if _record_refs(run, target, reservation_id, refs):
                 recorded.append(target)
-    return recorded
+    return {"recorded": recorded, "warnings": list(run.warnings)}
 
 
 def _record_refs(run, target, reservation_id, refs):

@@ -91,20 +91,25 @@ def cluster_warnings(snapshot, facts, oversized):
     per_namespace_cap (scheduling.oversized_vms)."""
     warnings = []
     if facts.get("harvester"):
-        setting = (snapshot.harvester_settings or {}).get(HARVESTER_RATIO_SETTING) or {}
+        if snapshot.harvester_settings is None:
+            ratio = "its settings not readable; the KubeVirt CR's ratio is used"
+        else:
+            setting = snapshot.harvester_settings.get(HARVESTER_RATIO_SETTING) or {}
+            value = setting.get("value") or setting.get("default")
+            ratio = "overhead ratio setting %s = %r" % (HARVESTER_RATIO_SETTING, value)
         warnings.append(finding(
             "harvester_present", None,
-            "Harvester detected (overhead ratio setting %s = %r): its quota controller scales limits.cpu and "
-            "limits.memory of Rancher-managed quotas during migrations"
-            % (HARVESTER_RATIO_SETTING, setting.get("value") or setting.get("default")),
+            "Harvester detected (%s): its quota controller scales limits.cpu and limits.memory of Rancher-managed "
+            "quotas during migrations" % ratio,
             "kvquota_reserve opts each quota it expands out of Harvester's scaling for the maintenance window "
             "(annotation %s) and puts it back afterwards" % HARVESTER_SKIP_ANNOTATION))
     if facts.get("aaq"):
         warnings.append(finding(
             "aaq_present", None,
             "application-aware-quota (AAQ) is installed: kvquota reads its quotas and never writes them (see aaq in "
-            "the result: per namespace, whether AAQ's mode charges a migration only its growth); native "
-            "ResourceQuotas still charge the whole target pod",
+            "the result: per namespace, whether AAQ's mode charges a migration only its growth%s); native "
+            "ResourceQuotas still charge the whole target pod"
+            % ("" if snapshot.aaq_quotas is not None else "; its quotas could not be read, see the notes"),
             None))
 
     for vm, names in oversized:

@@ -35,6 +35,25 @@ def _value(text):
         return None
 
 
+def go_float(value):
+    """value as client_golang's text exposition writes a sample (strconv.FormatFloat(v, 'g', -1, 64)): the shortest
+    digits, in exponent form for an exponent of 6 and more or below -4 (Go's 'g' decides with precision 6 when the
+    precision is the shortest), else plain: 2.34881024e+08, 123456, 1.5."""
+    value = float(value)
+    if value == 0:
+        return "0"
+    for digits in range(17):
+        text = "%.*e" % (digits, value)
+        if float(text) == value:
+            break
+    mantissa, exponent = text.split("e")
+    exp = int(exponent)
+    if exp < -4 or exp >= 6:
+        return "%se%s%02d" % (mantissa, "-" if exp < 0 else "+", abs(exp))
+    plain = repr(value)
+    return plain[:-2] if plain.endswith(".0") else plain
+
+
 def _label(text):
     return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -48,7 +67,7 @@ def exposition(vmis):
             continue
         md = vmi["metadata"]
         labels = 'name="%s",namespace="%s"' % (_label(md.get("name")), _label(md.get("namespace")))
-        lines.append("%s{%s} %d" % (METRIC, labels, value))
+        lines.append("%s{%s} %s" % (METRIC, labels, go_float(value)))
     return "\n".join(lines) + "\n"
 
 

@@ -428,6 +428,20 @@ def test_a_request_refused_for_good_after_an_outage_is_believed_within_the_budge
     assert len(script.requests) == asked + 1
 
 
+def test_a_request_that_only_meets_doubted_refusals_believes_them_within_the_budget_of_the_blip():
+    # found by review: a request starting 59 s after a blip, 401 from it and from /readyz, was doubted for its own
+    # whole budget (an outage after ~60 s more, 32 requests); it is believed once the blip's budget has passed
+    denied = FakeResponse(401, status_body(401, "Unauthorized", "Unauthorized"))
+    script = Script([refused(), OK_NAMESPACE])
+    cluster = cluster_for(script, budget=60)
+    cluster.get_namespace("a")                              # the blip, then an answer
+    script.now += 59
+    script.outcomes, asked, started = [denied], len(script.requests), script.now
+    with pytest.raises(ForbiddenError):
+        cluster.get_namespace("a")
+    assert script.now - started < 5 and len(script.requests) - asked < 10
+
+
 def test_a_watch_refused_without_a_failure_before_it_is_an_answer_with_no_readiness_probe():
     denied = StreamResponse(403, status_body(403, "Forbidden", "no"))
     script = Script([denied])

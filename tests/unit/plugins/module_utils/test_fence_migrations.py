@@ -148,7 +148,7 @@ def _runner(monkeypatch, cluster):
     service_fakes.patch(monkeypatch, "reserve", lambda _c, rid, needs, *a, **kw: cluster.calls.append(
         ("reserve", [(m["name"], m["uid"]) for m in kw["refs"]["migrations"]])) or {})
     service_fakes.patch(monkeypatch, "record_migrations", lambda _c, rid, targets, migrations, **kw: cluster.calls.append(
-        ("record", rid, targets, [(m["name"], m["uid"]) for m in migrations])) or [])
+        ("record", rid, targets, [(m["name"], m["uid"]) for m in migrations])) or {})
     return runner
 
 

@@ -484,7 +484,7 @@ def _recording(cluster):
     """reservations.record_migrations stand-in: notes the migrations a batch recorded in its ledgers."""
     def record(_cluster, rid, targets, migrations, **_kwargs):
         cluster.order.append("record %s %s" % (rid, ",".join(m["name"] for m in migrations)))
-        return list(targets)
+        return {"recorded": list(targets), "warnings": ["waited for another job: test"]}
     return record
 
 
@@ -508,6 +508,7 @@ def test_migrations_start_only_once_status_hard_shows_the_reservation(monkeypatc
     assert batch.written == {("t", "compute"): {"limits.cpu": Fraction(4175, 1000)}}
     assert batch.report(0.0)["status_hard_wait_seconds"] == 1.5       # three naps of 0.5 s
     assert "quota admission enforces reservation node-1-b0 after 1.5s" in ex.log[-1]
+    assert "waited for another job: test" in ex.record.warnings      # record_migrations' warnings reach the run
 
 
 def test_a_quota_controller_that_never_syncs_stops_before_any_migration_with_the_numbers(monkeypatch):

@@ -71,5 +71,7 @@ def test_a_kvquota_migrate_task_takes_its_roles_executor_options_as_one_dict(mon
     assert set(options) <= set(taken), "not kvquota_migrate options: %s" % sorted(set(options) - set(taken))
     shared = sorted(set(options) & set(task[MIGRATE]))
     assert not shared, "given directly as well (it would override the dict's): %s" % shared
+    # the ledgers' namespace is the one the role's other tasks use, whatever a play's module_defaults say
+    assert task[MIGRATE]["operator_namespace"] == "{{ %s_operator_namespace }}" % role
     # every option is the role's own variable (or its survey-safe form), none a constant
     assert all(("%s_" % role) in str(value) for value in options.values())
