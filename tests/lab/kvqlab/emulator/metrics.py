@@ -11,10 +11,10 @@ to the file --metrics-port-file names.
 """
 import logging
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from . import collection
+from .webhook import LoopbackServer
 
 log = logging.getLogger("virt-controller-metrics")
 
@@ -71,7 +71,7 @@ def exposition(vmis):
     return "\n".join(lines) + "\n"
 
 
-class MetricsServer:
+class MetricsServer(LoopbackServer):
     """GET /metrics with exposition(list_vmis()), on a daemon thread."""
 
     def __init__(self, list_vmis, port=0):
@@ -90,15 +90,4 @@ class MetricsServer:
             def log_message(self, fmt, *args):
                 log.debug(fmt, *args)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        LoopbackServer.__init__(self, Handler, "metrics", port)

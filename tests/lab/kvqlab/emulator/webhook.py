@@ -98,17 +98,19 @@ def _handler(admit):
     return Handler
 
 
-class EvictionWebhook:
-    """The HTTPS server (a daemon thread) answering the apiserver's AdmissionReviews with admit(request)."""
+class LoopbackServer:
+    """An HTTP server on a loopback port (0: any free one), serving handler on a daemon thread named name; over TLS
+    with cert and key when given. start() returns it; port is the one bound."""
 
-    def __init__(self, admit, cert, key, port=0):
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(admit))
+    def __init__(self, handler, name, port=0, cert=None, key=None):
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
-        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        tls.load_cert_chain(cert, key)
-        self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        if cert:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(cert, key)
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="eviction-webhook", daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 
     def start(self):
         self.thread.start()
@@ -117,6 +119,13 @@ class EvictionWebhook:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class EvictionWebhook(LoopbackServer):
+    """The HTTPS server (a daemon thread) answering the apiserver's AdmissionReviews with admit(request)."""
+
+    def __init__(self, admit, cert, key, port=0):
+        LoopbackServer.__init__(self, _handler(admit), "eviction-webhook", port, cert, key)
 
 
 def lab_certificates(kubeconfig_ca):

@@ -17,24 +17,14 @@ import yaml
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils import kvquota_module
 from ansible_collections.kvquota.maintenance.plugins.modules import kvquota_migrate as module_mod
-from ansible_collections.kvquota.maintenance.tests.unit.plugins.test.test_roles_ride_through import ROLES, tasks_of
+from ansible_collections.kvquota.maintenance.tests.unit.plugins.test.test_roles_ride_through import ROLES, role_tasks
 
 ROOT = os.path.join(ROLES, "..")
 GROUP = "group/kvquota.maintenance.executor"
 MIGRATE = "kvquota.maintenance.kvquota_migrate"
 
 
-def _migrate_tasks():
-    found = []
-    for role in sorted(os.listdir(ROLES)):
-        folder = os.path.join(ROLES, role, "tasks")
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
-            with open(os.path.join(folder, name)) as fh:
-                found.extend((role, name, task) for task in tasks_of(yaml.safe_load(fh)) if MIGRATE in task)
-    return found
-
-
-TASKS = _migrate_tasks()
+TASKS = [(role, name, task) for role, name, task in role_tasks() if MIGRATE in task]
 
 
 def _options_dict(role):

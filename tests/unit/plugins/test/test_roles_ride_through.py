@@ -24,16 +24,19 @@ def tasks_of(items):
             yield from tasks_of(task.get(key))
 
 
-def kubernetes_core_tasks():
-    found = []
+def role_tasks():
+    """(role, tasks file name, task) of every task of every role, nested blocks included."""
     for role in sorted(os.listdir(ROLES)):
         folder = os.path.join(ROLES, role, "tasks")
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
             with open(os.path.join(folder, name)) as fh:
                 for task in tasks_of(yaml.safe_load(fh)):
-                    if any(key.startswith("kubernetes.core.") for key in task):
-                        found.append((role, name, task))
-    return found
+                    yield role, name, task
+
+
+def kubernetes_core_tasks():
+    return [(role, name, task) for role, name, task in role_tasks()
+            if any(key.startswith("kubernetes.core.") for key in task)]
 
 
 TASKS = kubernetes_core_tasks()
