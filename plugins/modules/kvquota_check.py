@@ -79,6 +79,19 @@ options:
         namespace). V(false) plans by the migration limits and quotas alone.
     type: bool
     default: true
+  drain_together:
+    description:
+      - The nodes of O(nodes) are a wave drained together by one run (kvquota_migrate with O(nodes), rolling_upgrade
+        with O(kvquota.maintenance.rolling_upgrade#role:rolling_upgrade_max_unavailable) above 1), all cordoned
+        before the first batch; with O(node_capacity) no target pod is planned onto any of them. V(false) (one
+        node at a time) plans a VM's target pod onto any schedulable node but its own.
+    type: bool
+    default: false
+  max_unavailable:
+    description:
+      - How many nodes of O(nodes) a rolling upgrade may drain together (a whole number of at least 1, or a
+        percentage of the nodes such as C(25%), rounded down and at least 1). Given, the result has RV(waves).
+    type: raw
   report:
     description:
       - How much of the report the result carries.
@@ -325,6 +338,19 @@ kubevirt:
   description: The KubeVirt configuration the sizing and planning used (version, ratio, parallel limits).
   returned: always
   type: dict
+waves:
+  description:
+    - With O(max_unavailable), the waves of a rolling upgrade over O(nodes) in their order, at most
+      O(max_unavailable) nodes each; a node joins a wave only while the other schedulable nodes have room for
+      every VM of the wave's nodes (with O(node_capacity)). The upgrade is simulated wave after wave, each wave's
+      target pods placed on the nodes already upgraded first (as rolling_upgrade's steering taint makes the
+      scheduler do); C(moved_again) names the VMs of a wave an earlier wave moved there (a second move capacity
+      forces; the first wave's VMs have no upgraded node to go to). C(vms) counts the VMs on the wave's nodes at
+      its turn.
+  returned: with O(max_unavailable)
+  type: list
+  elements: dict
+  sample: [{"nodes": ["worker-1", "worker-2"], "vms": 12, "moved_again": []}]
 capacity:
   description:
     - The free capacity the plan used (O(node_capacity)). C(checked) (false with O(node_capacity=false)),
@@ -415,7 +441,8 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module
 )
 
 PLAN_OPTIONS = ('kubevirt_version', 'overhead_ratio', 'parallel_migrations_per_cluster',
-                'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable', 'node_capacity')
+                'parallel_outbound_migrations_per_node', 'per_namespace_cap', 'non_migratable', 'node_capacity',
+                'drain_together', 'max_unavailable')
 MAX_WARNINGS = 10
 
 
@@ -471,6 +498,8 @@ def main():
             per_namespace_cap=dict(type='dict'),
             non_migratable=dict(type='str', choices=['fail', 'shutdown', 'skip'], default='fail'),
             node_capacity=dict(type='bool', default=True),
+            drain_together=dict(type='bool', default=False),
+            max_unavailable=dict(type='raw'),
             report=dict(type='str', choices=['compact', 'full'], default='compact'),
             report_file=dict(type='path'),
             plan=dict(type='bool', default=False),

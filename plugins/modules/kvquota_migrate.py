@@ -92,11 +92,17 @@ options:
     choices: [drive, follow]
     default: drive
   node:
-    description: The node whose VMs migrate (O(mode=drive), required there).
+    description: The node whose VMs migrate (O(mode=drive); there O(node) or O(nodes) is required).
     type: str
   nodes:
     description:
-      - O(mode=follow) only. The scope is the migrations off these nodes. With O(namespaces) both apply; neither is the
+      - O(mode=drive) (instead of O(node)) the nodes of a wave, drained together by one run (rolling_upgrade with
+        O(kvquota.maintenance.rolling_upgrade#role:rolling_upgrade_max_unavailable) above 1); the plan's batches hold
+        VMs of all of them within KubeVirt's per-node and per-cluster limits, one reservation per batch, and with
+        O(cordon) every one is cordoned before the first batch. The plan must cover every one of them (kvquota_check
+        with O(kvquota.maintenance.kvquota_check#module:drain_together)). O(reservation_prefix) defaults to
+        C(wave-<nodes joined by +>).
+      - O(mode=follow) the scope is the migrations off these nodes. With O(namespaces) both apply; neither is the
         whole cluster.
     type: list
     elements: str
@@ -469,7 +475,7 @@ def migrate(module):
     params = module.params
     config = executor_config(params, module.check_mode)
     # a plan that does not load changes nothing: checked before the cluster is touched
-    planned = versioned.load(params['plan'], node=params['node']) if params['plan'] is not None else None
+    planned = versioned.load(params['plan'], nodes=config.drained) if params['plan'] is not None else None
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     return migrate_mod.Executor(cluster, config, params['batches'] or [], planned).run()
 
@@ -521,7 +527,7 @@ def main():
             **dict(RESERVATION_ARG_SPEC, **SIZING_ARG_SPEC)
         ),
         supports_check_mode=True,
-        required_if=[('mode', 'drive', ('node',)), ('mode', 'drive', ('batches', 'plan'), True)],
+        required_if=[('mode', 'drive', ('node', 'nodes'), True), ('mode', 'drive', ('batches', 'plan'), True)],
         mutually_exclusive=[('batches', 'plan')],
     )
     run(module, migrate)

@@ -104,6 +104,7 @@ class BatchRunner(object):
         # unusable): they stay where they are, and the run's result says why (vms_left)
         self.left_out = {}
         self.left_out_migrations = set()   # follow mode: the UIDs of the migrations of those VMs
+        self.source_nodes = {}             # drive mode: {(namespace, vm): the drained node it ran on at its batch}
         self.fenced = {}     # reservation -> the namespaces its reserve fenced (from the result's "fence")
         self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
         self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
@@ -180,7 +181,7 @@ class BatchRunner(object):
             pass
 
     def _on_node(self, batch):
-        """Keep the VMs of the batch that still run on the node (a resumed migration may have moved one)."""
+        """Keep the VMs of the batch that still run on a drained node (a resumed migration may have moved one)."""
         keep = []
         for namespace in batch.namespaces:
             vmis = dict((v["metadata"]["name"], v) for v in
@@ -190,8 +191,10 @@ class BatchRunner(object):
                 if ns != namespace:
                     continue
                 vmi = vmis.get(name)
-                if vmi is not None and (vmi.get("status") or {}).get("nodeName") == self.config.node:
+                source = (vmi or {}).get("status", {}).get("nodeName")
+                if vmi is not None and source in self.config.drained:
                     keep.append((ns, name))
+                    self.source_nodes[(ns, name)] = source
                 else:
                     batch.skipped.append((ns, name))
         batch.vms = [k for k in batch.keys if k in keep]
@@ -319,7 +322,7 @@ class BatchRunner(object):
             self._on_node(batch)
         if batch.skipped:
             gone = ", ".join("%s/%s" % k for k in batch.skipped)
-            self.record.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.config.node))
+            self.record.say("%s: %s no longer on %s, left out" % (batch.label(), gone, self.config.scope_text()))
         if not batch.vms:
             self._done_with_nothing_held(batch)
             return
@@ -346,7 +349,7 @@ class BatchRunner(object):
         batch.timeout = batch_timeout(memory, self.record.per_gib_now, self.record.progress_now, self.config.scheduling_timeout)
         for ns, name in ([] if batch.followed else batch.vms):
             reused = (ns, name) in existing
-            batch.migrations.append({"namespace": ns, "vm": name, "reused": reused,
+            batch.migrations.append({"namespace": ns, "vm": name, "reused": reused, "node": self.source_nodes.get((ns, name)),
                                      "name": existing[(ns, name)][0] if reused else self.migration_name(name),
                                      "uid": existing[(ns, name)][1] if reused else None})
         # the migrations this run follows but did not create are recorded now; those it creates, with their UID,
@@ -499,7 +502,7 @@ class BatchRunner(object):
                 "metadata": {"name": name, "namespace": ns, "labels": {
                     "kubevirt.io/vmi-name": migration["vm"],
                     "app.kubernetes.io/managed-by": MANAGED_BY,
-                    "kvquota.io/node": self.config.node,
+                    "kvquota.io/node": migration.get("node") or self.config.drained[0],
                     "kvquota.io/reservation": batch.reservation}},
                 "spec": {"vmiName": migration["vm"]}}
         try:
@@ -956,7 +959,7 @@ class BatchRunner(object):
                                "than planned (overhead ratio, sidecars, a mutating webhook)")
         result = self.reservations.reserve(reservations.ReserveRequest(
             batch.reservation, dict((t, format_resource_list(rl)) for t, rl in amounts.items()), self.config.owner,
-            "top-up: admission refused migration target pods off node %s" % self.config.node, self.config.ttl_seconds,
+            "top-up: admission refused migration target pods off %s" % self.config.scope_text(), self.config.ttl_seconds,
             top_up=key), enforce_timeout=0)
         self.record.warn(result.get("warnings"))
         written = self._note_written(batch, result)

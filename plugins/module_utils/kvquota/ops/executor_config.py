@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The migration executor's configuration: one frozen object, built and checked once (ExecutorConfig.build).
 
-Drive mode (mode="drive") runs kvquota_check's batches of one node and creates their migrations; follow mode
+Drive mode (mode="drive") runs kvquota_check's batches of one node (or of the nodes of a wave, drained together)
+and creates their migrations; follow mode
 (mode="follow") creates no migration: it follows those someone else (KubeVirt's evacuation controller, its
 workload updater, anyone) created in a scope of nodes and/or namespaces (neither: the whole cluster). Every
 part of the executor (migrate.Executor, batch_runner.BatchRunner, stopper.Stopper, follow.Follower) reads
@@ -37,13 +38,19 @@ DEFAULT_FOLLOW_IDLE_SECONDS = 60
 FOLLOW_PREFIX_SCOPE_CHARS = 48
 
 
-def follow_prefix(scope):
+def follow_prefix(scope, kind="follow"):
     """The default reservation prefix of follow mode for scope ("n1,n2", "ns-a", "cluster"): "follow-<scope>" with
     "+" between names, or, for a long scope (many namespaces), "follow-" and a digest of it, so that the ids stay
-    short (a reservation id is at most 253 characters) and the same for the same scope."""
+    short (a reservation id is at most 253 characters) and the same for the same scope. kind "wave": the prefix
+    of a drive run over several nodes drained together ("wave-n1+n2+n3")."""
     if len(scope) <= FOLLOW_PREFIX_SCOPE_CHARS:
-        return "follow-%s" % scope.replace(",", "+")
-    return "follow-%s-%s" % (scope.split(",")[0][:24], hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10])
+        return "%s-%s" % (kind, scope.replace(",", "+"))
+    return "%s-%s-%s" % (kind, scope.split(",")[0][:24], hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10])
+
+
+def drained_text(node, nodes):
+    """'node a' or 'nodes a, b, c': what a drive run drains."""
+    return "node %s" % node if node else "nodes %s" % ", ".join(nodes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +103,14 @@ class ExecutorConfig(object):
         nodes = tuple(sorted(set(str(n) for n in options.get("nodes") or () if n)))
         namespaces = tuple(sorted(set(str(n) for n in options.get("namespaces") or () if n)))
         until = options.get("follow_until") or "idle"
-        if mode == "drive" and not node:
-            raise InputError("node is empty", "name the node whose VMs migrate")
+        if mode == "drive" and not node and not nodes:
+            raise InputError("node is empty", "name the node whose VMs migrate (node), or the nodes drained "
+                                              "together (nodes)")
+        if mode == "drive" and node and nodes:
+            raise InputError("both node %s and nodes %s given" % (node, ", ".join(nodes)),
+                             "give node for one node, or nodes for the nodes of a wave drained together")
+        if mode == "drive" and len(nodes) == 1:
+            node, nodes = nodes[0], ()
         if mode == "follow":
             if until not in FOLLOW_UNTIL:
                 raise InputError("follow_until %r is not one of %s" % (until, ", ".join(FOLLOW_UNTIL)),
@@ -110,7 +123,8 @@ class ExecutorConfig(object):
             raise InputError("deadline_seconds %r is not positive" % options["deadline_seconds"],
                              "give a number of seconds above 0, or none")
         scope = node or ",".join(nodes) or ",".join(namespaces) or "cluster"
-        prefix = options.get("reservation_prefix") or (node if mode == "drive" else follow_prefix(scope))
+        prefix = options.get("reservation_prefix") or (
+            node or follow_prefix(scope, "wave") if mode == "drive" else follow_prefix(scope))
         cap = options.get("top_up_cap") or DEFAULT_TOP_UP_CAP
         parse_top_up_cap(cap)
         clock = options.get("clock") or time.time
@@ -122,8 +136,8 @@ class ExecutorConfig(object):
             "follow_until": until,
             "reservation_prefix": prefix,
             "owner": options.get("owner") or "kvquota.maintenance",
-            "reason": options.get("reason") or ("live migration off node %s for maintenance" % node if mode == "drive"
-                                                else "live migrations KubeVirt runs in %s" % scope),
+            "reason": options.get("reason") or ("live migration off %s for maintenance" % drained_text(node, nodes)
+                                                if mode == "drive" else "live migrations KubeVirt runs in %s" % scope),
             "top_up_cap": cap,
             "poll_interval": max(0.05, float(options.get("poll_interval", 1.0))),
             # the run's migration names carry it: the random part keeps a tenant from creating a migration under
@@ -151,10 +165,15 @@ class ExecutorConfig(object):
         given = (("kubevirt_version", self.kubevirt_version), ("overhead_ratio", self.overhead_ratio))
         return dict(dict((k, v) for k, v in given if v), operator_namespace=self.operator_namespace)
 
+    @property
+    def drained(self):
+        """Drive mode: the nodes the run drains (node, or the nodes of a wave drained together), a tuple."""
+        return (self.node,) if self.node else self.nodes
+
     def scope_text(self):
-        """'node-1' in drive mode; 'nodes a, b; namespaces x' or 'the cluster' in follow mode."""
+        """'node node-1' or 'nodes a, b' in drive mode; 'nodes a, b; namespaces x' or 'the cluster' in follow mode."""
         if self.mode == "drive":
-            return "node %s" % self.node
+            return drained_text(self.node, self.nodes)
         parts = []
         if self.nodes:
             parts.append("nodes %s" % ", ".join(self.nodes))

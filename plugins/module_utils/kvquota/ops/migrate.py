@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The migration executor: drive mode runs kvquota_check's batches of one node, each with its own quota reservation;
+"""The migration executor: drive mode runs kvquota_check's batches of one node (or of a wave's nodes drained together),
+each with its own quota reservation;
 follow mode (follow.py) reserves just in time for the migrations others create in a scope.
 
 Per batch: reserve just before it (headroom.batch_headroom, from kvquota_check's versioned plan when given: only the
@@ -137,9 +138,9 @@ class Executor(object):
             live = [m for m in self.runner.refresh(live) if migration_phase(m) not in FINAL_MIGRATION_PHASES]
         if live:
             raise WaitTimeoutError(
-                "migrations %s of an interrupted run of node %s are still not over after %ss"
+                "migrations %s of an interrupted run of %s are still not over after %ss"
                 % (", ".join("%s/%s" % (m["metadata"]["namespace"], m["metadata"]["name"]) for m in live),
-                   self.config.node, int(self.config.release_timeout)),
+                   self.config.scope_text(), int(self.config.release_timeout)),
                 "wait for them to end, or cancel them by name (kubectl -n <namespace> delete "
                 "virtualmachineinstancemigration <name>: the VM stays where it runs), then re-run the playbook: it "
                 "releases reservations %s and continues"
@@ -157,15 +158,22 @@ class Executor(object):
         if self.config.mode == "follow":
             return self.follower.run(resume)
         self.record.started = self.config.clock()
-        node = self.cluster.exists(api_path("v1", "nodes", name=self.config.node), "read node %s" % self.config.node)
-        if node is None:
-            raise NotFoundError("node '%s' not found" % self.config.node,
-                                "check the name with `kubectl get nodes`; nothing was changed")
+        nodes = []
+        for name in self.config.drained:
+            node = self.cluster.exists(api_path("v1", "nodes", name=name), "read node %s" % name)
+            if node is None:
+                raise NotFoundError("node '%s' not found" % name,
+                                    "check the name with `kubectl get nodes`; nothing was changed")
+            nodes.append(node)
         if resume:
             self.resume()
         if self.config.cordon:
-            # after every input was checked (ExecutorConfig.build, the plan) and an interrupted run resumed
-            self.record.cordon = drain.cordon(self.cluster, node, self.config.check_mode)
+            # after every input was checked (ExecutorConfig.build, the plan) and an interrupted run resumed; a wave's
+            # nodes all at once, so that no target pod lands on a node the same run drains
+            for node in nodes:
+                self.record.cordons[node["metadata"]["name"]] = drain.cordon(self.cluster, node, self.config.check_mode)
+            states = set(self.record.cordons.values())
+            self.record.cordon = "cordoned" if "cordoned" in states else "was_cordoned"
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
         result = self.stopper.guarded(self._plan, self._loop)
@@ -173,28 +181,33 @@ class Executor(object):
         return result
 
     def vms_left(self):
-        """The Running VMIs still on the node (status.nodeName, which only KubeVirt writes; the label narrows the
-        list only, and a VMI without it is found through its launcher pod on the node), each with whether
-        KubeVirt says it can live-migrate: what the caller does with them next."""
+        """The Running VMIs still on the drained nodes (status.nodeName, which only KubeVirt writes; the label
+        narrows the list only, and a VMI without it is found through its launcher pod on the node), each with
+        whether KubeVirt says it can live-migrate: what the caller does with them next."""
         left = []
-        node = self.config.node
-        labelled = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
-                                            label_selector="%s=%s" % (VMI_NODE_LABEL, node))
-        pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % node)
-        known = set(uid_of(vmi) for vmi in labelled)
-        for vmi in labelled + vmis_missing_label(self.cluster, pods, known, {node}):
+        for node in self.config.drained:
+            labelled = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
+                                                label_selector="%s=%s" % (VMI_NODE_LABEL, node))
+            pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % node)
+            known = set(uid_of(vmi) for vmi in labelled)
+            left.extend(self._left_on(node, labelled + vmis_missing_label(self.cluster, pods, known, {node})))
+        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
+
+    def _left_on(self, node, vmis):
+        left = []
+        for vmi in vmis:
             status = vmi.get("status") or {}
             if status.get("nodeName") != node or status.get("phase") != "Running":
                 continue
             migratable, reason = live_migratable(vmi)
-            item = {"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"],
+            item = {"namespace": vmi["metadata"]["namespace"], "name": vmi["metadata"]["name"], "node": node,
                     "migratable": migratable is not False, "reason": reason}
             # left out of its batch by this run (grown past its planned size, its own input unusable): why
             left_out = self.runner.left_out.get((item["namespace"], item["name"]))
             if left_out:
                 item["left_out"] = left_out
             left.append(item)
-        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
+        return left
 
     def _plan(self):
         for batch in self.record.batches:
@@ -237,8 +250,8 @@ class Executor(object):
 
 
 def migrate(cluster, node, batches, plan=None, **options):
-    """Drive mode: run the batches of node (resume first), or those of plan (plan.Plan); options: ExecutorConfig's
-    fields. Returns the result dict, or raises a KvquotaError whose details["result"] is the partial result."""
+    """Drive mode: run the batches of node (or of options' nodes, a wave: node None) (resume first), or those of
+    plan (plan.Plan); options: ExecutorConfig's fields. Returns the result dict, or raises a KvquotaError whose details["result"] is the partial result."""
     return Executor(cluster, ExecutorConfig.build(node, **options), batches, plan).run()
 
 

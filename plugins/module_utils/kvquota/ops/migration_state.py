@@ -262,6 +262,7 @@ class RunRecord(object):
         self.progress_now = None
         self.ended_by = None     # follow mode: the stop condition that ended the run
         self.cordon = "untouched"  # drive mode with cordon: cordoned (by this run) or was_cordoned (before it)
+        self.cordons = {}          # per drained node: cordoned or was_cordoned (cordon: cordoned if any was by this run)
         self.overuse = []        # quotas released below their usage (a tenant's over-use: reported, never kept)
 
     def say(self, line):

@@ -70,7 +70,7 @@ class Stopper(object):
         message = "%s. The run stopped with %s" % (err.message, result["state"])
         fix = ("%s; then re-run the playbook: it releases the reservations still held once their migrations are over, "
                "cancels migrations never admitted, and continues with the VMs still on %s"
-               % (err.fix or "fix the cause", self.config.node)) if self.config.mode == "drive" else (
+               % (err.fix or "fix the cause", " or ".join(self.config.drained))) if self.config.mode == "drive" else (
             "%s; then re-run: it follows the groups still held, releases each once its source pods are gone, and goes on "
             "following %s" % (err.fix or "fix the cause", self.config.scope_text()))
         stopped = type(err)(message, fix, {"result": result})
@@ -164,11 +164,13 @@ class Stopper(object):
                                                                    or self.record.cordon == "cordoned")),
             "outcome": outcome,
             "node": self.config.node,
+            "nodes": list(self.config.drained) if self.config.mode == "drive" else list(self.config.nodes),
             "mode": self.config.mode,
             "scope": self.config.scope_text(),
             "ended_by": self.record.ended_by,
             "overlap": self.config.overlap,
             "cordon": self.record.cordon,
+            "cordons": dict(self.record.cordons),
             "batches": [b.report(started) for b in self.record.batches],
             "migrations_created": list(self.record.created),
             "migrations_reused": list(self.record.reused),

@@ -45,12 +45,13 @@ class NodeCapacity(object):
 
     nodes: {name: Node}; requested: requests_by_node(...). A target pod may land on a node that is
     schedulable (not cordoned) and not its VM's own node (the node being drained: node_maintenance drains one
-    node at a time, rolling_upgrade one after the other), with room for vm["target"] in every CAPACITY_NAMES
-    an allocatable states. Among those the planner takes the one with the most free memory (then cpu, then
-    name), as the scheduler's default scoring spreads pods.
+    node at a time, rolling_upgrade one after the other), nor one of draining (the nodes of a wave, drained
+    together and all cordoned by the run), with room for vm["target"] in every CAPACITY_NAMES an allocatable
+    states. Among those the planner takes the one with the most free memory (then cpu, then name), as the
+    scheduler's default scoring spreads pods.
     """
 
-    def __init__(self, nodes, requested):
+    def __init__(self, nodes, requested, draining=()):
         self.free = {}
         self.initial = {}
         self.schedulable = {}
@@ -66,8 +67,12 @@ class NodeCapacity(object):
             self.free[name] = free
             self.initial[name] = dict(free)
             self.schedulable[name] = not (node.get("spec") or {}).get("unschedulable")
-        self.targets = [n for n in sorted(nodes) if self.schedulable[n]]
+        self.targets = [n for n in sorted(nodes) if self.schedulable[n] and n not in set(draining)]
         self.unplaced = []
+        # the nodes a target pod prefers (a rolling upgrade's nodes already upgraded, as its PreferNoSchedule taint
+        # on the others steers the scheduler): tried first; None prefers none
+        self.prefer = None
+        self.placed = {}   # {(namespace, name): the node its target pod landed on}
 
     def candidates(self, source_node):
         return [n for n in self.targets if n != source_node]
@@ -77,18 +82,29 @@ class NodeCapacity(object):
         return all(need.get(name, 0) <= free[name] for name in free)
 
     def place(self, vm):
-        """Land vm's target pod on the roomiest candidate node (its free capacity shrinks); the node, or None."""
+        """Land vm's target pod on the roomiest candidate node, a preferred one if any has room (its free capacity
+        shrinks); the node, or None."""
         need = vm.get("target") or {}
-        node, best = None, None
-        for name in self.candidates(vm.get("node")):  # by name: the first of equals wins
-            key = (self.free[name].get("requests.memory", 0), self.free[name].get("requests.cpu", 0))
-            # fits() only for a node roomier than the best so far (the same choice; fits() is the costly part)
-            if (best is None or key > best) and self.fits(name, need):
-                node, best = name, key
+        candidates = self.candidates(vm.get("node"))
+        node = None
+        if self.prefer is not None:
+            node = self._roomiest([n for n in candidates if n in self.prefer], need)
+        if node is None:
+            node = self._roomiest(candidates, need)
         if node is None:
             return None
         for name in self.free[node]:
             self.free[node][name] -= need.get(name, 0)
+        self.placed[(vm.get("namespace"), vm.get("name"))] = node
+        return node
+
+    def _roomiest(self, candidates, need):
+        node, best = None, None
+        for name in candidates:  # by name: the first of equals wins
+            key = (self.free[name].get("requests.memory", 0), self.free[name].get("requests.cpu", 0))
+            # fits() only for a node roomier than the best so far (the same choice; fits() is the costly part)
+            if (best is None or key > best) and self.fits(name, need):
+                node, best = name, key
         return node
 
     def free_source(self, vm):

@@ -29,6 +29,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import versioned
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import report as render
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import scheduling
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan import waves
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model import vm_entries
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan.capacity import (
     NodeCapacity,
@@ -56,7 +57,9 @@ def _schedule(snapshot, options, vms_by_ns, limits):
     movers.sort(key=lambda vm: (vm["node"] or "", vm["namespace"], vm["name"]))
     capacity = None
     if snapshot.node_requests is not None and options.get("node_capacity", True):
-        capacity = NodeCapacity(snapshot.nodes or {}, snapshot.node_requests)
+        # drain_together: the scope's nodes are a wave, all cordoned by the one run that drains them
+        draining = (snapshot.scope or {}).get("nodes") or () if options.get("drain_together") else ()
+        capacity = NodeCapacity(snapshot.nodes or {}, snapshot.node_requests, draining)
         for vm in movers:
             vm["target"] = capacity_part(vm["charge"])
             vm["source_requests"] = capacity_part(vm["source"] or {})
@@ -357,11 +360,18 @@ def check(cluster, scope=None, options=None):
     report also carries the versioned plan kvquota_migrate takes (plan.py) under "plan"."""
     options = dict(options or {})
     options.setdefault("node_capacity", True)  # the batches respect the free capacity of the nodes
+    if options.get("max_unavailable") is not None:
+        waves.max_unavailable_count(options["max_unavailable"], 1)  # a malformed one is refused before any read
     snapshot = read_inventory(cluster, scope, options)
     planned = plan(snapshot, options)
     report = evaluate(snapshot, options, planned)
     if options.get("plan"):
         report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
+    if options.get("max_unavailable") is not None:
+        # a rolling upgrade's waves over the scope's nodes in their order (all nodes by name for the cluster)
+        order = (snapshot.scope or {}).get("nodes") or sorted(snapshot.nodes or {})
+        report["waves"] = waves.plan_waves(snapshot, planned.movers, planned.limits, list(order),
+                                           options["max_unavailable"])
     # the named nodes as they were before anything moved (node_maintenance's state line after a failure)
     nodes = snapshot.nodes or {}
     report["scope_nodes"] = dict((name, {"unschedulable": bool(((nodes.get(name) or {}).get("spec") or {}).get("unschedulable"))})

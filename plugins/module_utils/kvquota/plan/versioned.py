@@ -164,9 +164,9 @@ def _require(condition, problem):
         raise InputError("plan: %s" % problem, _REGENERATE)
 
 
-def load(data, node=None):
+def load(data, nodes=None):
     """Plan(data) after checking its kind, version and shape (InputError naming the problem, nothing changed).
-    node: the node the plan must cover (kvquota_migrate's node)."""
+    nodes: the nodes the plan must cover (kvquota_migrate's node, or the nodes of a wave)."""
     _require(isinstance(data, dict), "not a mapping (give kvquota_check's result field plan)")
     _require(data.get("kind") == PLAN_KIND, "kind is %r, not %s" % (data.get("kind"), PLAN_KIND))
     version = data.get("version")
@@ -200,9 +200,9 @@ def load(data, node=None):
     for namespace, inputs in data["namespaces"].items():
         _require(isinstance(inputs, dict) and isinstance(inputs.get("labels"), dict)
                  and isinstance(inputs.get("tracks"), list), "namespaces.%s is not {labels, tracks}" % namespace)
-    if node is not None:
-        nodes = data["scope"].get("nodes") or []
-        _require(node in nodes, "it was made for nodes %s, not for node %s" % (nodes or "(all)", node))
+    planned_nodes = data["scope"].get("nodes") or []
+    for node in nodes or ():
+        _require(node in planned_nodes, "it was made for nodes %s, not for node %s" % (planned_nodes or "(all)", node))
     plan = Plan(data)
     for key in seen:
         namespace, name = key.split("/")

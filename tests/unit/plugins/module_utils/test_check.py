@@ -1225,7 +1225,7 @@ def test_the_versioned_plan_holds_exact_amounts_and_loads_back():
     assert entry["charge"]["limits.memory"] == 4760765905 * 10 ** 9
     assert (entry["uid"], entry["resourceVersion"], entry["node"]) == ("uid-a-tenant-a-vm-1", "7", "worker-1")
     assert entry["source_pod"]["name"] == "virt-launcher-a-vm-1-abcde"
-    loaded = versioned.load(data, node="worker-1")
+    loaded = versioned.load(data, nodes=["worker-1"])
     assert loaded.entry("a-tenant", "a-vm-1")["charge"]["limits.memory"] == 4760765905
 
 
@@ -1244,13 +1244,13 @@ def test_a_plan_that_is_not_this_collections_is_one_clear_error(change, problem)
     data = _versioned(_planned_snapshot())
     change(data)
     with pytest.raises(InputError) as err:
-        versioned.load(data, node="worker-1")
+        versioned.load(data, nodes=["worker-1"])
     assert problem in err.value.message and "kvquota_check" in err.value.fix
 
 
 def test_a_plan_for_other_nodes_is_refused():
     with pytest.raises(InputError) as err:
-        versioned.load(_versioned(_planned_snapshot()), node="worker-2")
+        versioned.load(_versioned(_planned_snapshot()), nodes=["worker-2"])
     assert "not for node worker-2" in err.value.message
 
 
@@ -1290,7 +1290,7 @@ class PlanReads(object):
 
 def test_a_batch_sized_from_the_plan_reads_only_its_objects_and_needs_what_a_full_read_needs(monkeypatch):
     snap = _planned_snapshot()
-    planned = versioned.load(_versioned(snap), node="worker-1")
+    planned = versioned.load(_versioned(snap), nodes=["worker-1"])
     full_reads = []
     monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: full_reads.append(scope) or Snapshot.of(snap))
     vms = [{"namespace": "a-tenant", "name": "a-vm-1"}]
@@ -1314,7 +1314,7 @@ def test_a_batch_sized_from_the_plan_reads_only_its_objects_and_needs_what_a_ful
     lambda vmi: vmi["metadata"].update(uid="uid-recreated"),         # another VMI under the same name
 ])
 def test_a_vm_whose_vmi_changed_since_the_plan_is_sized_again_from_a_full_read(monkeypatch, change):
-    planned = versioned.load(_versioned(_planned_snapshot()), node="worker-1")
+    planned = versioned.load(_versioned(_planned_snapshot()), nodes=["worker-1"])
     now = _planned_snapshot()
     change(now["vmis"]["a-tenant"][0])
     full_reads = []
@@ -1327,7 +1327,7 @@ def test_a_vm_whose_vmi_changed_since_the_plan_is_sized_again_from_a_full_read(m
 
 def test_other_sizing_overrides_than_the_plans_size_the_batch_again(monkeypatch):
     snap = _planned_snapshot()
-    planned = versioned.load(_versioned(snap), node="worker-1")
+    planned = versioned.load(_versioned(snap), nodes=["worker-1"])
     monkeypatch.setattr(headroom_mod, "read_inventory", lambda cluster, scope, options=None: Snapshot.of(snap))
     _needs, _refs, sized = headroom_mod.batch_headroom(PlanReads(snap), [{"namespace": "a-tenant", "name": "a-vm-1"}],
                                                        {"overhead_ratio": "2"}, planned)

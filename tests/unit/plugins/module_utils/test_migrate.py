@@ -723,3 +723,65 @@ def test_a_tenants_over_use_is_reported_and_the_batch_released(monkeypatch):
     result = ex.stopper.result("succeeded")
     assert result["overuse"] == [dict(report, reservation="node-1-b0")]
     assert warning in result["warnings"]
+
+
+# -- a wave: drive mode over several nodes drained together (rolling_upgrade_max_unavailable) -----------------
+
+class _Nodes(object):
+    """Nodes and nothing else; records the writes (each a cordon)."""
+
+    def __init__(self, names, cordoned=()):
+        self.nodes = dict((n, {"metadata": {"name": n, "resourceVersion": "3"}, "spec": {"unschedulable": n in cordoned}})
+                          for n in names)
+        self.writes = []
+        self.outage_budget = 60
+
+    def exists(self, path, what):
+        return self.nodes.get(path.rsplit("/", 1)[-1]) if path.startswith("/api/v1/nodes/") else None
+
+    def request(self, method, path, body=None, query=None, content_type=None, what=None):
+        if method == "GET":
+            return {"items": []}
+        self.writes.append((method, path, body))
+        node = self.nodes[path.rsplit("/", 1)[-1]]
+        node["spec"]["unschedulable"] = True
+        return node
+
+    def list_custom(self, *args, **kwargs):
+        return []
+
+    def list_pods(self, *args, **kwargs):
+        return []
+
+    def list_quotas(self, namespace=None):
+        return []
+
+
+def test_a_wave_cordons_every_node_before_its_first_batch():
+    cluster = _Nodes(["a", "b", "c"], cordoned=["b"])
+    config = m.ExecutorConfig.build(None, nodes=["c", "a", "b"], cordon=True, clock=lambda: 0.0)
+    result = m.Executor(cluster, config, []).run()
+    assert sorted(path for _m, path, _b in cluster.writes) == ["/api/v1/nodes/a", "/api/v1/nodes/c"]
+    assert result["cordons"] == {"a": "cordoned", "b": "was_cordoned", "c": "cordoned"}
+    assert result["cordon"] == "cordoned" and result["nodes"] == ["a", "b", "c"] and result["scope"] == "nodes a, b, c"
+
+
+def test_a_wave_with_an_unknown_node_changes_nothing():
+    cluster = _Nodes(["a", "b"])
+    config = m.ExecutorConfig.build(None, nodes=["a", "b", "zz"], cordon=True, clock=lambda: 0.0)
+    with pytest.raises(m.KvquotaError, match="node 'zz' not found"):
+        m.Executor(cluster, config, []).run()
+    assert cluster.writes == []
+
+
+def test_a_waves_configuration():
+    config = m.ExecutorConfig.build(None, nodes=["b", "a"])
+    assert config.drained == ("a", "b") and config.node is None
+    assert config.reservation_prefix == "wave-a+b" and config.reason == "live migration off nodes a, b for maintenance"
+    # one node given as nodes is that node
+    one = m.ExecutorConfig.build(None, nodes=["a"])
+    assert one.node == "a" and one.drained == ("a",) and one.reservation_prefix == "a"
+    with pytest.raises(m.KvquotaError, match="both node a and nodes b"):
+        m.ExecutorConfig.build("a", nodes=["b"])
+    with pytest.raises(m.KvquotaError, match="node is empty"):
+        m.ExecutorConfig.build(None)
