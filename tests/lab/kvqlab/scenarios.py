@@ -317,6 +317,20 @@ def _ignore_conflict(fn, *args):
         return None
 
 
+def _wait_not_terminating(rest, name, timeout=180):
+    """Wait until namespace name is not being deleted: an earlier application's namespace of the same name still
+    terminating would otherwise be "created" (409, tolerated) and lose the objects made in it now, or show its
+    old objects beside the new ones."""
+    deadline = time.time() + timeout
+    while True:
+        current = rest.get_or_none("/api/v1/namespaces/" + name)
+        if current is None or not (current.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        if time.time() > deadline:
+            raise TimeoutError("namespace %s still terminating after %ss" % (name, timeout))
+        time.sleep(0.5)
+
+
 def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
     """Create the scenario's objects in the lab; returns an ApplyResult with timings.
 
@@ -427,6 +441,7 @@ def apply(lab, scenario, wait=True, timeout=300, concurrency=None, log=None):
             # annotation appears, or the emulated agent creates its own default-xxxxx
             first.pop(rancher_mod.QUOTA_ANNOTATION, None)
             first.pop(rancher_mod.PROJECT_ANNOTATION, None)   # a project's namespace default would do it too
+        _wait_not_terminating(rest, ns["name"])
         if _ignore_conflict(rest.create, "/api/v1/namespaces", {"metadata": {
                 "name": ns["name"], "labels": labels, "annotations": first}}) is None:
             rest.patch("/api/v1/namespaces/" + ns["name"], {"metadata": {"labels": labels, "annotations": first}})
