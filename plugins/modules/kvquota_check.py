@@ -82,7 +82,7 @@ options:
   drain_together:
     description:
       - The nodes of O(nodes) are a wave drained together by one run (kvquota_migrate with O(nodes), rolling_upgrade
-        with O(kvquota.maintenance.rolling_upgrade#role:rolling_upgrade_max_unavailable) above 1), all cordoned
+        with O(kvquota.maintenance.rolling_upgrade#role:main:rolling_upgrade_max_unavailable) above 1), all cordoned
         before the first batch; with O(node_capacity) no target pod is planned onto any of them. V(false) (one
         node at a time) plans a VM's target pod onto any schedulable node but its own.
     type: bool

@@ -97,7 +97,7 @@ options:
   nodes:
     description:
       - O(mode=drive) (instead of O(node)) the nodes of a wave, drained together by one run (rolling_upgrade with
-        O(kvquota.maintenance.rolling_upgrade#role:rolling_upgrade_max_unavailable) above 1); the plan's batches hold
+        O(kvquota.maintenance.rolling_upgrade#role:main:rolling_upgrade_max_unavailable) above 1); the plan's batches hold
         VMs of all of them within KubeVirt's per-node and per-cluster limits, one reservation per batch, and with
         O(cordon) every one is cordoned before the first batch. The plan must cover every one of them (kvquota_check
         with O(kvquota.maintenance.kvquota_check#module:drain_together)). O(reservation_prefix) defaults to
