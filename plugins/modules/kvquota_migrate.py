@@ -101,7 +101,7 @@ options:
         VMs of all of them within KubeVirt's per-node and per-cluster limits, one reservation per batch, and with
         O(cordon) every one is cordoned before the first batch. The plan must cover every one of them (kvquota_check
         with O(kvquota.maintenance.kvquota_check#module:drain_together)). O(reservation_prefix) defaults to
-        C(wave-<nodes joined by +>).
+        C(wave-<nodes joined by .>) (or the first node and a digest, when long).
       - O(mode=follow) the scope is the migrations off these nodes. With O(namespaces) both apply; neither is the
         whole cluster.
     type: list
@@ -142,7 +142,7 @@ options:
   plan:
     description:
       - The versioned plan M(kvquota.maintenance.kvquota_check) returns with C(plan=true) (RV(kvquota.maintenance.kvquota_check#module:plan)),
-        made for O(node). Its batches run, and each batch's reservation is computed from the plan's exact charges,
+        made for O(node) (or covering every node of O(nodes)). Its batches run, and each batch's reservation is computed from the plan's exact charges,
         re-reading only that batch's VMIs, namespaces and quotas, the ledgers and the KubeVirt CR. A VM whose
         VMI (UID, resourceVersion), namespace labels, tracked resource names or KubeVirt CR changed since the plan,
         or with other sizing overrides, is sized again from a full read of its namespace.
@@ -153,8 +153,11 @@ options:
   reservation_prefix:
     description:
       - Prefix of the reservation ids, C(<prefix>-b<batch index>) (drive) or C(<prefix>-f<group index>) (follow).
-      - Defaults to O(node) (drive), or (follow) C(follow-<nodes, else namespaces, else cluster>) with the names
-        joined by C(+), or a digest of them when that is long.
+      - Defaults to O(node) (drive), or (drive over O(nodes)) C(wave-<nodes joined by .>), or (follow)
+        C(follow-<nodes, else namespaces, else cluster>) with the names joined by C(+); a digest of them when that
+        is long.
+      - Drive over O(nodes) first releases the leftover reservations of an interrupted run under this prefix and
+        under each node's name (the prefix a node run alone gets by default).
     type: str
   reason:
     description: Why, recorded in the ledger and in the Events the tenants see (the batch number is appended).

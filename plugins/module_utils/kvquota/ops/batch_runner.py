@@ -191,7 +191,7 @@ class BatchRunner(object):
                 if ns != namespace:
                     continue
                 vmi = vmis.get(name)
-                source = (vmi or {}).get("status", {}).get("nodeName")
+                source = ((vmi or {}).get("status") or {}).get("nodeName")
                 if vmi is not None and source in self.config.drained:
                     keep.append((ns, name))
                     self.source_nodes[(ns, name)] = source

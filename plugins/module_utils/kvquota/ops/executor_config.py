@@ -36,16 +36,28 @@ DEFAULT_FOLLOW_IDLE_SECONDS = 60
 
 # the default follow prefix names the scope while that stays readable; a re-run of the same scope finds the same one
 FOLLOW_PREFIX_SCOPE_CHARS = 48
+# a wave's reservation ids ("<prefix>-b<n>") stay label values (63 characters): "wave-" + this + "-b999"
+WAVE_PREFIX_NODES_CHARS = 50
 
 
-def follow_prefix(scope, kind="follow"):
+def follow_prefix(scope):
     """The default reservation prefix of follow mode for scope ("n1,n2", "ns-a", "cluster"): "follow-<scope>" with
     "+" between names, or, for a long scope (many namespaces), "follow-" and a digest of it, so that the ids stay
-    short (a reservation id is at most 253 characters) and the same for the same scope. kind "wave": the prefix
-    of a drive run over several nodes drained together ("wave-n1+n2+n3")."""
+    short (a reservation id is at most 253 characters) and the same for the same scope."""
     if len(scope) <= FOLLOW_PREFIX_SCOPE_CHARS:
-        return "%s-%s" % (kind, scope.replace(",", "+"))
-    return "%s-%s-%s" % (kind, scope.split(",")[0][:24], hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10])
+        return "follow-%s" % scope.replace(",", "+")
+    return "follow-%s-%s" % (scope.split(",")[0][:24], hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10])
+
+
+def wave_prefix(nodes):
+    """The default reservation prefix of a drive run over several nodes: "wave-n1.n2.n3", or "wave-<first node>-"
+    and a digest of them when that is long. A drive run's reservation ids go into the label kvquota.io/reservation
+    of its migrations: a label value (at most 63 characters of letters, digits, "-", "_" and "."; node names are
+    DNS names)."""
+    joined = ".".join(nodes)
+    if len(joined) <= WAVE_PREFIX_NODES_CHARS:
+        return "wave-%s" % joined
+    return "wave-%s-%s" % (nodes[0][:24].rstrip("-."), hashlib.sha256(joined.encode("utf-8")).hexdigest()[:10])
 
 
 def drained_text(node, nodes):
@@ -124,7 +136,7 @@ class ExecutorConfig(object):
                              "give a number of seconds above 0, or none")
         scope = node or ",".join(nodes) or ",".join(namespaces) or "cluster"
         prefix = options.get("reservation_prefix") or (
-            node or follow_prefix(scope, "wave") if mode == "drive" else follow_prefix(scope))
+            node or wave_prefix(nodes) if mode == "drive" else follow_prefix(scope))
         cap = options.get("top_up_cap") or DEFAULT_TOP_UP_CAP
         parse_top_up_cap(cap)
         clock = options.get("clock") or time.time
@@ -169,6 +181,15 @@ class ExecutorConfig(object):
     def drained(self):
         """Drive mode: the nodes the run drains (node, or the nodes of a wave drained together), a tuple."""
         return (self.node,) if self.node else self.nodes
+
+    @property
+    def leftover_prefixes(self):
+        """The prefixes whose reservations "<prefix>-b<n>" an interrupted run left and resume() releases: the run's
+        own, and in a wave each of its nodes' names too (the prefix node_maintenance gives a node by default: an
+        interrupted run whose waves were cut differently, or a node run alone)."""
+        if self.mode == "drive" and len(self.drained) > 1:
+            return tuple(sorted(set((self.reservation_prefix,) + tuple(self.drained))))
+        return (self.reservation_prefix,)
 
     def scope_text(self):
         """'node node-1' or 'nodes a, b' in drive mode; 'nodes a, b; namespaces x' or 'the cluster' in follow mode."""

@@ -102,8 +102,8 @@ class Executor(object):
     def resume(self):
         """Converge after an interrupted run: cancel this node's kvquota migrations that were never admitted,
         wait (up to release_timeout) for the others to be final, release the leftover reservations
-        "<prefix>-b<n>" once their source pods are gone. Returns {reservations, cancelled, released}."""
-        pattern = re.compile("^%s-b[0-9]+$" % re.escape(self.config.reservation_prefix))
+        "<prefix>-b<n>" (config.leftover_prefixes) once their source pods are gone. Returns {reservations, cancelled, released}."""
+        pattern = re.compile("^(%s)-b[0-9]+$" % "|".join(re.escape(p) for p in self.config.leftover_prefixes))
         ledgers = reservations.find_ledgers(self.cluster, self.record.warnings, self.config.operator_namespace)
         self.runner.settle_interrupted(ledgers, set(ns for batch in self.record.batches for ns, _name in batch.vms))
         leftovers = {}

@@ -368,8 +368,11 @@ def check(cluster, scope=None, options=None):
     if options.get("plan"):
         report["plan"] = versioned.build(snapshot, options, planned.movers, planned.keys, planned.facts, _now(options))
     if options.get("max_unavailable") is not None:
-        # a rolling upgrade's waves over the scope's nodes in their order (all nodes by name for the cluster)
-        order = (snapshot.scope or {}).get("nodes") or sorted(snapshot.nodes or {})
+        # a rolling upgrade's waves over the scope's nodes in the order given (normalize_scope sorts them; all
+        # nodes by name for the cluster)
+        given = (scope or {}).get("nodes") if isinstance(scope, dict) else None
+        given = [given] if isinstance(given, str) else list(given or [])
+        order = list(dict.fromkeys(str(n).strip() for n in given)) or sorted(snapshot.nodes or {})
         report["waves"] = waves.plan_waves(snapshot, planned.movers, planned.limits, list(order),
                                            options["max_unavailable"])
     # the named nodes as they were before anything moved (node_maintenance's state line after a failure)

@@ -5,15 +5,16 @@
 
 A wave holds at most max_unavailable nodes (a number, or a percentage of the nodes as OpenShift's and cluster-api's
 maxUnavailable, rounded down and at least 1), in the order given. A node joins the wave only while the other
-schedulable nodes can hold every VM of the wave's nodes, as the plan places target pods (capacity.NodeCapacity,
-batch after batch within KubeVirt's limits, none on a node of the wave). Without the nodes' capacity
-(node_capacity false) the waves are the order cut in pieces of max_unavailable.
+schedulable nodes, as they will be at the wave's turn (the simulation below), can hold every VM of the wave's
+nodes, as the plan places target pods (capacity.NodeCapacity, batch after batch within KubeVirt's limits, none on
+a node of the wave). Without the nodes' capacity (node_capacity false) the waves are the order cut in pieces of
+max_unavailable.
 
-Moved again: the upgrade is simulated wave after wave, each wave's target pods placed preferring the nodes
-already upgraded (and those not upgraded at all), as the run's PreferNoSchedule taint on the nodes still to be
-upgraded steers the scheduler. A VM whose target pod finds room only on a node of a later wave moves again
-when that wave comes: the plan names it before anything moves. The first wave's VMs always do when every node
-is upgraded (there is no upgraded node yet).
+The upgrade is simulated wave after wave, each wave's target pods placed preferring the nodes already upgraded
+(and those not upgraded at all), as the run's PreferNoSchedule taint on the nodes still to be upgraded steers the
+scheduler. A VM whose target pod finds room only on a node of a later wave moves again when that wave comes (the
+first wave's always do when every node is upgraded: there is no upgraded node yet); a VM that finds no room at
+its wave's turn is named too. The plan says both before anything moves.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -52,65 +53,72 @@ def _movers_by_node(movers):
     return by_node
 
 
-def _holds(snapshot, limits, by_node, wave):
-    """Whether the schedulable nodes outside wave have room for every VM of wave's nodes."""
-    capacity = NodeCapacity(snapshot.nodes or {}, snapshot.node_requests, wave)
-    scheduling.plan_batches([vm for node in wave for vm in by_node.get(node, [])], *limits, capacity=capacity)
-    return not capacity.unplaced
-
-
 def plan_waves(snapshot, movers, limits, nodes, max_unavailable):
-    """The waves of nodes (see the module docstring) as [{"nodes", "vms", "moved_again"}]: movers the plan's
-    migrating VM entries (with "target" and "source_requests" when the plan knew the nodes' capacity), limits
-    (per cluster, per node, per-namespace cap). "vms" counts the VMs on the wave's nodes at its turn (those the
-    earlier waves moved there included), "moved_again" names those of them an earlier wave moved already."""
+    """The waves of nodes (see the module docstring) as [{"nodes", "vms", "moved_again", "no_room"}]: movers the
+    plan's migrating VM entries (with "target" and "source_requests" when the plan knew the nodes' capacity),
+    limits (per cluster, per node, per-namespace cap), nodes in the operator's order. "vms" counts the VMs on the
+    wave's nodes at its turn (those the earlier waves moved there included), "moved_again" names those of them an
+    earlier wave moved already, "no_room" those that find no room at the wave's turn (a blocker)."""
     count = max_unavailable_count(max_unavailable, len(nodes))
-    capacity_known = snapshot.node_requests is not None and all("target" in vm for vm in movers)
     by_node = _movers_by_node(movers)
-    waves = []
-    index = 0
-    while index < len(nodes):
-        wave = [nodes[index]]
-        index += 1
-        while (len(wave) < count and index < len(nodes)
-               and (not capacity_known or _holds(snapshot, limits, by_node, wave + [nodes[index]]))):
-            wave.append(nodes[index])
-            index += 1
-        waves.append(wave)
-    if not capacity_known:
-        return [{"nodes": wave, "vms": sum(len(by_node.get(n, [])) for n in wave), "moved_again": []}
-                for wave in waves]
-    return _simulate(snapshot, limits, by_node, waves)
+    if snapshot.node_requests is None or not all("target" in vm for vm in movers):
+        waves = [nodes[index:index + count] for index in range(0, len(nodes), count)]
+        return [{"nodes": list(wave), "vms": sum(len(by_node.get(n, [])) for n in wave), "moved_again": [],
+                 "no_room": []} for wave in waves]
+    return _Upgrade(snapshot, limits, by_node, nodes).waves(count)
 
 
-def _simulate(snapshot, limits, by_node, waves):
-    """Each wave in turn: its VMs' target pods placed preferring nodes not left to upgrade; each VM then runs
-    where it landed (its requests those of its target pod) for the waves after."""
-    requested = dict((node, dict(value)) for node, value in (snapshot.node_requests or {}).items())
-    where = dict((node, list(vms)) for node, vms in by_node.items())
-    moved = set()
-    upgrading = set(node for wave in waves for node in wave)
-    result = []
-    for number, wave in enumerate(waves):
-        later = set(node for other in waves[number + 1:] for node in other)
-        capacity = NodeCapacity(snapshot.nodes or {}, requested, wave)
+class _Upgrade(object):
+    """The upgrade simulated wave after wave: the nodes' requests and the VMs on each node as each wave finds
+    them (the earlier waves' VMs where their target pods landed, the upgraded nodes empty of them)."""
+
+    def __init__(self, snapshot, limits, by_node, nodes):
+        self.snapshot, self.limits, self.nodes = snapshot, limits, list(nodes)
+        self.requested = dict((node, dict(value)) for node, value in (snapshot.node_requests or {}).items())
+        self.where = dict((node, list(vms)) for node, vms in by_node.items())
+        self.moved = set()
+        self.upgrading = set(nodes)
+
+    def _placement(self, wave, later):
+        """(VMs of the wave's nodes, NodeCapacity after placing their target pods, preferring nodes not in later)."""
+        capacity = NodeCapacity(self.snapshot.nodes or {}, self.requested, wave)
         capacity.prefer = set(name for name in capacity.targets if name not in later)
-        wave_vms = [vm for node in wave for vm in where.get(node, [])]
-        again = sorted(q.vm_key(vm) for vm in wave_vms if q.vm_key(vm) in moved)
-        scheduling.plan_batches(wave_vms, *limits, capacity=capacity)
+        wave_vms = [vm for node in wave for vm in self.where.get(node, [])]
+        scheduling.plan_batches(wave_vms, *self.limits, capacity=capacity)
+        return wave_vms, capacity
+
+    def waves(self, count):
+        result = []
+        index = 0
+        while index < len(self.nodes):
+            wave = [self.nodes[index]]
+            index += 1
+            # a node joins while the other nodes, as they are at this wave's turn, hold every VM of the wave
+            while len(wave) < count and index < len(self.nodes):
+                _vms, capacity = self._placement(wave + [self.nodes[index]], set(self.nodes[index + 1:]))
+                if capacity.unplaced:
+                    break
+                wave.append(self.nodes[index])
+                index += 1
+            result.append(self._run(wave, set(self.nodes[index:])))
+        return result
+
+    def _run(self, wave, later):
+        wave_vms, capacity = self._placement(wave, later)
+        again = sorted(q.vm_key(vm) for vm in wave_vms if q.vm_key(vm) in self.moved)
+        no_room = sorted(q.vm_key(vm) for vm in capacity.unplaced)
         for vm in wave_vms:
             landed = capacity.placed.get((vm.get("namespace"), vm.get("name")))
             if landed is None:
-                continue   # no room anywhere: the wave's own plan blocks on it (insufficient_capacity)
+                continue   # no room: it stays where it is (the wave's own plan blocks on it)
             source = vm.get("node")
-            requested[source] = subtract(requested.get(source, {}), vm.get("source_requests") or {})
-            requested[landed] = add(requested.get(landed, {}), vm.get("target") or {})
-            where[source] = [other for other in where.get(source, []) if other is not vm]
-            where.setdefault(landed, []).append(dict(vm, node=landed, source_requests=vm.get("target") or {}))
-            if landed in upgrading:
-                moved.add(q.vm_key(vm))
-        result.append({"nodes": list(wave), "vms": len(wave_vms), "moved_again": again})
-    return result
+            self.requested[source] = subtract(self.requested.get(source, {}), vm.get("source_requests") or {})
+            self.requested[landed] = add(self.requested.get(landed, {}), vm.get("target") or {})
+            self.where[source] = [other for other in self.where.get(source, []) if other is not vm]
+            self.where.setdefault(landed, []).append(dict(vm, node=landed, source_requests=vm.get("target") or {}))
+            if landed in self.upgrading:
+                self.moved.add(q.vm_key(vm))
+        return {"nodes": list(wave), "vms": len(wave_vms), "moved_again": again, "no_room": no_room}
 
 
 __all__ = ["max_unavailable_count", "plan_waves"]

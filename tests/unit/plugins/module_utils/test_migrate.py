@@ -777,7 +777,14 @@ def test_a_wave_with_an_unknown_node_changes_nothing():
 def test_a_waves_configuration():
     config = m.ExecutorConfig.build(None, nodes=["b", "a"])
     assert config.drained == ("a", "b") and config.node is None
-    assert config.reservation_prefix == "wave-a+b" and config.reason == "live migration off nodes a, b for maintenance"
+    assert config.reservation_prefix == "wave-a.b" and config.reason == "live migration off nodes a, b for maintenance"
+    assert config.leftover_prefixes == ("a", "b", "wave-a.b")
+    assert m.ExecutorConfig.build("a").leftover_prefixes == ("a",)
+    # a long wave: a digest, so that "<prefix>-b<n>" stays a label value (63 characters, kvquota.io/reservation)
+    long_nodes = ["worker-%02d.example.internal.corp" % i for i in range(5)]
+    prefix = m.ExecutorConfig.build(None, nodes=long_nodes).reservation_prefix
+    assert prefix.startswith("wave-worker-00.example.inte") and len(prefix + "-b999") <= 63, prefix
+    assert re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", prefix + "-b0")
     # one node given as nodes is that node
     one = m.ExecutorConfig.build(None, nodes=["a"])
     assert one.node == "a" and one.drained == ("a",) and one.reservation_prefix == "a"
