@@ -378,7 +378,8 @@ mode:
   type: str
 vms_left:
   description:
-    - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) (C(status.nodeName)) with
+    - O(mode=drive), when the run did not fail. The Running VMIs still on O(node) or the nodes of O(nodes)
+      (C(status.nodeName), as C(node)) with
       C(migratable) (KubeVirt's C(LiveMigratable) condition is not False) and its C(reason). These are VMs that
       cannot live-migrate, or (in check mode) every VM the batches would move.
     - C(left_out), when this run left the VM out of its batch, says why (grown past its planned size since the
@@ -403,6 +404,19 @@ cordon:
   returned: always
   type: str
   sample: cordoned
+cordons:
+  description:
+    - O(mode=drive) with O(cordon), per node (O(node), or each of O(nodes)) V(cordoned) or V(was_cordoned);
+      RV(cordon) is V(cordoned) when this run cordoned any of them.
+  returned: always
+  type: dict
+  sample: {"node-1": "cordoned", "node-2": "was_cordoned"}
+nodes:
+  description: The nodes of the run's scope (drive, the nodes drained; follow, O(nodes)).
+  returned: always
+  type: list
+  elements: str
+  sample: [node-1, node-2]
 scope:
   description: What the run covered, as text (C(node node-1), C(nodes node-1; namespaces a), C(the cluster)).
   returned: always
