@@ -295,7 +295,8 @@ def test_rolling_upgrade_of_a_node_given_as_text(lab, base, credential, tmp_path
                  "upgrade")
     assert (job.status, job.rc) == ("successful", 0), job
     data = job.artifact_data
-    assert sorted(data) == ["node_maintenance_results", "rolling_upgrade_nodes"], data
+    assert sorted(data) == ["node_maintenance_results", "rolling_upgrade_nodes", "rolling_upgrade_waves"], data
+    assert data["rolling_upgrade_waves"] == [[node]], data
     assert [(n["node"], n["outcome"], n["batches"], n["vms"]) for n in data["rolling_upgrade_nodes"]] == \
         [(node, "upgraded", 0, 0)], data
     assert list(data["node_maintenance_results"]) == [node], data
