@@ -265,10 +265,11 @@ def test_rolling_upgrade_with_no_node_selected(ansible, lab, base, tmp_path):
                                            "rolling_upgrade_tasks": str(upgrade)})
     assert result.rc == 0, result
     summary = result.msg_starting("rolling upgrade: ")
-    assert summary[0].startswith("rolling upgrade: 0 of 0 node(s) upgraded in "), summary
-    assert [c.strip() for c in summary[1].split("|")] == ["node", "outcome", "batches", "VMs", "seconds"], summary
-    assert len(summary) == 2, summary
-    assert result.artifacts() == {"rolling_upgrade_nodes": []}, result.stats
+    assert summary[0].startswith("rolling upgrade: 0 of 0 node(s) upgraded in 0 wave(s), "), summary
+    assert summary[1] == "migrations per VM: 0 migration(s) of 0 VM(s), 0 moved more than once", summary
+    assert [c.strip() for c in summary[2].split("|")] == ["node", "outcome", "batches", "VMs", "seconds"], summary
+    assert len(summary) == 3, summary
+    assert result.artifacts() == {"rolling_upgrade_nodes": [], "rolling_upgrade_waves": []}, result.stats
     lab.assert_restored(base, [NS])
 
 
