@@ -600,23 +600,25 @@ def test_a_spec_hard_another_job_lowered_is_what_a_later_refusal_is_compared_wit
 
 # -- cordon: true (node_maintenance's one call instead of a dry run and a cordon task) -----------------------
 
-class _Node(object):
-    """A node and nothing else: no ledgers, no migrations; records the writes."""
+class _Nodes(object):
+    """Nodes and nothing else; records the writes (each a cordon)."""
 
-    def __init__(self, unschedulable=False):
-        self.node = {"metadata": {"name": "node-1", "resourceVersion": "3"}, "spec": {"unschedulable": unschedulable}}
+    def __init__(self, names, cordoned=()):
+        self.nodes = dict((n, {"metadata": {"name": n, "resourceVersion": "3"}, "spec": {"unschedulable": n in cordoned}})
+                          for n in names)
         self.writes = []
         self.outage_budget = 60
 
     def exists(self, path, what):
-        return self.node if path == "/api/v1/nodes/node-1" else None
+        return self.nodes.get(path.rsplit("/", 1)[-1]) if path.startswith("/api/v1/nodes/") else None
 
     def request(self, method, path, body=None, query=None, content_type=None, what=None):
         if method == "GET":
             return {"items": []}
         self.writes.append((method, path, body))
-        self.node["spec"]["unschedulable"] = True
-        return self.node
+        node = self.nodes[path.rsplit("/", 1)[-1]]
+        node["spec"]["unschedulable"] = True
+        return node
 
     def list_custom(self, *args, **kwargs):
         return []
@@ -626,6 +628,13 @@ class _Node(object):
 
     def list_quotas(self, namespace=None):
         return []
+
+
+class _Node(_Nodes):
+    """A node (node-1) and nothing else."""
+
+    def __init__(self, unschedulable=False):
+        _Nodes.__init__(self, ["node-1"], cordoned=["node-1"] if unschedulable else ())
 
 
 @pytest.mark.parametrize("unschedulable,state,writes", [(False, "cordoned", 1), (True, "was_cordoned", 0)])
@@ -726,36 +735,6 @@ def test_a_tenants_over_use_is_reported_and_the_batch_released(monkeypatch):
 
 
 # -- a wave: drive mode over several nodes drained together (rolling_upgrade_max_unavailable) -----------------
-
-class _Nodes(object):
-    """Nodes and nothing else; records the writes (each a cordon)."""
-
-    def __init__(self, names, cordoned=()):
-        self.nodes = dict((n, {"metadata": {"name": n, "resourceVersion": "3"}, "spec": {"unschedulable": n in cordoned}})
-                          for n in names)
-        self.writes = []
-        self.outage_budget = 60
-
-    def exists(self, path, what):
-        return self.nodes.get(path.rsplit("/", 1)[-1]) if path.startswith("/api/v1/nodes/") else None
-
-    def request(self, method, path, body=None, query=None, content_type=None, what=None):
-        if method == "GET":
-            return {"items": []}
-        self.writes.append((method, path, body))
-        node = self.nodes[path.rsplit("/", 1)[-1]]
-        node["spec"]["unschedulable"] = True
-        return node
-
-    def list_custom(self, *args, **kwargs):
-        return []
-
-    def list_pods(self, *args, **kwargs):
-        return []
-
-    def list_quotas(self, namespace=None):
-        return []
-
 
 def test_a_wave_cordons_every_node_before_its_first_batch():
     cluster = _Nodes(["a", "b", "c"], cordoned=["b"])
