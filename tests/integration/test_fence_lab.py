@@ -491,6 +491,62 @@ def test_a_drain_gets_its_own_migration_through_the_fence_and_the_tenants_none(l
         M.delete_namespace(r, ns)
 
 
+def test_a_tenant_that_deletes_the_runs_migration_keeps_only_its_own_vm_back(lab, r, emu, operator, installed):
+    """Issue 29 (review M4): during a real drain the tenant (edit) deletes the run's migration of its vm-1 while it
+    runs. vm-1 stays where it is, named in vms_left with how its migration ended; the run's other migration (vm-2)
+    goes through; the quota is back at its base and nothing of the fence or of a reservation is left. (The run
+    used to stop on it, every other VM with it.)"""
+    import threading
+    ns = "fence-del-" + secrets.token_hex(3)
+    M.make_tenant(lab, ns, vms=2)
+    try:
+        tenant = Rest(tenants.make(lab, ns, roles=("edit",))["edit"].api_client())
+        on = dict((vm, r.get(M.KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, vm))["status"]["nodeName"])
+                  for vm in ("vm-1", "vm-2"))
+        nodes = sorted(set(on.values()))
+        before = M.quota(r, ns, "compute")["spec"]["hard"]
+        deleted = {}
+        stop = threading.Event()
+        vmims = M.KV + "/namespaces/%s/virtualmachineinstancemigrations" % ns
+
+        def attack():
+            while not stop.is_set():
+                for vmim in tenant.get(vmims)["items"]:
+                    if vmim["spec"].get("vmiName") == "vm-1" and (vmim["metadata"].get("labels") or {}).get(
+                            "kvquota.io/reservation"):
+                        tenant.delete("%s/%s" % (vmims, vmim["metadata"]["name"]))
+                        deleted["name"] = vmim["metadata"]["name"]
+                        return
+                stop.wait(0.05)
+        # vm-1's migration never finishes on its own: only the tenant's delete ends it
+        emulator.set_knobs(lab, stall_migrations="%s/vm-1" % ns)
+        attacker = threading.Thread(target=attack, daemon=True)
+        attacker.start()
+        try:
+            res = M.run_module("kvquota_migrate", {"nodes": nodes, "batches": [{"vms": ["%s/vm-1" % ns, "%s/vm-2" % ns]}],
+                                                   "reservation_prefix": "del-%s" % ns, "poll_interval": 0.5,
+                                                   "ttl": "1h"}, lab.user_kubeconfig)
+        finally:
+            stop.set()
+            attacker.join(10)
+            emulator.set_knobs(lab, stall_migrations="")
+        print(json.dumps(res.get("progress"), indent=1))
+        M.assert_ok(res)
+        assert deleted.get("name"), "the tenant never saw the run's migration of vm-1"
+        assert [(v["namespace"], v["name"]) for v in res["vms_left"]] == [(ns, "vm-1")], res["vms_left"]
+        assert "its migration %s/%s was deleted before it ended, not by this run" % (ns, deleted["name"]) in \
+            res["vms_left"][0]["left_out"], res["vms_left"]
+        moved = r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-2" % ns)["status"]["nodeName"]
+        assert moved != on["vm-2"], "vm-2 must have moved on"
+        assert r.get(M.KV + "/namespaces/%s/virtualmachineinstances/vm-1" % ns)["status"]["nodeName"] == on["vm-1"]
+        assert res["reservations_held"] == [] and res["outcome"] == "succeeded", res
+        assert M.quota(r, ns, "compute")["spec"]["hard"] == before
+        assert not _fence_keys(r, ns)
+        assert not [k for k in M.ledgers(r) if k.split("/")[0] == ns]
+    finally:
+        M.delete_namespace(r, ns)
+
+
 def _fence_keys(r, ns):
     data = (r.get_or_none("/api/v1/namespaces/%s/configmaps/%s" % (OPERATOR_NS, F.FENCE_CONFIGMAP)) or {}).get(
         "data") or {}

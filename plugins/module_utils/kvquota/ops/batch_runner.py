@@ -233,7 +233,7 @@ class BatchRunner(object):
             self.left_out_migrations.update(m["uid"] for m in batch.migrations if (m["namespace"], m["vm"]) in gone)
             batch.migrations = [m for m in batch.migrations if (m["namespace"], m["vm"]) not in gone]
 
-    def _stop_grown(self, batch, grown, when):
+    def _stop_grown(self, batch, grown, when, cancel=True):
         """Take VMs grown past their pin since the batch's reservation was made (grown: headroom.grown_since_pin's
         items) out of the running batch: the run's own migration of each is cancelled (deleted: KubeVirt aborts it,
         the VM stays on the node at its old size), the fence no longer lists it (a later migration of the VM gets no
@@ -243,7 +243,7 @@ class BatchRunner(object):
         naming any over-use. A batch with no migration left is final, with nothing moved."""
         gone = set((item["namespace"], item["name"]) for item in grown)
         stopped = [m for m in batch.migrations if (m["namespace"], m["vm"]) in gone]
-        for migration in stopped:
+        for migration in stopped if cancel else ():
             if not migration["reused"] and not batch.followed and migration["uid"] is not None:
                 self.delete_vmim(migration["namespace"], migration["name"])
                 self.record.cancelled.append("%s/%s" % (migration["namespace"], migration["name"]))
@@ -255,7 +255,9 @@ class BatchRunner(object):
                                                        for m in ended], self.config.check_mode,
                                         self.config.operator_namespace, installed=True)
             self.ended.update((m["namespace"], m["name"], m["uid"]) for m in ended)
-        for item in grown:
+        for item in grown if not cancel else ():
+            self._leave_out(batch, [item])        # its reason says how its migration ended
+        for item in grown if cancel else ():
             item = dict(item, reason="%s (%s %s; %s)" % (
                 item["reason"], item.get("stopped", "grown"), when, "its migration was cancelled" if any(
                     (m["namespace"], m["vm"]) == (item["namespace"], item["name"]) and m["uid"] is not None
@@ -541,23 +543,38 @@ class BatchRunner(object):
         if batch.followed:
             self._follow_only(batch, seen, missing, now)
             return
-        if missing:
-            raise KvquotaError("%s: migration(s) %s disappeared (deleted by someone else?)"
-                               % (batch.label(), ", ".join("%s/%s" % k for k in missing)),
-                               "find out who cancelled them")
-        failed = [v for v in seen.values() if migration_phase(v) == "Failed"]
-        batch.failed = ["%s/%s" % (v["metadata"]["namespace"], v["metadata"]["name"]) for v in failed]
-        if failed:
-            reasons = ["%s/%s of VM %s (%s)" % (
-                v["metadata"]["namespace"], v["metadata"]["name"], v["spec"].get("vmiName"),
-                ((v.get("status") or {}).get("migrationState") or {}).get("failureReason") or "no reason given")
-                for v in failed]
-            raise KvquotaError("%s: migration(s) failed: %s" % (batch.label(), "; ".join(reasons)),
-                               "see the migration's events (kubectl describe vmim)")
+        failed = [k for k, v in sorted(seen.items()) if migration_phase(v) == "Failed"]
+        if missing or failed:
+            # the VM's namespace may delete its migrations or make one fail (its target pod is the tenant's to
+            # delete): that VM stays where it is, named, and the batch's other VMs go on
+            self._end_alone(batch, mine, seen, missing, failed)
+            if batch.state != RUNNING:
+                return
+            seen = dict((k, v) for k, v in seen.items() if k not in missing and k not in failed)
         if all(migration_phase(v) in FINAL_MIGRATION_PHASES for v in seen.values()):
             batch.finished(now, moved=True)
             return
         self._watch(batch, seen, now)
+
+    def _end_alone(self, batch, mine, seen, missing, failed):
+        """The run's own migrations that were deleted before they ended (not by the run) or failed: each VM stays
+        where it is, left out and named with its migration's end (vms_left; node_maintenance stops before the drain,
+        naming it), and the batch's other migrations go on. Nothing is cancelled (each one is over already); the
+        reservation stays as made until the batch's release. A re-run migrates these VMs again."""
+        ended = []
+        for key in sorted(missing):
+            ended.append({"namespace": key[0], "name": mine[key]["vm"], "reason": (
+                "%s/%s: its migration %s/%s was deleted before it ended, not by this run (the VM's namespace may "
+                "delete its migrations); a re-run migrates it again" % (key[0], mine[key]["vm"], key[0], key[1]))})
+        for key in failed:
+            vmim = seen[key]
+            batch.failed.append("%s/%s" % key)
+            ended.append({"namespace": key[0], "name": mine[key]["vm"], "reason": (
+                "%s/%s: its migration %s/%s failed (%s); see its events (kubectl describe vmim -n %s %s), a re-run "
+                "migrates it again" % (key[0], mine[key]["vm"], key[0], key[1], (
+                    (vmim.get("status") or {}).get("migrationState") or {}).get("failureReason") or "no reason given",
+                    key[0], key[1]))})
+        self._stop_grown(batch, ended, None, cancel=False)
 
     def _check_target_pods(self, batch, seen):
         """Each of the batch's migrations not final whose target pod KubeVirt has created: the pod's charge (what
