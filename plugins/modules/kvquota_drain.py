@@ -13,7 +13,7 @@ version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
-  - Runs right after M(kubernetes.core.k8s_drain) with C(pod_selectors=[kubevirt.io!=virt-launcher]). That selector
+  - Goes with M(kubernetes.core.k8s_drain) and C(pod_selectors=[kubevirt.io!=virt-launcher]). That selector
     leaves the VM pods to the live migrations, but it trusts a label, which any tenant with C(edit) in its namespace can
     label a pod of its own C(kubevirt.io=virt-launcher) and bind it to the node.
   - This module lists the pods on O(node) labelled C(kubevirt.io=virt-launcher) and keeps only the VM pods by
@@ -28,6 +28,8 @@ description:
   - The pods are chosen as k8s_drain would have chosen them without the label (O(force), O(ignore_daemonsets),
     O(delete_emptydir_data); mirror pods are left). When k8s_drain would refuse one, the module fails before
     evicting anything, naming the pods and the option.
+  - The same list of the node's pods gives RV(others), the pods without that label a drain with these options
+    acts on; where there is none, k8s_drain has nothing to do (node_maintenance then skips it).
   - Needs the ClusterRoles C(kvquota-read) (list pods, VMIs and their migrations) and C(kvquota-write)
     (C(create pods/eviction)) of C(roles/install/files/clusterrole.yml); never deletes a pod.
 extends_documentation_fragment:
@@ -76,6 +78,13 @@ attributes:
 '''
 
 EXAMPLES = r'''
+- name: Evict the pods that only pose as VM pods
+  kvquota.maintenance.kvquota_drain:
+    node: worker-3
+    ignore_daemonsets: true
+    wait_timeout: 600
+  register: impostors
+
 - name: Drain the pods left on the node (VM pods are left to the migrations)
   kubernetes.core.k8s_drain:
     name: worker-3
@@ -85,12 +94,7 @@ EXAMPLES = r'''
     delete_options:
       ignore_daemonsets: true
       wait_timeout: 600
-
-- name: Evict the pods that only pose as VM pods
-  kvquota.maintenance.kvquota_drain:
-    node: worker-3
-    ignore_daemonsets: true
-    wait_timeout: 600
+  when: impostors.others | length > 0
 '''
 
 RETURN = r'''
@@ -113,6 +117,15 @@ left:
   elements: dict
 vm_pods:
   description: The labelled pods kept as VM pods, each C({namespace, name, uid, reason}).
+  returned: always
+  type: list
+  elements: dict
+others:
+  description:
+    - The pods on the node without the label C(kubevirt.io=virt-launcher) that a drain with these options acts on
+      (evicts, or refuses without O(force) or O(delete_emptydir_data)), each C({namespace, name, uid, category}),
+      C(category) one of C(managed), C(unmanaged), C(local_storage), C(daemonset); not terminating pods, mirror
+      pods, finished pods, nor DaemonSet pods under O(ignore_daemonsets). This module never evicts them.
   returned: always
   type: list
   elements: dict

@@ -20,6 +20,8 @@ description:
   - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
     has the recorded uid, and deletes the record. A later run after an interruption starts exactly the VMs
     that an earlier run stopped; nothing a tenant writes can add a VM to the record or hide one from it.
+  - With O(uncordon) and O(state=started) it first makes O(node) schedulable again (as C(kubectl uncordon)), so that
+    node_maintenance gives the node back with one module run after its maintenance.
   - KubeVirt's semantics apply, C(spec.running) goes false and back to true, C(runStrategy) goes to
     C(Halted) and, on start, to C(Always).
   - Needs the ClusterRole C(kvquota-shutdown) and the Role C(kvquota-state) of the operator namespace
@@ -42,6 +44,13 @@ options:
     type: list
     elements: dict
     default: []
+  uncordon:
+    description:
+      - O(state=started) only. Before starting the VMs, clear the node's C(spec.unschedulable) (a merge patch
+        conditional on its resourceVersion, re-read on a conflict; RBAC C(patch) on nodes, as the cordon of
+        M(kvquota.maintenance.kvquota_migrate)). A node already schedulable is not written. RV(uncordon) says which.
+    type: bool
+    default: false
   operator_namespace:
     description: The namespace only the operator writes, where the record lives.
     type: str
@@ -63,10 +72,11 @@ EXAMPLES = r'''
     vms:
       - {namespace: tenant-a, name: db-1}
 
-- name: Start them again after the maintenance
+- name: Make the node schedulable and start them again after the maintenance
   kvquota.maintenance.kvquota_vm_power:
     node: worker-3
     state: started
+    uncordon: true
 '''
 
 RETURN = r'''
@@ -90,10 +100,16 @@ gone:
   returned: state=started
   type: list
   elements: dict
+uncordon:
+  description:
+    - With O(uncordon), V(uncordoned) (this run cleared C(spec.unschedulable); in check mode, would) or
+      V(was_schedulable); also in a failed result once the node was uncordoned.
+  returned: O(uncordon=true)
+  type: str
 '''
 
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import vmpower
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import drain, vmpower
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, KvquotaError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,
@@ -114,6 +130,8 @@ def _vmi_refs(vms):
 
 def power(module):
     params = module.params
+    if params['uncordon'] and params['state'] != 'started':
+        raise InputError('uncordon is for state=started (after the maintenance)', 'leave uncordon out')
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['state'] == 'stopped':
         vmis = [cluster.get_custom(*vmpower.KUBEVIRT, 'virtualmachineinstances', name,
@@ -123,8 +141,19 @@ def power(module):
     if params['vms']:
         raise InputError('vms is for state=stopped; state=started starts the VMs recorded for the node',
                          'leave vms out')
-    return vmpower.start(cluster, params['node'], operator_namespace=params['operator_namespace'],
-                         check_mode=module.check_mode)
+    if not params['uncordon']:
+        return vmpower.start(cluster, params['node'], operator_namespace=params['operator_namespace'],
+                             check_mode=module.check_mode)
+    uncordoned = drain.uncordon(cluster, params['node'], check_mode=module.check_mode)
+    try:
+        result = vmpower.start(cluster, params['node'], operator_namespace=params['operator_namespace'],
+                               check_mode=module.check_mode)
+    except KvquotaError as err:
+        # the caller's state line says the node was given back
+        details = dict(getattr(err, 'details', None) or {})
+        err.details = dict(details, result=dict(details.get('result') or {}, uncordon=uncordoned))
+        raise
+    return dict(result, uncordon=uncordoned, changed=result['changed'] or uncordoned == 'uncordoned')
 
 
 def main():
@@ -133,6 +162,7 @@ def main():
             node=dict(type='str', required=True),
             state=dict(type='str', required=True, choices=['stopped', 'started']),
             vms=dict(type='list', elements='dict', default=[]),
+            uncordon=dict(type='bool', default=False),
             operator_namespace=dict(type='str', default='kvquota-system'),
         ),
         supports_check_mode=True,

@@ -164,6 +164,24 @@ def drain_category(pod):
     return "managed"
 
 
+def to_drain(pods, node, ignore_daemonsets=False):
+    """The pods on node without the label kubevirt.io=virt-launcher that a drain with k8s_drain's options acts on
+    (evicts, or refuses without force or delete_emptydir_data), each {namespace, name, uid, category}: every one
+    not terminating, not a mirror pod, not finished, and no DaemonSet pod under ignore_daemonsets. Where there is
+    none, node_maintenance skips k8s_drain. Pure."""
+    found = []
+    for pod in pods or ():
+        meta = _meta(pod)
+        if meta.get("deletionTimestamp") or ((pod.get("spec") or {}).get("nodeName")) != node:
+            continue
+        category = drain_category(pod)
+        if category in ("mirror", "finished") or category == "daemonset" and ignore_daemonsets:
+            continue
+        found.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+                      "category": category})
+    return found
+
+
 def select_evictions(impostor_pods, force=False, ignore_daemonsets=False, delete_emptydir_data=False):
     """(pods to evict, [{namespace, name, uid, reason}] left alone) of the impostor pods, as k8s_drain would have
     chosen without their label. Raises InputError naming the pods and the option when k8s_drain would have
@@ -238,23 +256,27 @@ class Drain(object):
         self.sleep = sleep
 
     def read(self):
-        """(labelled pods on the node, VMIs and VMIMs of their namespaces)."""
-        pods = self.cluster.list_pods(label_selector=LAUNCHER_SELECTOR, field_selector="spec.nodeName=%s" % self.node)
+        """(labelled pods on the node, VMIs and VMIMs of their namespaces, the node's other pods): one list of the
+        node's pods."""
+        pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % self.node)
+        labelled = [pod for pod in pods if (_meta(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"]
+        others = [pod for pod in pods if (_meta(pod).get("labels") or {}).get("kubevirt.io") != "virt-launcher"]
         vmis, migrations = [], []
-        for namespace in sorted(set(_meta(pod).get("namespace") for pod in pods)):
+        for namespace in sorted(set(_meta(pod).get("namespace") for pod in labelled)):
             vmis += self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances", namespace=namespace)
             migrations += self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstancemigrations",
                                                    namespace=namespace)
-        return pods, vmis, migrations
+        return labelled, vmis, migrations, others
 
     def plan(self):
-        """(impostor pods to evict, impostors left alone, impostors as {namespace, name, uid, reason}, VM pods)."""
-        pods, vmis, migrations = self.read()
+        """(impostor pods to evict, impostors left alone, impostors as {namespace, name, uid, reason}, VM pods,
+        the node's other pods a drain acts on)."""
+        pods, vmis, migrations, others = self.read()
         impostors, vm_pods = find_impostors(pods, vmis, migrations, node=self.node)
         by_uid = dict((entry["uid"], entry) for entry in impostors)
         impostor_pods = [pod for pod in pods if ownership.uid_of(pod) in by_uid]
         evict, left = select_evictions(impostor_pods, **self.options)
-        return evict, left, impostors, vm_pods
+        return evict, left, impostors, vm_pods, to_drain(others, self.node, self.options["ignore_daemonsets"])
 
     def _recheck(self, pod):
         """The pod re-read and judged again after its eviction's precondition failed: None when it is gone or
@@ -351,13 +373,13 @@ class Drain(object):
         if self.wait_timeout is None or self.wait_timeout < 0:
             raise InputError("wait_timeout must be 0 or more seconds, got %r" % (self.wait_timeout,),
                              "give the drain's timeout in seconds, e.g. wait_timeout: 600")
-        evict, left, impostors, vm_pods = self.plan()
+        evict, left, impostors, vm_pods, others = self.plan()
         if check_mode or not evict:
             return {"impostors": impostors, "evicted": [self.entry(pod) for pod in evict], "left": left,
-                    "vm_pods": vm_pods, "changed": bool(evict)}
+                    "vm_pods": vm_pods, "others": others, "changed": bool(evict)}
         evicted = self.evict(evict)
         return {"impostors": impostors, "evicted": [self.entry(pod) for pod in evicted], "left": left,
-                "vm_pods": vm_pods, "changed": bool(evicted)}
+                "vm_pods": vm_pods, "others": others, "changed": bool(evicted)}
 
 
 def drain_impostors(cluster, node, force=False, ignore_daemonsets=False, delete_emptydir_data=False,
@@ -369,25 +391,40 @@ def drain_impostors(cluster, node, force=False, ignore_daemonsets=False, delete_
                  wait_sleep=wait_sleep).run(check_mode=check_mode)
 
 
-def cordon(cluster, node_obj, check_mode=False):
-    """Mark a node unschedulable, as `kubectl cordon` does: 'cordoned' (this call set spec.unschedulable) or
-    'was_cordoned' (it already was). The write is a merge patch conditional on the node's resourceVersion; on a
-    conflict the node is read again (a patch whose answer was lost and that did apply is told by its details)."""
+def _set_unschedulable(cluster, node_obj, wanted, check_mode, verb):
+    """Set the node's spec.unschedulable to wanted (True: cordon, False: uncordon): False when it already was,
+    True when this call wrote it (or would, in check mode). A merge patch conditional on the node's
+    resourceVersion; on a conflict the node is read again (a patch whose answer was lost and that did apply is
+    told by its details)."""
     name = _meta(node_obj).get("name")
     path = api_path("v1", "nodes", name=name)
     for _attempt in range(5):
-        if (node_obj.get("spec") or {}).get("unschedulable"):
-            return "was_cordoned"
+        if bool((node_obj.get("spec") or {}).get("unschedulable")) == wanted:
+            return False
         if check_mode:
-            return "cordoned"
+            return True
         try:
+            # false is written as null (removed), as kubectl uncordon leaves the field
             cluster.request("PATCH", path, body={"metadata": {"resourceVersion": _meta(node_obj).get("resourceVersion")},
-                                                 "spec": {"unschedulable": True}},
-                            content_type="application/merge-patch+json", what="cordon node %s" % name)
-            return "cordoned"
+                                                 "spec": {"unschedulable": True if wanted else None}},
+                            content_type="application/merge-patch+json", what="%s node %s" % (verb, name))
+            return True
         except ConflictError as err:
             node_obj = cluster.get(path, "read node %s" % name)
-            if err.details.get("maybe_applied") and (node_obj.get("spec") or {}).get("unschedulable"):
-                return "cordoned"
-    raise ConflictError("node %s changed on every one of 5 attempts to cordon it" % name,
-                        "run again; if it persists, cordon the node with `kubectl cordon %s`" % name)
+            if err.details.get("maybe_applied") and bool((node_obj.get("spec") or {}).get("unschedulable")) == wanted:
+                return True
+    raise ConflictError("node %s changed on every one of 5 attempts to %s it" % (name, verb),
+                        "run again; if it persists, %s the node with `kubectl %s %s`" % (verb, verb, name))
+
+
+def cordon(cluster, node_obj, check_mode=False):
+    """Mark a node unschedulable, as `kubectl cordon` does: 'cordoned' (this call set spec.unschedulable) or
+    'was_cordoned' (it already was)."""
+    return "cordoned" if _set_unschedulable(cluster, node_obj, True, check_mode, "cordon") else "was_cordoned"
+
+
+def uncordon(cluster, name, check_mode=False):
+    """Make node name schedulable again, as `kubectl uncordon` does: 'uncordoned' (this call cleared
+    spec.unschedulable) or 'was_schedulable' (it already was)."""
+    node_obj = cluster.get(api_path("v1", "nodes", name=name), "read node %s" % name)
+    return "uncordoned" if _set_unschedulable(cluster, node_obj, False, check_mode, "uncordon") else "was_schedulable"

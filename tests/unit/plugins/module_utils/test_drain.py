@@ -182,7 +182,8 @@ class FakeCluster(object):
 
     def list_pods(self, namespace=None, label_selector=None, field_selector=None):
         self.calls.append(("list pods", label_selector, field_selector))
-        assert label_selector == D.LAUNCHER_SELECTOR and field_selector == "spec.nodeName=" + NODE
+        # one list of every pod on the node (the labelled ones are judged, the others counted for k8s_drain)
+        assert label_selector is None and field_selector == "spec.nodeName=" + NODE
         return [copy.deepcopy(p) for p in self.pods.values()]
 
     def list_custom(self, group, version, plural, namespace=None, label_selector=None):
@@ -258,7 +259,7 @@ def test_check_mode_reports_and_evicts_nothing():
 def test_nothing_to_evict_is_no_change():
     cluster = FakeCluster([LAUNCHER], [vmi()])
     result = make(cluster).run()
-    assert result == {"impostors": [], "evicted": [], "left": [], "changed": False,
+    assert result == {"impostors": [], "evicted": [], "left": [], "changed": False, "others": [],
                       "vm_pods": [{"namespace": "t", "name": "virt-launcher-vm-1-abcde", "uid": "launcher-uid",
                                    "reason": "active launcher of VMI t/vm-1 (status.activePods)"}]}
     assert cluster.evictions() == []
@@ -300,7 +301,7 @@ def test_another_error_is_not_retried():
 def test_a_pod_recreated_under_the_name_is_judged_again_not_evicted_blindly():
     cluster = FakeCluster([FORGED_OWNER], [vmi()])
     drain = make(cluster)
-    evict, _left, _impostors, _vm = drain.plan()
+    evict, _left, _impostors, _vm, _others = drain.plan()
     # between the judgement and the eviction the pod is replaced by KubeVirt's own launcher under that name
     cluster.pods[("t", "forged-launcher")] = pod("forged-launcher", "launcher-uid", owner_uid="vmi-uid")
     assert drain.evict(evict) == []
@@ -341,9 +342,9 @@ class _Nodes(object):
             self.conflicts -= 1
             self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
             if self.applied:
-                self.node["spec"]["unschedulable"] = True
+                self.node["spec"]["unschedulable"] = bool(body["spec"]["unschedulable"])
             raise ConflictError("conflict", "re-read", details={"maybe_applied": self.applied})
-        self.node["spec"]["unschedulable"] = True
+        self.node["spec"]["unschedulable"] = bool(body["spec"]["unschedulable"])
         return self.node
 
 
@@ -376,3 +377,54 @@ def test_a_node_that_changes_on_every_attempt_is_one_clear_error():
     with pytest.raises(ConflictError) as err:
         D.cordon(api, api.get("", ""))
     assert "changed on every one of 5 attempts" in err.value.message and "kubectl cordon node-1" in err.value.fix
+
+
+def test_uncordon_clears_the_field_conditionally_and_leaves_a_schedulable_node_unwritten():
+    api = _Nodes(unschedulable=True)
+    assert D.uncordon(api, "node-1") == "uncordoned" and api.node["spec"]["unschedulable"] is False
+    # written as null (removed), as kubectl uncordon leaves it
+    assert api.patches == [{"metadata": {"resourceVersion": "10"}, "spec": {"unschedulable": None}}]
+    assert D.uncordon(api, "node-1") == "was_schedulable" and len(api.patches) == 1
+    api = _Nodes(unschedulable=True)
+    assert D.uncordon(api, "node-1", check_mode=True) == "uncordoned" and api.patches == []
+
+
+def test_an_uncordon_conflict_reads_again_and_a_lost_answer_that_applied_counts():
+    api = _Nodes(unschedulable=True, conflicts=1)
+    assert D.uncordon(api, "node-1") == "uncordoned"
+    assert [p["metadata"]["resourceVersion"] for p in api.patches] == ["10", "11"]
+    api = _Nodes(unschedulable=True, conflicts=1, applied=True)
+    assert D.uncordon(api, "node-1") == "uncordoned" and len(api.patches) == 1
+    api = _Nodes(unschedulable=True, conflicts=10)
+    with pytest.raises(ConflictError) as err:
+        D.uncordon(api, "node-1")
+    assert "changed on every one of 5 attempts to uncordon" in err.value.message
+    assert "kubectl uncordon node-1" in err.value.fix
+
+
+# -- the node's other pods: whether k8s_drain has anything to do (issue 29: node_maintenance skips it otherwise) --
+
+def test_the_other_pods_a_drain_acts_on_are_listed_and_never_evicted_here():
+    daemon = pod("agent", "ds-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    web = pod("web", "web-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet")
+    scratch = pod("scratch", "s-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet", volumes=[{"emptyDir": {}}])
+    bare = pod("bare", "bare-uid", labels={"app": "x"})
+    skipped = [pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"}),
+               pod("done", "d-uid", labels={}, phase="Succeeded"),
+               pod("leaving", "l-uid", labels={}, deleting=True),
+               pod("elsewhere", "e-uid", labels={}, node="n2")]
+    cluster = FakeCluster([LAUNCHER, daemon, web, scratch, bare] + skipped, [vmi()])
+    result = make(cluster, ignore_daemonsets=False).run()
+    assert sorted((o["name"], o["category"]) for o in result["others"]) == [
+        ("agent", "daemonset"), ("bare", "unmanaged"), ("scratch", "local_storage"), ("web", "managed")]
+    assert cluster.evictions() == [] and names(result["vm_pods"]) == [LAUNCHER["metadata"]["name"]]
+    assert [c for c in cluster.calls if c[0] == "list pods"] == [("list pods", None, "spec.nodeName=" + NODE)]
+    ignoring = make(FakeCluster([daemon, web], [vmi()]), ignore_daemonsets=True).run()
+    assert [o["name"] for o in ignoring["others"]] == ["web"]
+
+
+def test_a_node_with_only_vm_pods_daemonsets_and_mirror_pods_leaves_k8s_drain_nothing():
+    daemon = pod("agent", "ds-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    mirror = pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"})
+    result = make(FakeCluster([LAUNCHER, daemon, mirror], [vmi()]), ignore_daemonsets=True).run()
+    assert result["others"] == [] and result["impostors"] == []
