@@ -400,6 +400,21 @@ vms_left:
       left_out: "tenant-a/web-2: its target pod now charges limits.cpu=1625m instead of the planned limits.cpu=1025m
         (changed: annotation hooks.kubevirt.io/hookSidecars=[...]; the VMI (resourceVersion 5521, then 5602))"
   version_added: 1.0.0
+pods_left:
+  description:
+    - O(mode=drive), when the run did not fail. Per node of O(node) / O(nodes), from the same list of the node's
+      pods as RV(vms_left), what a drain of it still has to deal with, C({labelled, others}). C(labelled) are the
+      pods labelled C(kubevirt.io=virt-launcher) neither terminating nor finished (M(kvquota.maintenance.kvquota_drain)
+      judges them), C(others) the pods without that label a drain acts on, each with its C(category)
+      (C(managed), C(unmanaged), C(local_storage), C(daemonset)), as kvquota_drain's RV(kvquota.maintenance.kvquota_drain#module:others)
+      with DaemonSet pods included. node_maintenance skips a drain task with nothing to do.
+  returned: success
+  type: dict
+  sample:
+    worker-3:
+      labelled: []
+      others:
+        - {namespace: monitoring, name: node-exporter-x7k2p, uid: 0b6c..., category: daemonset}
 cordon:
   description:
     - V(cordoned) when this run marked O(node) unschedulable (in check mode, would), V(was_cordoned) when it

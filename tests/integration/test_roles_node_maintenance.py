@@ -207,6 +207,49 @@ def test_a_top_up_beyond_the_cap_stops_with_the_numbers(lab, base):
     lab.assert_restored(base, [NS])
 
 
+def _task_outcome(run, name):
+    """'skipping', 'ok' or 'changed': the first outcome line after the task's header in the default callback's output."""
+    found = re.search(r"TASK \[[^\]]*: %s\][^\n]*\n+(skipping|ok|changed)" % re.escape(name), run.stdout)
+    return found.group(1) if found else None
+
+
+def test_the_drain_steps_run_only_where_the_node_holds_pods_for_them(lab, base):
+    """Issue 29 (item 3): kvquota_migrate lists the node's pods after its batches (pods_left); node_maintenance runs
+    kvquota_drain only where a pod labelled as a VM pod still runs, and k8s_drain only where another pod is for it.
+    A node holding a bare pod and a pod posing as a virt-launcher (both bound to it by name, as a tenant can) has
+    both evicted; a node holding neither runs neither module."""
+    node = vm_node(lab)
+    ns = "drain-probe"
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    try:
+        for name, labels in (("bare", {}), ("poser", {"kubevirt.io": "virt-launcher"})):
+            # grace 0: the lab has no kubelet to end a terminating pod; the API server deletes such a pod at once
+            lab.rest.create("/api/v1/namespaces/%s/pods" % ns, {"metadata": {"name": name, "labels": labels}, "spec": {
+                "nodeName": node, "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "example.invalid/pause"}]}})
+        run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, "node_maintenance_drain_force": True,
+                                                 "node_maintenance_uncordon": False})
+        print(run.stdout[-3000:])
+        assert run.rc == 0, run
+        assert _task_outcome(run, "Evict the pods that only pose as VM pods (and list the node's other pods)") \
+            == "changed", run
+        assert _task_outcome(run, "Drain the node's other pods") == "changed", run
+        for name in ("bare", "poser"):
+            pod = lab.rest.get_or_none("/api/v1/namespaces/%s/pods/%s" % (ns, name))
+            assert pod is None or pod["metadata"].get("deletionTimestamp"), "%s still on %s" % (name, node)
+        # the node is empty now: nothing for either module
+        again = playbook(lab, "node_maintenance", {"node_maintenance_node": node})
+        assert again.rc == 0, again
+        assert _task_outcome(again, "Evict the pods that only pose as VM pods (and list the node's other pods)") \
+            == "skipping", again
+        assert _task_outcome(again, "Drain the node's other pods") == "skipping", again
+        assert not lab.node(node)["spec"].get("unschedulable")
+        lab.assert_restored(base, [NS])
+    finally:
+        lab.rest.delete("/api/v1/namespaces/" + ns)
+        uncordon(lab, node)
+
+
 # Last, and cleaning up after itself, so that a failure here cannot disturb the tests above. After a failed
 # migration the source pod is still the VM's only pod: the reservation must be releasable all the same.
 def test_failed_migration_is_reported_and_a_rerun_converges(lab, base):

@@ -42,10 +42,14 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.t
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.ownership import FINAL_MIGRATION_PHASES, KUBEVIRT
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.model.quotas import FINISHED_POD_PHASES
 
-# what `pod_selectors: [kubevirt.io!=virt-launcher]` leaves on the node
-LAUNCHER_SELECTOR = "kubevirt.io=virt-launcher"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 TOO_MANY_REQUESTS = 429
+
+
+def launcher_labelled(pod):
+    """Whether pod carries the label kubevirt.io=virt-launcher: what k8s_drain's selector kubevirt.io!=virt-launcher
+    leaves on the node (anyone who may create a pod may set it)."""
+    return (_meta(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"
 
 
 def _ref(obj):
@@ -182,6 +186,22 @@ def to_drain(pods, node, ignore_daemonsets=False):
     return found
 
 
+def pods_left(pods, node):
+    """What a drain of node still has to deal with among pods (the node's pods, as listed): {labelled: the pods
+    labelled kubevirt.io=virt-launcher neither terminating nor finished (kvquota_drain judges them), others:
+    to_drain's pods, DaemonSet pods included (k8s_drain's work, or its refusal)}, each {namespace, name, uid}
+    (others with their category). Pure."""
+    labelled = []
+    for pod in pods or ():
+        meta = _meta(pod)
+        if (launcher_labelled(pod) and not meta.get("deletionTimestamp")
+                and (pod.get("spec") or {}).get("nodeName") == node
+                and ((pod.get("status") or {}).get("phase")) not in FINISHED_POD_PHASES):
+            labelled.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")})
+    others = [pod for pod in pods or () if not launcher_labelled(pod)]
+    return {"labelled": labelled, "others": to_drain(others, node)}
+
+
 def select_evictions(impostor_pods, force=False, ignore_daemonsets=False, delete_emptydir_data=False):
     """(pods to evict, [{namespace, name, uid, reason}] left alone) of the impostor pods, as k8s_drain would have
     chosen without their label. Raises InputError naming the pods and the option when k8s_drain would have
@@ -259,8 +279,8 @@ class Drain(object):
         """(labelled pods on the node, VMIs and VMIMs of their namespaces, the node's other pods): one list of the
         node's pods."""
         pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % self.node)
-        labelled = [pod for pod in pods if (_meta(pod).get("labels") or {}).get("kubevirt.io") == "virt-launcher"]
-        others = [pod for pod in pods if (_meta(pod).get("labels") or {}).get("kubevirt.io") != "virt-launcher"]
+        labelled = [pod for pod in pods if launcher_labelled(pod)]
+        others = [pod for pod in pods if not launcher_labelled(pod)]
         vmis, migrations = [], []
         for namespace in sorted(set(_meta(pod).get("namespace") for pod in labelled)):
             vmis += self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances", namespace=namespace)

@@ -177,21 +177,29 @@ class Executor(object):
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
             self.config.completion_timeout_per_gib, self.config.progress_timeout)
         result = self.stopper.guarded(self._plan, self._loop)
-        result["vms_left"] = self.vms_left()
+        result["vms_left"], result["pods_left"] = self.left_on_nodes()
         return result
 
-    def vms_left(self):
-        """The Running VMIs still on the drained nodes (status.nodeName, which only KubeVirt writes; the label
-        narrows the list only, and a VMI without it is found through its launcher pod on the node), each with
-        whether KubeVirt says it can live-migrate: what the caller does with them next."""
-        left = []
+    def left_on_nodes(self):
+        """What is still on the drained nodes, from one list of each node's VMIs and pods: (vms_left, pods_left).
+        vms_left: the Running VMIs (status.nodeName, which only KubeVirt writes; the label narrows the list only,
+        and a VMI without it is found through its launcher pod on the node), each with whether KubeVirt says it
+        can live-migrate: what the caller does with them next. pods_left: per node, the pods a drain still has to
+        deal with (drain.pods_left: those labelled as VM pods still running, to be judged, and the others), so
+        that the caller skips a drain step with nothing to do."""
+        left, pods_left = [], {}
         for node in self.config.drained:
             labelled = self.cluster.list_custom(*KUBEVIRT, "virtualmachineinstances",
                                                 label_selector="%s=%s" % (VMI_NODE_LABEL, node))
             pods = self.cluster.list_pods(field_selector="spec.nodeName=%s" % node)
             known = set(uid_of(vmi) for vmi in labelled)
             left.extend(self._left_on(node, labelled + vmis_missing_label(self.cluster, pods, known, {node})))
-        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"]))
+            pods_left[node] = drain.pods_left(pods, node)
+        return sorted(left, key=lambda vm: (vm["namespace"], vm["name"])), pods_left
+
+    def vms_left(self):
+        """left_on_nodes' VMs."""
+        return self.left_on_nodes()[0]
 
     def _left_on(self, node, vmis):
         left = []

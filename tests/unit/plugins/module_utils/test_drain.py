@@ -428,3 +428,22 @@ def test_a_node_with_only_vm_pods_daemonsets_and_mirror_pods_leaves_k8s_drain_no
     mirror = pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"})
     result = make(FakeCluster([LAUNCHER, daemon, mirror], [vmi()]), ignore_daemonsets=True).run()
     assert result["others"] == [] and result["impostors"] == []
+
+
+def test_pods_left_names_the_running_labelled_pods_to_judge_and_the_others_with_daemonsets():
+    daemon = pod("agent", "ds-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    web = pod("web", "web-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet")
+    source = pod("virt-launcher-vm-1-old", "old-uid", owner_uid="vmi-uid", phase="Succeeded")
+    leaving = pod("virt-launcher-vm-2-x", "x-uid", owner_uid="vmi-2", deleting=True)
+    elsewhere = pod("fake-elsewhere", "e-uid", node="n2")
+    left = D.pods_left([LAUNCHER, LABELS_ONLY, source, leaving, elsewhere, daemon, web], NODE)
+    assert names(left["labelled"]) == ["fake-launcher", "virt-launcher-vm-1-abcde"]
+    assert sorted((o["name"], o["category"]) for o in left["others"]) == [("agent", "daemonset"), ("web", "managed")]
+
+
+def test_a_node_the_batches_emptied_leaves_the_drain_nothing():
+    # what a migrated node holds: the finished source pods of its VMs and the DaemonSet pods
+    daemon = pod("agent", "ds-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    source = pod("virt-launcher-vm-1-old", "old-uid", owner_uid="vmi-uid", phase="Succeeded")
+    left = D.pods_left([source, daemon], NODE)
+    assert left["labelled"] == [] and [o["category"] for o in left["others"]] == ["daemonset"]

@@ -692,6 +692,21 @@ def test_vms_left_finds_a_vm_whose_owner_removed_its_node_label():
     assert cluster.gets == [("t1", "unlabelled")]   # read one by one only where the label is missing
 
 
+def test_pods_left_comes_from_the_same_list_of_the_nodes_pods_as_vms_left():
+    vmi = {"metadata": {"name": "vm", "namespace": "t1", "uid": "uid-vm", "labels": {"kubevirt.io/nodeName": "node-1"}},
+           "status": {"phase": "Running", "nodeName": "node-1", "conditions": []}}
+    cluster = _NodeWithVMs([vmi])
+    listed = []
+    list_pods = cluster.list_pods
+    cluster.list_pods = lambda **kw: listed.append(kw) or list_pods(**kw)
+    result = _built(cluster, [], clock=lambda: 0.0).run()
+    assert listed == [{"field_selector": "spec.nodeName=node-1"}]           # one list, both answers
+    assert list(result["pods_left"]) == ["node-1"]
+    # the fake's launcher pod carries no virt-launcher label: a pod for k8s_drain (managed by its VMI owner)
+    assert result["pods_left"]["node-1"] == {"labelled": [], "others": [
+        {"namespace": "t1", "name": "virt-launcher-vm", "uid": None, "category": "managed"}]}
+
+
 def test_a_malformed_safety_margin_is_refused_before_anything_is_read():
     with pytest.raises(InputError) as err:
         m.ExecutorConfig.build("node-1", safety_margin="ten percent")
