@@ -123,9 +123,11 @@ vm_pods:
 others:
   description:
     - The pods on the node without the label C(kubevirt.io=virt-launcher) that a drain with these options acts on
-      (evicts, or refuses without O(force) or O(delete_emptydir_data)), each C({namespace, name, uid, category}),
-      C(category) one of C(managed), C(unmanaged), C(local_storage), C(daemonset); not terminating pods, mirror
-      pods, finished pods, nor DaemonSet pods under O(ignore_daemonsets). This module never evicts them.
+      (evicts, refuses without O(force) or O(delete_emptydir_data), or waits for while they terminate), each
+      C({namespace, name, uid, category}), C(category) one of C(managed), C(unmanaged), C(local_storage),
+      C(terminating), C(daemonset) (only a DaemonSet owns it) or C(daemonset_mixed) (also another owner, or an
+      emptyDir volume: kubernetes.core versions treat it differently); not mirror pods, finished pods, nor
+      C(daemonset) pods under O(ignore_daemonsets). This module never evicts them.
   returned: always
   type: list
   elements: dict

@@ -170,20 +170,38 @@ def drain_category(pod):
 
 def to_drain(pods, node, ignore_daemonsets=False):
     """The pods on node without the label kubevirt.io=virt-launcher that a drain with k8s_drain's options acts on
-    (evicts, or refuses without force or delete_emptydir_data), each {namespace, name, uid, category}: every one
-    not terminating, not a mirror pod, not finished, and no DaemonSet pod under ignore_daemonsets. Where there is
-    none, node_maintenance skips k8s_drain. Pure."""
+    (evicts, refuses without force or delete_emptydir_data, or waits for while they terminate), each {namespace,
+    name, uid, category}: every one but mirror pods, finished pods and, under ignore_daemonsets, pods only a
+    DaemonSet owns (category daemonset; one with another owner or an emptyDir volume is daemonset_mixed). Where there is none, node_maintenance skips k8s_drain. Pure."""
     found = []
     for pod in pods or ():
         meta = _meta(pod)
-        if meta.get("deletionTimestamp") or ((pod.get("spec") or {}).get("nodeName")) != node:
+        if ((pod.get("spec") or {}).get("nodeName")) != node:
             continue
         category = drain_category(pod)
-        if category in ("mirror", "finished") or category == "daemonset" and ignore_daemonsets:
+        if category in ("mirror", "finished"):
+            continue
+        if meta.get("deletionTimestamp"):
+            # k8s_drain waits for it to be gone (up to its wait_timeout) before the maintenance goes on
+            category = "terminating"
+        elif category == "daemonset" and not _only_a_daemonset_pod(pod):
+            # k8s_drain's versions differ on a DaemonSet pod with another owner or an emptyDir volume (5.x evicts
+            # or refuses it, 6.x leaves it): counted for k8s_drain, with or without ignore_daemonsets
+            category = "daemonset_mixed"
+        elif category == "daemonset" and ignore_daemonsets:
             continue
         found.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
                       "category": category})
     return found
+
+
+def _only_a_daemonset_pod(pod):
+    """A pod whose one owner is a DaemonSet and that has no emptyDir volume: every k8s_drain version leaves it
+    under ignore_daemonsets."""
+    owners = _meta(pod).get("ownerReferences") or []
+    volumes = ((pod or {}).get("spec") or {}).get("volumes") or ()
+    return (len(owners) == 1 and isinstance(owners[0], dict) and owners[0].get("kind") == "DaemonSet"
+            and not any(isinstance(vol, dict) and "emptyDir" in vol for vol in volumes))
 
 
 def pods_left(pods, node):

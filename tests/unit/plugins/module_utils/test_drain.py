@@ -409,14 +409,15 @@ def test_the_other_pods_a_drain_acts_on_are_listed_and_never_evicted_here():
     web = pod("web", "web-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet")
     scratch = pod("scratch", "s-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet", volumes=[{"emptyDir": {}}])
     bare = pod("bare", "bare-uid", labels={"app": "x"})
-    skipped = [pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"}),
+    more = [pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"}),
                pod("done", "d-uid", labels={}, phase="Succeeded"),
-               pod("leaving", "l-uid", labels={}, deleting=True),
+               pod("leaving", "l-uid", labels={}, deleting=True),       # k8s_drain waits for it
                pod("elsewhere", "e-uid", labels={}, node="n2")]
-    cluster = FakeCluster([LAUNCHER, daemon, web, scratch, bare] + skipped, [vmi()])
+    cluster = FakeCluster([LAUNCHER, daemon, web, scratch, bare] + more, [vmi()])
     result = make(cluster, ignore_daemonsets=False).run()
     assert sorted((o["name"], o["category"]) for o in result["others"]) == [
-        ("agent", "daemonset"), ("bare", "unmanaged"), ("scratch", "local_storage"), ("web", "managed")]
+        ("agent", "daemonset"), ("bare", "unmanaged"), ("leaving", "terminating"), ("scratch", "local_storage"),
+        ("web", "managed")]
     assert cluster.evictions() == [] and names(result["vm_pods"]) == [LAUNCHER["metadata"]["name"]]
     assert [c for c in cluster.calls if c[0] == "list pods"] == [("list pods", None, "spec.nodeName=" + NODE)]
     ignoring = make(FakeCluster([daemon, web], [vmi()]), ignore_daemonsets=True).run()
@@ -447,3 +448,19 @@ def test_a_node_the_batches_emptied_leaves_the_drain_nothing():
     source = pod("virt-launcher-vm-1-old", "old-uid", owner_uid="vmi-uid", phase="Succeeded")
     left = D.pods_left([source, daemon], NODE)
     assert left["labelled"] == [] and [o["category"] for o in left["others"]] == ["daemonset"]
+
+
+def test_a_terminating_pod_and_a_daemonset_pod_k8s_drain_versions_treat_differently_are_left_to_k8s_drain():
+    """Review of issue 29: k8s_drain evicts a terminating pod again and waits until it is gone; kubernetes.core 5.x
+    evicts (or refuses, emptyDir) a DaemonSet pod with another owner or an emptyDir volume, 6.x leaves it. Neither
+    may make node_maintenance skip k8s_drain."""
+    leaving = pod("leaving", "l-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet", deleting=True)
+    plain = pod("agent", "ds-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    scratch = pod("agent-scratch", "dss-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet",
+                  volumes=[{"emptyDir": {}}])
+    shared = pod("agent-shared", "dso-uid", labels={}, owner_uid="ds", owner_kind="DaemonSet")
+    shared["metadata"]["ownerReferences"].append({"kind": "ReplicaSet", "name": "x", "uid": "rs"})
+    found = D.to_drain([leaving, plain, scratch, shared], NODE, ignore_daemonsets=True)
+    assert sorted((o["name"], o["category"]) for o in found) == [
+        ("agent-scratch", "daemonset_mixed"), ("agent-shared", "daemonset_mixed"), ("leaving", "terminating")]
+    assert sorted(o["category"] for o in D.pods_left([plain], NODE)["others"]) == ["daemonset"]
