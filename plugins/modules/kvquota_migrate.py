@@ -56,10 +56,13 @@ description:
   - First it resumes an interrupted earlier run of the same node and prefix, cancelling that run's
     migrations that were never admitted and releasing its reservations C(<prefix>-b<n>) once their migrations
     are final.
-  - A migration of this run that fails (KubeVirt aborts it) or is deleted before it ends by anyone else (the
-    VM's namespace may delete its migrations) leaves only its VM where it is, named in RV(vms_left); the batch's
-    other migrations go on, and a re-run migrates that VM again.
-  - On a timeout, a refusal past the limits or an error of the cluster it cancels the migrations of this run
+  - A migration of this run that fails (KubeVirt aborts it), is deleted before it ends by anyone else (the
+    VM's namespace may delete its migrations), or has not finished when its batch's timeout
+    (completionTimeoutPerGiB x GiB + progressTimeout + O(scheduling_timeout); the run then cancels it) passes
+    leaves only its VM where it is, named in RV(vms_left); the batch's other migrations go on, and a re-run
+    migrates that VM again.
+  - On another timeout (a release, the quota controller), a refusal past the limits or an error of the cluster
+    it cancels the migrations of this run
     that were never admitted, releases every reservation whose migrations are final, leaves the others held (their
     TTL, the reaper or a re-run ends them), and fails with the state and how to resume.
   - With O(mode=follow) it creates no migration. It follows the VirtualMachineInstanceMigrations that others
@@ -387,7 +390,8 @@ vms_left:
       cannot live-migrate, or (in check mode) every VM the batches would move.
     - C(left_out), when this run left the VM out of its batch, says why (grown past its planned size since the
       plan, with both charges and what changed, its own input cannot be sized, or its migration failed, with
-      KubeVirt's reason, or was deleted before it ended). The node_maintenance role fails naming it.
+      KubeVirt's reason, was deleted before it ended, or did not finish within its batch's timeout). The
+      node_maintenance role fails naming it.
   returned: success
   type: list
   elements: dict

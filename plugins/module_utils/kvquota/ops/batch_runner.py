@@ -809,12 +809,8 @@ class BatchRunner(object):
     def _watch(self, batch, seen, now):
         """The timeout and the top-up of a batch whose migrations are not all final yet."""
         if now - (batch.launched or batch.started) > batch.timeout:
-            raise WaitTimeoutError(
-                "%s: migrations not finished after %ss (completionTimeoutPerGiB %s x GiB + progressTimeout %s + "
-                "scheduling %s): %s" % (batch.label(), batch.timeout, self.record.per_gib_now, self.record.progress_now,
-                                        self.config.scheduling_timeout,
-                                        ", ".join("%s %s" % kv for kv in sorted(batch.phases.items()))),
-                "find out why they do not progress (kubectl describe vmim), or raise the timeouts")
+            self._stop_late(batch, seen)
+            return
         self._answer_fence_refusals(batch, seen, now)
         refused = [v for v in seen.values() if migration_phase(v) not in FINAL_MIGRATION_PHASES
                    and admission.rejected_condition(v) is not None]
@@ -826,6 +822,26 @@ class BatchRunner(object):
         if now - batch.refused_since < self.config.top_up_settle_seconds:
             return
         self.top_up(batch, refused, seen)
+
+    def _stop_late(self, batch, seen):
+        """The batch's timeout (completionTimeoutPerGiB x GiB + progressTimeout + scheduling) passed with migrations
+        not final: each of them is cancelled (the run's own; KubeVirt aborts it, the VM stays where it is) and its VM
+        left out, named with the migration's phase (_stop_grown), and the run goes on with the others. A VM's
+        namespace can hold its migration back (a Secret or ConfigMap its VM mounts deleted: the target pod never
+        starts, and KubeVirt gives up on a pending target pod only after 15 minutes): that blocks its VM only."""
+        late = []
+        for key, vmim in sorted(seen.items()):
+            if migration_phase(vmim) in FINAL_MIGRATION_PHASES:
+                continue
+            late.append({"namespace": key[0], "name": (vmim.get("spec") or {}).get("vmiName"), "stopped": "stopped",
+                         "reason": "%s/%s: its migration %s/%s did not finish within the batch's %ss "
+                                   "(completionTimeoutPerGiB %s x GiB + progressTimeout %s + scheduling %s; phase %s, "
+                                   "see kubectl describe vmim -n %s %s)" % (
+                                       key[0], (vmim.get("spec") or {}).get("vmiName"), key[0], key[1], batch.timeout,
+                                       self.record.per_gib_now, self.record.progress_now,
+                                       self.config.scheduling_timeout, migration_phase(vmim) or "Pending",
+                                       key[0], key[1])})
+        self._stop_grown(batch, late, "at the batch's timeout")
 
     def _answer_fence_refusals(self, batch, seen, now):
         """The headroom fence refuses a target pod larger than its migration's listed size (roles/install/files/fence.yml; the size is

@@ -85,3 +85,22 @@ def test_a_migration_the_tenant_replaces_under_the_same_name_is_not_taken_for_th
     runner.follow(batch)
     assert "was deleted before it ended" in runner.left_out[("t", "vm-a")]
     assert batch.state == RUNNING and [m["vm"] for m in batch.migrations] == ["vm-b"]
+
+
+def test_at_the_batch_timeout_the_late_migrations_are_cancelled_and_their_vms_named_the_run_goes_on(monkeypatch):
+    """helper-33's finding 3: a namespace that holds its migration back (deletes a Secret its VM mounts: the target pod
+    never starts, and KubeVirt gives up on it only after 15 minutes) used to stop the whole run at the batch's
+    timeout. Now the run cancels its own late migration (one it follows is only no longer followed), names the VM
+    with the migration's phase, and goes on."""
+    cluster, runner, batch = _launched(monkeypatch)
+    deleted = []
+    cluster.delete = lambda path, what: deleted.append(path.rsplit("/", 1)[1])
+    cluster.vmims[("t", OURS)]["status"] = {"phase": "Scheduling"}
+    batch.launched, batch.timeout = -601.0, 600         # the run's clock says 0.0: 601 s after the launch
+    runner.follow(batch)                          # no error
+    assert deleted == [OURS] and runner.record.cancelled == ["t/" + OURS]
+    reason = runner.left_out[("t", "vm-a")]
+    assert "t/vm-a: its migration t/%s did not finish within the batch's 600s" % OURS in reason
+    assert "phase Scheduling" in reason and "stopped at the batch's timeout; its migration was cancelled" in reason
+    assert "did not finish within the batch's 600s" in runner.left_out[("t", "vm-b")]   # followed: not deleted
+    assert batch.state == FINAL and not batch.moved
