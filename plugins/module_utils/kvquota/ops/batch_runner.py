@@ -107,6 +107,7 @@ class BatchRunner(object):
         self.source_nodes = {}             # drive mode: {(namespace, vm): the drained node it ran on at its batch}
         self.fenced = {}     # reservation -> the namespaces its reserve fenced (from the result's "fence")
         self.ended = set()   # (namespace, name, uid) of the migrations the fence no longer lists (_end_final)
+        self.completed = set()   # UIDs of the run's migrations gone from the list whose VMI says they completed
         self.targets_checked = set()   # UIDs of the migrations whose target pod was compared with its VM's pin
         self.misses_named = set()      # the target pods larger than computed with no input changed, said once
         # {(namespace, migration name): {quota name: Fraction}} the most each migration's target pod may charge, as
@@ -543,6 +544,9 @@ class BatchRunner(object):
         if batch.followed:
             self._follow_only(batch, seen, missing, now)
             return
+        # a migration gone after it succeeded (deleted by the tenant, or by KubeVirt's clean-up of finished ones)
+        # moved its VM: its VMI's migrationState, which only KubeVirt writes, says so by the migration's UID
+        missing = [k for k in missing if not self._completed(mine[k])]
         failed = [k for k, v in sorted(seen.items()) if migration_phase(v) == "Failed"]
         if missing or failed:
             # the VM's namespace may delete its migrations or make one fail (its target pod is the tenant's to
@@ -555,6 +559,24 @@ class BatchRunner(object):
             batch.finished(now, moved=True)
             return
         self._watch(batch, seen, now)
+
+    def _completed(self, migration):
+        """Whether the run's migration (gone from the list) completed: its VMI's status.migrationState names its UID,
+        completed and not failed. Read once per migration (kept in self.completed)."""
+        if migration.get("uid") is None:
+            return False
+        if migration["uid"] in self.completed:
+            return True
+        try:
+            vmi = self.cluster.get_custom(*KUBEVIRT, "virtualmachineinstances", migration["vm"],
+                                          namespace=migration["namespace"])
+        except NotFoundError:
+            return False
+        state = (vmi.get("status") or {}).get("migrationState") or {}
+        if state.get("migrationUid") == migration["uid"] and state.get("completed") and not state.get("failed"):
+            self.completed.add(migration["uid"])
+            return True
+        return False
 
     def _end_alone(self, batch, mine, seen, missing, failed):
         """The run's own migrations that were deleted before they ended (not by the run) or failed: each VM stays

@@ -21,6 +21,9 @@ OURS = "vm-a-kvq-260101000000"
 def _launched(monkeypatch):
     """A batch of vm-a (the run's own migration) and vm-b (one it follows), both running."""
     cluster = _Cluster()
+    cluster.vmis = {}       # what get_custom serves: the VMIs' status (none: as if each had no migrationState)
+    cluster.get_custom = lambda group, version, plural, name, namespace=None: cluster.vmis.get(
+        (namespace, name), {"metadata": {"name": name, "namespace": namespace}, "status": {}})
     runner = _runner(monkeypatch, cluster)
     batch = _prepared(runner)
     runner.launch(batch)
@@ -104,3 +107,28 @@ def test_at_the_batch_timeout_the_late_migrations_are_cancelled_and_their_vms_na
     assert "phase Scheduling" in reason and "stopped at the batch's timeout; its migration was cancelled" in reason
     assert "did not finish within the batch's 600s" in runner.left_out[("t", "vm-b")]   # followed: not deleted
     assert batch.state == FINAL and not batch.moved
+
+
+def test_a_migration_gone_after_it_succeeded_counts_as_moved_by_its_vmis_migration_state(monkeypatch):
+    """helper-33's finding 5: the tenant (or KubeVirt's clean-up of finished migrations) deletes the run's migration
+    after it succeeded. Its VMI's status.migrationState (KubeVirt's alone) names the migration's UID, completed:
+    the VM moved, it is not left out, and the batch counts as migrated."""
+    cluster, runner, batch = _launched(monkeypatch)
+    del cluster.vmims[("t", OURS)]
+    cluster.vmis[("t", "vm-a")] = {"metadata": {"name": "vm-a", "namespace": "t"}, "status": {"migrationState": {
+        "migrationUid": "uid-of-" + OURS, "completed": True}}}
+    cluster.vmims[("t", "theirs")]["status"] = {"phase": "Succeeded"}
+    runner.follow(batch)
+    assert runner.left_out == {} and batch.state == FINAL and batch.moved
+    assert [m["vm"] for m in batch.migrations] == ["vm-a", "vm-b"]
+
+
+def test_a_vmi_whose_migration_state_names_another_migration_or_a_failure_does_not_count(monkeypatch):
+    for state in ({"migrationUid": "someone-elses", "completed": True},
+                  {"migrationUid": "uid-of-" + OURS, "completed": True, "failed": True}):
+        cluster, runner, batch = _launched(monkeypatch)
+        del cluster.vmims[("t", OURS)]
+        cluster.vmis[("t", "vm-a")] = {"metadata": {"name": "vm-a", "namespace": "t"},
+                                       "status": {"migrationState": state}}
+        runner.follow(batch)
+        assert "was deleted before it ended" in runner.left_out[("t", "vm-a")]
