@@ -171,7 +171,11 @@ class Executor(object):
             # after every input was checked (ExecutorConfig.build, the plan) and an interrupted run resumed; a wave's
             # nodes all at once, so that no target pod lands on a node the same run drains
             for node in nodes:
-                self.record.cordons[node["metadata"]["name"]] = drain.cordon(self.cluster, node, self.config.check_mode)
+                try:
+                    self.record.cordons[node["metadata"]["name"]] = drain.cordon(self.cluster, node,
+                                                                                self.config.check_mode)
+                except KvquotaError as err:
+                    raise self._cordons_undone(err)
             states = set(self.record.cordons.values())
             self.record.cordon = "cordoned" if "cordoned" in states else "was_cordoned"
         self.record.per_gib_now, self.record.progress_now = self.runner.timeouts() if self.record.batches else (
@@ -179,6 +183,27 @@ class Executor(object):
         result = self.stopper.guarded(self._plan, self._loop)
         result["vms_left"], result["pods_left"] = self.left_on_nodes()
         return result
+
+    def _cordons_undone(self, err):
+        """err (a node of the wave could not be cordoned), once the nodes this run cordoned before it are made
+        schedulable again: nothing has moved, so the run leaves the nodes as it found them; the message says which
+        were, and any that could not be (named, with the error)."""
+        undone, failed = [], []
+        for name, state in sorted(self.record.cordons.items()):
+            if state != "cordoned":
+                continue
+            try:
+                drain.uncordon(self.cluster, name, self.config.check_mode)
+                undone.append(name)
+            except KvquotaError as again:
+                failed.append("%s (%s)" % (name, again.message))
+        self.record.cordons = {}
+        if undone or failed:
+            err.message = "%s; nothing moved, and the nodes this run had cordoned %s" % (err.message, "; ".join(
+                part for part in ("are schedulable again: " + ", ".join(undone) if undone else "",
+                                  "could not be made schedulable again: " + ", ".join(failed)
+                                  + " (kubectl uncordon them)" if failed else "") if part))
+        return err
 
     def left_on_nodes(self):
         """What is still on the drained nodes, from one list of each node's VMIs and pods: (vms_left, pods_left).

@@ -19,7 +19,7 @@ from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.plan i
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migrate as m
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import migration_state
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import scheduler
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, UnreachableError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import ConflictError, InputError, UnreachableError
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.quantity import parse_quantity
 
 MI = 1024 ** 2
@@ -766,6 +766,42 @@ def test_a_wave_with_an_unknown_node_changes_nothing():
     with pytest.raises(m.KvquotaError, match="node 'zz' not found"):
         m.Executor(cluster, config, []).run()
     assert cluster.writes == []
+
+
+class _NodesOneBusy(_Nodes):
+    """_Nodes whose node `busy` answers every cordon with a conflict (another writer, every time); writes apply as
+    their body says (cordon or uncordon), and the node is read again after a conflict."""
+
+    def __init__(self, names, busy):
+        _Nodes.__init__(self, names)
+        self.busy = busy
+
+    def get(self, path, what):
+        return self.nodes[path.rsplit("/", 1)[-1]]
+
+    def request(self, method, path, body=None, query=None, content_type=None, what=None):
+        if method == "GET":
+            return {"items": []}
+        name = path.rsplit("/", 1)[-1]
+        self.writes.append((method, path, body))
+        if name == self.busy:
+            raise ConflictError("conflict", "re-read", details={})
+        self.nodes[name]["spec"]["unschedulable"] = bool(body["spec"]["unschedulable"])
+        return self.nodes[name]
+
+
+def test_a_wave_whose_node_cannot_be_cordoned_leaves_the_nodes_it_cordoned_schedulable_again():
+    """Review M2 of issue 29: the third node of a wave changes on every attempt to cordon it. Nothing has moved; the
+    two nodes the run cordoned are made schedulable again and the error says so (they stayed cordoned)."""
+    cluster = _NodesOneBusy(["a", "b", "c"], busy="c")
+    config = m.ExecutorConfig.build(None, nodes=["a", "b", "c"], cordon=True, clock=lambda: 0.0)
+    with pytest.raises(ConflictError) as err:
+        m.Executor(cluster, config, []).run()
+    assert "node c changed on every one of 5 attempts to cordon it" in err.value.message
+    assert "nothing moved, and the nodes this run had cordoned are schedulable again: a, b" in err.value.message
+    assert [n for n in "abc" if cluster.nodes[n]["spec"]["unschedulable"]] == []
+    assert [(path.rsplit("/", 1)[-1], body["spec"]["unschedulable"]) for _m, path, body in cluster.writes
+            if not path.endswith("/c")] == [("a", True), ("b", True), ("a", None), ("b", None)]
 
 
 def test_a_waves_configuration():
