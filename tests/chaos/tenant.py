@@ -1318,12 +1318,14 @@ def attack_hostile_memory_overhead(c, attack):
 
 
 def attack_delete_migration(c, attack):
-    """edit tenant deletes the run's migration of its VM during the window: the run fails naming it, quotas go
-    back to their base, and a re-run completes the drain."""
+    """edit tenant deletes the run's migration of its VM during the window: only its VM stays (the run fails in its
+    vacate step naming it), every other VM of the node moves, quotas go back to their base, and a re-run completes
+    the drain."""
     ns = attack.ns
     node = c.node_for(ns)
+    on_node = _vms_on(c, node)
     tenant = c.tenant(ns)
-    deleted = []
+    deleted, deleted_vm = [], []
 
     def cancel():
         for m in c.r.vmims(ns):
@@ -1332,6 +1334,7 @@ def attack_delete_migration(c, attack):
                                         % (ns, m["metadata"]["name"]))
                 if status == 0:
                     deleted.append(m["metadata"]["name"])
+                    deleted_vm.append((ns, m["spec"]["vmiName"]))
                 break
     c.r.set_knobs(migration_seconds=3)
     try:
@@ -1346,6 +1349,14 @@ def attack_delete_migration(c, attack):
                         % (deleted[0], _failure_text(out)))
         else:
             attack.notes.append("drain failed naming the deleted migration %s" % deleted[0])
+        # issue 29 (review M4): a deleted migration keeps back its own VM, never another (the tenant's or others')
+        stayed = [vm for vm in _vms_on(c, node) if vm != deleted_vm[0]]
+        if stayed:
+            attack.fail("other VMs stayed on %s after %s was deleted: %s (the run stopped for everyone)"
+                        % (node, deleted[0], stayed))
+        else:
+            attack.notes.append("the other %d VM(s) of %s moved: %s" % (
+                len(on_node) - 1, node, ", ".join("/".join(vm) for vm in on_node if vm != deleted_vm[0])))
     else:
         attack.notes.append("no migration was still running to delete")
     probs = c.problems(None, None, None)
@@ -2174,7 +2185,7 @@ ATTACKS = (
     # --quick: the added entry only (one drain, ~30 s), the one that found the defect
     ("rancher-extended", RANCHER_NS, attack_rancher_extended, True),
     ("hostile-memory-overhead", PLAIN[1], attack_hostile_memory_overhead, True),
-    ("delete-migration", PLAIN[0], attack_delete_migration, False),
+    ("delete-migration", PLAIN[0], attack_delete_migration, True),
 )
 
 

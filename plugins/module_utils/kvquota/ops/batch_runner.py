@@ -241,7 +241,9 @@ class BatchRunner(object):
         target pod), and the VM is left out, named with what grew (vms_left, node_maintenance). A migration the run
         only follows (another's) is not deleted; it is no longer followed or admitted. The reservation stays as it
         was made: a top-up never adds what the growth asks for (pinned_room), and the release restores the base,
-        naming any over-use. A batch with no migration left is final, with nothing moved."""
+        naming any over-use. A batch with no migration left is final, with nothing moved. With cancel=False (each
+        migration is over already: it failed, or someone else deleted it) nothing is deleted and each reason stands
+        as given."""
         gone = set((item["namespace"], item["name"]) for item in grown)
         stopped = [m for m in batch.migrations if (m["namespace"], m["vm"]) in gone]
         for migration in stopped if cancel else ():
@@ -526,7 +528,8 @@ class BatchRunner(object):
         self.record.created.append("%s/%s" % (ns, name))
 
     def follow(self, batch):
-        """One look at the batch's migrations: marks it final, tops its reservation up, or raises."""
+        """One look at the batch's migrations: marks it final, tops its reservation up, or leaves out (named) the VMs
+        whose migration failed, was deleted by someone else or is late past the batch's timeout."""
         now = self.config.clock()
         mine = dict(((m["namespace"], m["name"]), m) for m in batch.migrations)
         seen = {}
@@ -852,14 +855,15 @@ class BatchRunner(object):
         namespace can hold its migration back (a Secret or ConfigMap its VM mounts deleted: the target pod never
         starts, and KubeVirt gives up on a pending target pod only after 15 minutes): that blocks its VM only."""
         late = []
+        vms = dict(((m["namespace"], m["name"]), m["vm"]) for m in batch.migrations)
         for key, vmim in sorted(seen.items()):
-            if migration_phase(vmim) in FINAL_MIGRATION_PHASES:
+            if migration_phase(vmim) in FINAL_MIGRATION_PHASES or key not in vms:
                 continue
-            late.append({"namespace": key[0], "name": (vmim.get("spec") or {}).get("vmiName"), "stopped": "stopped",
+            late.append({"namespace": key[0], "name": vms[key], "stopped": "stopped",
                          "reason": "%s/%s: its migration %s/%s did not finish within the batch's %ss "
                                    "(completionTimeoutPerGiB %s x GiB + progressTimeout %s + scheduling %s; phase %s, "
                                    "see kubectl describe vmim -n %s %s)" % (
-                                       key[0], (vmim.get("spec") or {}).get("vmiName"), key[0], key[1], batch.timeout,
+                                       key[0], vms[key], key[0], key[1], batch.timeout,
                                        self.record.per_gib_now, self.record.progress_now,
                                        self.config.scheduling_timeout, migration_phase(vmim) or "Pending",
                                        key[0], key[1])})
