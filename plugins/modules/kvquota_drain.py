@@ -126,7 +126,7 @@ others:
       (evicts, refuses without O(force) or O(delete_emptydir_data), or waits for while they terminate), each
       C({namespace, name, uid, category}), C(category) one of C(managed), C(unmanaged), C(local_storage),
       C(terminating), C(daemonset) (only a DaemonSet owns it) or C(daemonset_mixed) (also another owner, or an
-      emptyDir volume: kubernetes.core versions treat it differently); not mirror pods, finished pods, nor
+      emptyDir volume, which kubernetes.core versions treat differently); not mirror pods, finished pods, nor
       C(daemonset) pods under O(ignore_daemonsets). This module never evicts them.
   returned: always
   type: list

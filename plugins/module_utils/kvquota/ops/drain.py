@@ -172,7 +172,8 @@ def to_drain(pods, node, ignore_daemonsets=False):
     """The pods on node without the label kubevirt.io=virt-launcher that a drain with k8s_drain's options acts on
     (evicts, refuses without force or delete_emptydir_data, or waits for while they terminate), each {namespace,
     name, uid, category}: every one but mirror pods, finished pods and, under ignore_daemonsets, pods only a
-    DaemonSet owns (category daemonset; one with another owner or an emptyDir volume is daemonset_mixed). Where there is none, node_maintenance skips k8s_drain. Pure."""
+    DaemonSet owns (category daemonset; one with another owner or an emptyDir volume is daemonset_mixed). Where
+    there is none, node_maintenance skips k8s_drain. Pure."""
     found = []
     for pod in pods or ():
         meta = _meta(pod)

@@ -172,8 +172,8 @@ class Executor(object):
             # nodes all at once, so that no target pod lands on a node the same run drains
             for node in nodes:
                 try:
-                    self.record.cordons[node["metadata"]["name"]] = drain.cordon(self.cluster, node,
-                                                                                self.config.check_mode)
+                    self.record.cordons[node["metadata"]["name"]] = drain.cordon(
+                        self.cluster, node, self.config.check_mode)
                 except KvquotaError as err:
                     raise self._cordons_undone(err)
             states = set(self.record.cordons.values())

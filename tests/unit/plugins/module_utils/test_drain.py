@@ -410,9 +410,9 @@ def test_the_other_pods_a_drain_acts_on_are_listed_and_never_evicted_here():
     scratch = pod("scratch", "s-uid", labels={}, owner_uid="rs", owner_kind="ReplicaSet", volumes=[{"emptyDir": {}}])
     bare = pod("bare", "bare-uid", labels={"app": "x"})
     more = [pod("mirror", "m-uid", labels={}, annotations={D.MIRROR_ANNOTATION: "x"}),
-               pod("done", "d-uid", labels={}, phase="Succeeded"),
-               pod("leaving", "l-uid", labels={}, deleting=True),       # k8s_drain waits for it
-               pod("elsewhere", "e-uid", labels={}, node="n2")]
+            pod("done", "d-uid", labels={}, phase="Succeeded"),
+            pod("leaving", "l-uid", labels={}, deleting=True),       # k8s_drain waits for it
+            pod("elsewhere", "e-uid", labels={}, node="n2")]
     cluster = FakeCluster([LAUNCHER, daemon, web, scratch, bare] + more, [vmi()])
     result = make(cluster, ignore_daemonsets=False).run()
     assert sorted((o["name"], o["category"]) for o in result["others"]) == [
