@@ -410,8 +410,8 @@ pods_left:
       pods as RV(vms_left), what a drain of it still has to deal with, C({labelled, others}). C(labelled) are the
       pods labelled C(kubevirt.io=virt-launcher) neither terminating nor finished (M(kvquota.maintenance.kvquota_drain)
       judges them), C(others) the pods without that label a drain acts on, each with its C(category)
-      (C(managed), C(unmanaged), C(local_storage), C(terminating), C(daemonset), C(daemonset_mixed)), as kvquota_drain's RV(kvquota.maintenance.kvquota_drain#module:others)
-      with DaemonSet pods included. node_maintenance skips a drain task with nothing to do.
+      (C(managed), C(unmanaged), C(local_storage), C(terminating), C(daemonset), C(daemonset_mixed)), as
+      kvquota_drain's RV(kvquota.maintenance.kvquota_drain#module:others) with DaemonSet pods included. node_maintenance skips a drain task with nothing to do.
   returned: success
   type: dict
   sample:
