@@ -258,9 +258,10 @@ class BatchRunner(object):
                                                        for m in ended], self.config.check_mode,
                                         self.config.operator_namespace, installed=True)
             self.ended.update((m["namespace"], m["name"], m["uid"]) for m in ended)
-        for item in grown if not cancel else ():
-            self._leave_out(batch, [item])        # its reason says how its migration ended
-        for item in grown if cancel else ():
+        for item in grown:
+            if not cancel:
+                self._leave_out(batch, [item])        # its reason says how its migration ended
+                continue
             item = dict(item, reason="%s (%s %s; %s)" % (
                 item["reason"], item.get("stopped", "grown"), when, "its migration was cancelled" if any(
                     (m["namespace"], m["vm"]) == (item["namespace"], item["name"]) and m["uid"] is not None

@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The part of a node drain a label selector cannot do: evict the pods that only pose as VM pods.
+"""The part of a node drain a label selector cannot do: evict the pods that only pose as VM pods; what a drain of
+the node still has to deal with (pods_left, to_drain: node_maintenance skips a drain module with nothing to do);
+the cordon and the uncordon.
 
 node_maintenance drains with kubernetes.core.k8s_drain and `pod_selectors: kubevirt.io!=virt-launcher`: VM
 pods are left to the live migrations (evicting a launcher makes KubeVirt's eviction webhook answer 429 and

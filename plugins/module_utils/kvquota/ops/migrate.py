@@ -222,10 +222,6 @@ class Executor(object):
             pods_left[node] = drain.pods_left(pods, node)
         return sorted(left, key=lambda vm: (vm["namespace"], vm["name"])), pods_left
 
-    def vms_left(self):
-        """left_on_nodes' VMs."""
-        return self.left_on_nodes()[0]
-
     def _left_on(self, node, vmis):
         left = []
         for vmi in vmis:
