@@ -8,14 +8,16 @@ __metaclass__ = type
 
 DOCUMENTATION = r'''
 module: kvquota_vm_power
-short_description: Stop VMs that cannot live-migrate for a node's maintenance, and start them again
+short_description: Stop VMs a node's maintenance cannot move, and start them again
 version_added: 1.0.0
 author:
   - kvquota maintainers (@kvquota)
 description:
-  - The policy C(shutdown) of the node_maintenance role. With O(state=stopped) it records the VirtualMachines
-    owning the given VMIs (by their ownerReference, with their uid) in the ConfigMap C(kvq-stopped-<node>) of
-    the operator namespace, then stops each through KubeVirt's subresource API
+  - The policies C(shutdown) of the node_maintenance role (for VMs that cannot live-migrate, and for those kept
+    back on the node). With O(state=stopped) it checks that each given VMI's controller ownerReference names a
+    VirtualMachine of C(kubevirt.io) that exists with that uid (else it refuses the whole list before anything
+    changes: an ownerReference is the tenant's to write), records those VirtualMachines in the ConfigMap
+    C(kvq-stopped-<node>) of the operator namespace, then stops each through KubeVirt's subresource API
     (C(PUT .../virtualmachines/<name>/stop), what C(virtctl stop) does). The VM spec is never patched.
   - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
     has the recorded uid, and deletes the record. A later run after an interruption starts exactly the VMs

@@ -312,3 +312,65 @@ def test_a_malformed_annotation_on_one_vm_leaves_it_and_the_others_migrate(lab, 
     finally:
         lab.rest.delete("/api/v1/namespaces/a-hook")
         uncordon(lab, node)
+
+
+def test_kept_back_shutdown_stops_only_the_vms_kept_back_and_the_maintenance_goes_on(lab, base, tmp_path):
+    """Issue 29, helper finding 4: a tenant can keep its VM on the node on every run (delete its migration, or make
+    it fail; or an annotation the plan blocks it alone for), and with node_maintenance_kept_back fail (the default)
+    the node's maintenance never happens. With shutdown, a-vm-1 (its migration fails) and hook-vm (blocked alone by
+    its malformed annotation) are stopped through KubeVirt's stop subresource for the maintenance, the hook runs
+    with neither on the node, and both are started again; no quota grows past its base after the run."""
+    node = vm_node(lab)
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": "a-kept"}})
+    vm = lab.scenarios.vm_object({"name": "hook-vm", "namespace": "a-kept", "cpu": 1, "memory": "256Mi", "node": node})
+    lab.rest.create(KV + "/namespaces/a-kept/virtualmachines", vm)
+    hook = tmp_path / "hook.yml"
+    seen = tmp_path / "seen.txt"
+    hook.write_text(
+        "- name: Record which of the kept-back VMs run while the node is maintained\n"
+        "  kubernetes.core.k8s_info:\n"
+        "    api_version: kubevirt.io/v1\n"
+        "    kind: VirtualMachineInstance\n"
+        "    namespace: \"{{ item }}\"\n"
+        "  loop: [a-tenant, a-kept]\n"
+        "  register: hook_vmis\n"
+        "- name: Write them down\n"
+        "  ansible.builtin.copy:\n"
+        "    content: \"{{ hook_vmis.results | map(attribute='resources') | flatten\n"
+        "                 | selectattr('status.nodeName', 'defined') | selectattr('status.nodeName', 'equalto', '%s')\n"
+        "                 | map(attribute='metadata.name') | list | to_json }}\"\n"
+        "    dest: %s\n"
+        "    mode: '0644'\n" % (node, seen))
+    try:
+        lab.wait(lambda: (lab.get(KV + "/namespaces/a-kept/virtualmachineinstances/hook-vm").get("status") or {})
+                 .get("phase") == "Running" if list(lab.vmis("a-kept")) else False, 60, "hook-vm running")
+        lab.rest.patch(KV + "/namespaces/a-kept/virtualmachineinstances/hook-vm",
+                       {"metadata": {"annotations": {"hooks.kubevirt.io/hookSidecars": "{"}}})
+        lab.set_knobs(fail_migrations="%s/a-vm-1" % NS)
+        try:
+            run = playbook(lab, "node_maintenance", {"node_maintenance_node": node, **SKIP_RWO,
+                                                     "node_maintenance_kept_back": "shutdown",
+                                                     "node_maintenance_hook_tasks": str(hook)})
+        finally:
+            lab.set_knobs(fail_migrations=None)
+        print(run.stdout[-4000:])
+        assert run.rc == 0, run
+        kept = [m for m in run.msgs() if m.startswith("policy kept_back shutdown: 2 VM(s)")]
+        assert kept and "a-tenant/a-vm-1 (" in kept[0] and "failed (migration failed" in kept[0], run.msgs()
+        assert "a-kept/hook-vm (blocked by the plan: VM a-kept/hook-vm cannot be sized" in kept[0], kept
+        assert seen.read_text() == "[]", "the kept-back VMs must be stopped while the node is maintained"
+        virt_api = (lab.run_dir / "logs" / "virt-api.log").read_text()
+        for key in ("a-tenant/a-vm-1", "a-kept/hook-vm"):
+            assert "stop %s: spec {'running': False}" % key in virt_api, key
+            assert "start %s: spec {'running': True}" % key in virt_api, key
+        assert "node_maintenance %s: succeeded" % node in run.stdout
+        records = [c["metadata"]["name"] for c in lab.get("/api/v1/namespaces/kvquota-system/configmaps")["items"]]
+        assert "kvq-stopped-%s" % node not in records, records
+        for ns, name in ((NS, "a-vm-1"), ("a-kept", "hook-vm")):
+            assert (lab.get(KV + "/namespaces/%s/virtualmachineinstances/%s" % (ns, name)).get("status") or {}) \
+                .get("phase") == "Running", (ns, name)
+        assert not lab.node(node)["spec"].get("unschedulable")
+        lab.assert_restored(base, [NS])
+    finally:
+        lab.rest.delete("/api/v1/namespaces/a-kept")
+        uncordon(lab, node)

@@ -40,15 +40,23 @@ def record_name(node):
     return store.record_name(RECORD_PREFIX, node)
 
 
+def _no_vm(meta, why):
+    return InputError("VMI %s/%s %s: the shutdown policy cannot stop and restart it, nothing was stopped"
+                      % (meta.get("namespace"), meta.get("name"), why),
+                      "stop or delete it yourself (its namespace's owner), then run again; or leave VMs that "
+                      "cannot live-migrate on the node (node_maintenance_non_migratable: skip)")
+
+
 def owner_vm(vmi):
-    """{namespace, name, uid} of the VirtualMachine that owns vmi (its controller ownerReference)."""
+    """{namespace, name, uid} of the VirtualMachine that owns vmi: its controller ownerReference of KubeVirt's
+    API group (an ownerReference is the tenant's to write: one naming another group, or not the controller,
+    is no VirtualMachine of KubeVirt's; whether it exists with that uid is checked before anything stops)."""
     meta = vmi.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "VirtualMachine" and ref.get("uid"):
+        if (ref.get("kind") == "VirtualMachine" and ref.get("uid") and ref.get("name") and ref.get("controller")
+                and str(ref.get("apiVersion") or "").split("/")[0] == KUBEVIRT[0]):
             return {"namespace": meta.get("namespace"), "name": ref.get("name"), "uid": ref.get("uid")}
-    raise InputError("VMI %s/%s has no VirtualMachine: the shutdown policy cannot stop and restart it"
-                     % (meta.get("namespace"), meta.get("name")),
-                     "stop it yourself or use the skip policy (node_maintenance_non_migratable: skip)")
+    raise _no_vm(meta, "has no VirtualMachine of %s as its controller" % KUBEVIRT[0])
 
 
 def parse_record(configmap):
@@ -92,18 +100,26 @@ def _add_to_record(cluster, operator_namespace, node, vms):
 
 
 def _power(cluster, vm, action):
-    """PUT the start/stop subresource; False when KubeVirt says it is so already (409)."""
+    """PUT the start/stop subresource; False when KubeVirt says it is so already (409), or the VM is gone (404:
+    its namespace deleted it meanwhile; its VMI goes with it)."""
     try:
         cluster.request("PUT", _subresource_path(vm, action), body={},
                         what="%s virtualmachine %s in namespace %s" % (action, vm["name"], vm["namespace"]))
-    except ConflictError:
-        return False   # "VM is not running" / "VM is already running"
+    except (ConflictError, NotFoundError):
+        return False   # "VM is not running" / "VM is already running" / gone
     return True
 
 
 def stop(cluster, node, vmis, operator_namespace=DEFAULT_OPERATOR_NAMESPACE, check_mode=False):
-    """Record, then stop, the VirtualMachines owning vmis (VMI dicts). Returns {vms, stopped, changed}."""
+    """Record, then stop, the VirtualMachines owning vmis (VMI dicts). Every VMI's VirtualMachine is checked first
+    (KubeVirt's, the controller, existing with the uid its ownerReference names): one that is not refuses the
+    whole list before anything is recorded or stopped, so no VM stays stopped for a run that cannot go on.
+    Returns {vms, stopped, changed}."""
     vms = [owner_vm(vmi) for vmi in vmis]
+    for vmi, vm in zip(vmis, vms):
+        if _current_uid(cluster, vm) != vm["uid"]:
+            raise _no_vm(vmi.get("metadata") or {}, "names VirtualMachine %s with uid %s as its owner, which does "
+                         "not exist" % (vm["name"], vm["uid"]))
     if check_mode or not vms:
         return {"vms": vms, "stopped": [], "changed": bool(vms)}
     _add_to_record(cluster, operator_namespace, node, vms)

@@ -105,9 +105,10 @@ def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
     namespace migrates together (and so its reservation): a number caps its VMs per batch;
     a resource list such as {"limits.memory": "8Gi"} caps the sum of their charges (each VM
     dict then needs "charge", a ResourceList), except that a VM larger than the cap on its
-    own still migrates, alone for its namespace. Each VM goes into the first batch with
-    room (first fit), so the order is kept as far as the limits allow. Returns a list of
-    lists of the same dicts.
+    own still migrates, alone for its namespace. Batches are filled one after the other, each
+    first with the VMs of the source node that has the most left (so several nodes drained
+    together fill every batch); one node's VMs keep their order as far as the limits allow.
+    Returns a list of lists of the same dicts.
 
     capacity (a NodeCapacity) adds the free capacity of the nodes: a VM also needs a node with
     room for its target pod (vm["target"]) at its batch; targets stay where they land and a
@@ -126,53 +127,60 @@ def plan_batches(vms, parallel_per_cluster=DEFAULT_PARALLEL_PER_CLUSTER,
 
 
 def _plan_by_limits(vms, limits):
-    """The first fit of plan_batches over the limits (per_cluster, per_node, per_ns, budget)."""
-    batches = []
-    rooms = []
-    first_open = 0
-    for vm in vms:
-        for index in range(first_open, len(batches)):
-            if rooms[index].admits(vm):
-                batches[index].append(vm)
-                rooms[index].add(vm)
-                break
-        else:
-            batches.append([vm])
-            rooms.append(_BatchRoom(*limits))
-            rooms[-1].add(vm)
-        while first_open < len(batches) and rooms[first_open].full():
-            first_open += 1
-    return batches
+    """plan_batches over the limits (per_cluster, per_node, per_ns, budget) alone."""
+    return _fill_batches(vms, limits, None)[0]
 
 
 def _plan_with_capacity(vms, limits, capacity):
-    """plan_batches with node capacity: batches filled one after the other, each with the VMs (in order) that
-    the limits admit and that find a node with room. Without capacity limits this gives exactly the batches
-    of the first fit above."""
-    remaining = list(vms)
-    batches = []
-    while remaining:
-        room = _BatchRoom(*limits)
-        batch, waiting = [], []
-        for position, vm in enumerate(remaining):
-            if room.full():
-                # nothing more fits this batch: the rest waits as it is (scanning on made this quadratic)
-                waiting.extend(remaining[position:])
-                break
-            if room.admits(vm) and capacity.place(vm):
-                batch.append(vm)
-                room.add(vm)
-            else:
-                waiting.append(vm)
-        if not batch:
-            break  # nothing more moves, so nothing more is freed: the rest find no room
-        for vm in batch:
-            capacity.free_source(vm)
-        batches.append(batch)
-        remaining = waiting
-    capacity.unplaced = list(remaining)
+    """plan_batches with node capacity: a VM also needs a node with room for its target pod at its batch. The VMs
+    that find room in no batch are planned after the others by the limits alone (capacity.unplaced). With room
+    everywhere this gives exactly the batches of _plan_by_limits."""
+    batches, remaining = _fill_batches(vms, limits, capacity)
+    capacity.unplaced = remaining
     batches.extend(_plan_by_limits(remaining, limits))
     return batches
+
+
+def _fill_batches(vms, limits, capacity):
+    """(batches, the VMs no batch could take), the batches filled one after the other. Each takes, within the
+    limits (and with capacity where a target pod finds room), first the VMs of the source node with the most VMs
+    still to move, then those of the next node, each node's in their order. So the nodes of a wave drain evenly
+    and its batches stay full; taking the nodes one after the other left the last node's VMs to batches of
+    parallel_outbound_per_node alone. One node's VMs keep their order as far as the limits allow (exactly, but
+    for a per_namespace_cap that holds one of them back while a later one of another namespace fits)."""
+    per_node = limits[1]
+    queues, first_seen = {}, {}
+    for vm in vms:
+        node = vm.get("node")
+        first_seen.setdefault(node, len(first_seen))
+        queues.setdefault(node, []).append(vm)
+    batches = []
+    while any(queues.values()):
+        room = _BatchRoom(*limits)
+        batch = []
+        # the nodes with the most VMs left first; among equals, the node that came first
+        for node in sorted((n for n in queues if queues[n]), key=lambda n: (-len(queues[n]), first_seen[n])):
+            kept = []
+            for position, vm in enumerate(queues[node]):
+                if room.full() or room.nodes.get(node, 0) >= per_node:
+                    kept.extend(queues[node][position:])   # nothing more of this node fits this batch
+                    break
+                if room.admits(vm) and (capacity is None or capacity.place(vm)):
+                    batch.append(vm)
+                    room.add(vm)
+                else:
+                    kept.append(vm)
+            queues[node] = kept
+            if room.full():
+                break
+        if not batch:
+            break  # nothing more moves, so nothing more is freed: the rest find no room
+        if capacity is not None:
+            for vm in batch:
+                capacity.free_source(vm)
+        batches.append(batch)
+    left = set(id(vm) for queue in queues.values() for vm in queue)
+    return batches, [vm for vm in vms if id(vm) in left]
 
 
 def oversized_vms(movers, per_namespace_cap):

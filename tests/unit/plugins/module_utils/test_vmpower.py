@@ -21,9 +21,18 @@ OPS = "kvquota-system"
 CM_PATH = "/api/v1/namespaces/kvquota-system/configmaps"
 
 
-def vmi(ns, name, vm_uid="uid-" + "vm", owner_kind="VirtualMachine"):
+def vmi(ns, name, vm_uid="uid-" + "vm", owner_kind="VirtualMachine", api_version="kubevirt.io/v1", controller=True):
     return {"metadata": {"namespace": ns, "name": name, "ownerReferences": [
-        {"kind": owner_kind, "name": name, "uid": vm_uid, "controller": True}]}}
+        {"apiVersion": api_version, "kind": owner_kind, "name": name, "uid": vm_uid, "controller": controller}]}}
+
+
+def vm_path(ns, name):
+    return "/apis/kubevirt.io/v1/namespaces/%s/virtualmachines/%s" % (ns, name)
+
+
+def vms(*keys):
+    """VirtualMachine objects by path, for (namespace, name, uid) keys."""
+    return dict((vm_path(ns, name), {"metadata": {"name": name, "uid": uid}}) for ns, name, uid in keys)
 
 
 class FakeCluster(object):
@@ -73,6 +82,8 @@ class FakeCluster(object):
         ns, name, action = parts[5], parts[7], parts[8]
         assert (method, parts[2], parts[3]) == ("PUT", "subresources.kubevirt.io", "v1")
         self.calls.append((action, ns, name))
+        if vm_path(ns, name) not in self.objects:
+            raise NotFoundError("virtualmachines %s not found" % name)
         if (action == "stop") != ((ns, name) in self.running):
             raise ConflictError("VM is not running" if action == "stop" else "VM is already running")
         (self.running.discard if action == "stop" else self.running.add)((ns, name))
@@ -94,6 +105,39 @@ def test_owner_vm_by_owner_reference_only():
     with pytest.raises(InputError) as err:
         VP.owner_vm(vmi("t", "bare", owner_kind="ReplicaSet"))
     assert "t/bare has no VirtualMachine" in str(err.value) and "skip" in err.value.fix
+
+
+@pytest.mark.parametrize("ref", [{"api_version": "x.example/v1"}, {"controller": False}, {"api_version": "v1"}])
+def test_an_owner_reference_not_of_kubevirt_or_not_the_controller_is_no_vm(ref):
+    """An ownerReference is the tenant's to write: a VirtualMachine of another API group (which the garbage
+    collector cannot resolve, so the bare VMI stays) or one that is not the controller is no VM to stop."""
+    with pytest.raises(InputError) as err:
+        VP.owner_vm(vmi("t", "ghost", **ref))
+    assert "t/ghost has no VirtualMachine of kubevirt.io" in str(err.value)
+
+
+def test_a_vmi_whose_vm_does_not_exist_refuses_the_list_before_anything_is_stopped():
+    """helper-34 finding 3: a tenant's bare VMI naming a VirtualMachine that does not exist (or another uid) after
+    another namespace's VM in the list: nothing is recorded or stopped (before, the other VM was stopped, the
+    ghost's stop failed, and the run failed on every re-run with the other VM left stopped)."""
+    for objects in (vms(("a", "db", "u1")), vms(("a", "db", "u1"), ("t", "ghost", "other-uid"))):
+        cluster = FakeCluster(objects, running={("a", "db"), ("t", "ghost")})
+        with pytest.raises(InputError) as err:
+            VP.stop(cluster, "node-1", [vmi("a", "db", "u1"), vmi("t", "ghost", "u9")])
+        assert "t/ghost names VirtualMachine ghost with uid u9 as its owner, which does not exist" in str(err.value)
+        assert cluster.calls == [] and ("a", "db") in cluster.running
+
+
+def test_a_vm_deleted_between_the_check_and_its_stop_is_not_stopped_and_not_an_error():
+    cluster = FakeCluster(vms(("t", "db", "u1")), running={("t", "db")})
+    original = cluster.request
+
+    def gone(method, path, body=None, what=None):
+        cluster.objects.pop(vm_path("t", "db"), None)
+        return original(method, path, body, what)
+    cluster.request = gone
+    out = VP.stop(cluster, "node-1", [vmi("t", "db", "u1")])
+    assert out["stopped"] == [] and record(cluster) == [{"namespace": "t", "name": "db", "uid": "u1"}]
 
 
 @pytest.mark.parametrize("text", ['{"v": 1}', "[1]", '[{"namespace": "t", "name": "db"}]', "not json"])
@@ -124,7 +168,7 @@ def test_stop_records_first_then_stops_and_start_restarts_and_forgets():
 
 
 def test_a_second_node_set_is_merged_into_the_current_record():
-    cluster = FakeCluster(running={("t", "a"), ("t", "b")})
+    cluster = FakeCluster(vms(("t", "a", "ua"), ("t", "b", "ub")), running={("t", "a"), ("t", "b")})
     VP.stop(cluster, "node-1", [vmi("t", "a", "ua")])
     VP.stop(cluster, "node-1", [vmi("t", "b", "ub")])
     assert [vm["name"] for vm in record(cluster)] == ["a", "b"]
@@ -132,15 +176,15 @@ def test_a_second_node_set_is_merged_into_the_current_record():
 
 
 def test_a_vm_recreated_under_the_same_name_is_not_started():
-    cluster = FakeCluster({"/apis/kubevirt.io/v1/namespaces/t/virtualmachines/db":
-                           {"metadata": {"name": "db", "uid": "someone-elses"}}}, running={("t", "db")})
+    cluster = FakeCluster(vms(("t", "db", "u1")), running={("t", "db")})
     VP.stop(cluster, "node-1", [vmi("t", "db", "u1")])
+    cluster.objects.update(vms(("t", "db", "someone-elses")))
     out = VP.start(cluster, "node-1")
     assert out["started"] == [] and out["gone"] == [{"namespace": "t", "name": "db", "uid": "u1"}]
     assert ("start", "t", "db") not in cluster.calls
 
 
 def test_check_mode_writes_nothing():
-    cluster = FakeCluster(running={("t", "db")})
+    cluster = FakeCluster(vms(("t", "db", "u1")), running={("t", "db")})
     out = VP.stop(cluster, "node-1", [vmi("t", "db", "u1")], check_mode=True)
     assert out["changed"] and cluster.calls == []
