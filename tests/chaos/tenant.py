@@ -1317,15 +1317,10 @@ def attack_hostile_memory_overhead(c, attack):
         reset(c, attack)
 
 
-def attack_delete_migration(c, attack):
-    """edit tenant deletes the run's migration of its VM during the window: only its VM stays (the run fails in its
-    vacate step naming it), every other VM of the node moves, quotas go back to their base, and a re-run completes
-    the drain."""
-    ns = attack.ns
-    node = c.node_for(ns)
-    on_node = _vms_on(c, node)
+def _migration_deleter(c, ns, deleted, deleted_vm):
+    """A function that has the edit tenant of ns delete the run's first migration of ns not yet final, noting its
+    name in deleted and its VM in deleted_vm."""
     tenant = c.tenant(ns)
-    deleted, deleted_vm = [], []
 
     def cancel():
         for m in c.r.vmims(ns):
@@ -1336,6 +1331,18 @@ def attack_delete_migration(c, attack):
                     deleted.append(m["metadata"]["name"])
                     deleted_vm.append((ns, m["spec"]["vmiName"]))
                 break
+    return cancel
+
+
+def attack_delete_migration(c, attack):
+    """edit tenant deletes the run's migration of its VM during the window: only its VM stays (the run fails in its
+    vacate step naming it), every other VM of the node moves, quotas go back to their base, and a re-run completes
+    the drain."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    on_node = _vms_on(c, node)
+    deleted, deleted_vm = [], []
+    cancel = _migration_deleter(c, ns, deleted, deleted_vm)
     c.r.set_knobs(migration_seconds=3)
     try:
         rc, out = drain(c, attack, node, during=cancel, expect_ok=False, trigger="migration")
@@ -1369,6 +1376,49 @@ def attack_delete_migration(c, attack):
         attack.blocked = True
         attack.fail("the re-run failed: %s" % _failure_text(out2))
     settle(c, attack, node)
+
+
+def attack_delete_migration_kept_back_shutdown(c, attack):
+    """The veto of the attack above, on every run, against node_maintenance_kept_back shutdown: the edit tenant
+    deletes the run's migration of its VM; the run stops that VM for the maintenance (through KubeVirt's stop
+    subresource) and starts it again after it, every other VM of the node moves, and the run succeeds: the tenant
+    no longer keeps the node from its maintenance. Quotas at their base, no record of stopped VMs left."""
+    ns = attack.ns
+    node = c.node_for(ns)
+    on_node = _vms_on(c, node)
+    deleted, deleted_vm = [], []
+    c.r.set_knobs(migration_seconds=3)
+    try:
+        rc, out = drain(c, attack, node, during=_migration_deleter(c, ns, deleted, deleted_vm), expect_ok=True,
+                        extra_vars={"node_maintenance_kept_back": "shutdown"}, trigger="migration")
+    finally:
+        c.r.set_knobs(migration_seconds=None)
+    if not deleted:
+        attack.notes.append("no migration was still running to delete")
+    elif rc == 0:
+        key = "%s/%s" % deleted_vm[0]
+        if "policy kept_back shutdown: 1 VM(s)" not in out or key not in out:
+            attack.fail("the run succeeded without saying it stopped %s for the maintenance" % key)
+        # stopped and started through KubeVirt's subresources (the lab's virt-api logs each)
+        virt_api = (c.r.run_dir / "logs" / "virt-api.log").read_text()
+        for action, running in (("stop", False), ("start", True)):
+            if "%s %s: spec {'running': %s}" % (action, key, running) not in virt_api:
+                attack.fail("no %s of %s through KubeVirt's %s subresource" % (action, key, action))
+        vmi = c.r.get(KV + "/namespaces/%s/virtualmachineinstances/%s" % deleted_vm[0])
+        if ((vmi or {}).get("status") or {}).get("phase") != "Running":
+            attack.fail("%s does not run again after the maintenance: %s" % (key, (vmi or {}).get("status")))
+        moved = [vm for vm in on_node if vm != deleted_vm[0]]
+        stayed = [vm for vm in moved if vm in _vms_on(c, node)]
+        if stayed:
+            attack.fail("other VMs stayed on %s: %s" % (node, stayed))
+        attack.notes.append("%s deleted: its VM stopped for the maintenance and started again, the other %d VM(s) "
+                            "moved, rc 0" % (deleted[0], len(moved)))
+    records = [m["metadata"]["name"] for m in c.r.get("/api/v1/namespaces/kvquota-system/configmaps")["items"]
+               if m["metadata"]["name"].startswith("kvq-stopped-")]
+    if records:
+        attack.fail("records of stopped VMs left: %s" % records)
+    # (not settle's "no VM on the node": the stopped VM starts again once the node is schedulable, and may land there)
+    settle(c, attack)
 
 
 # -- issue 24: what a tenant writes after the plan, or admits into the headroom -------------------------
@@ -2186,6 +2236,7 @@ ATTACKS = (
     ("rancher-extended", RANCHER_NS, attack_rancher_extended, True),
     ("hostile-memory-overhead", PLAIN[1], attack_hostile_memory_overhead, True),
     ("delete-migration", PLAIN[0], attack_delete_migration, True),
+    ("delete-migration-kept-back-shutdown", PLAIN[1], attack_delete_migration_kept_back_shutdown, True),
 )
 
 

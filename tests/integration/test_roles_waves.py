@@ -57,8 +57,10 @@ def test_a_wave_of_three_nodes_killed_and_resumed_moves_every_vm_once(lab, base,
     marks.mkdir()
     hook = tmp_path / "upgrade-node.yml"
     hook.write_text(hook_recording_vmis_on_node("%s/{{ node_maintenance_node }}" % marks))
+    # a record name of its own (rolling_upgrade_steering_record): the taints are recorded under it, and taken off
+    # from it by the re-run
     extra = {"rolling_upgrade_tasks": str(hook), "rolling_upgrade_nodes": ORDER,
-             "rolling_upgrade_max_unavailable": 3}
+             "rolling_upgrade_max_unavailable": 3, "rolling_upgrade_steering_record": "pool-a"}
     before = dict((v["metadata"]["name"], v["status"]["nodeName"]) for ns in NAMESPACES for v in lab.vmis(ns))
     assert sorted(set(before.values())) == WAVE, before
 
@@ -73,6 +75,8 @@ def test_a_wave_of_three_nodes_killed_and_resumed_moves_every_vm_once(lab, base,
         cordoned = [n for n in WAVE if lab.node(n)["spec"].get("unschedulable")]
         assert cordoned == WAVE, cordoned
         assert tainted(lab) == UPGRADED, tainted(lab)
+        assert [c["metadata"]["name"] for c in lab.get("/api/v1/namespaces/kvquota-system/configmaps")["items"]
+                if c["metadata"]["name"].startswith("kvq-steering-")] == ["kvq-steering-pool-a"]
         signal_tree(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:
