@@ -14,9 +14,10 @@ author:
   - kvquota maintainers (@kvquota)
 description:
   - The policies C(shutdown) of the node_maintenance role (for VMs that cannot live-migrate, and for those kept
-    back on the node). With O(state=stopped) it checks that each given VMI's controller ownerReference names a
-    VirtualMachine of C(kubevirt.io) that exists with that uid (else it refuses the whole list before anything
-    changes: an ownerReference is the tenant's to write), records those VirtualMachines in the ConfigMap
+    back on the node). With O(state=stopped) it checks that each given VMI's controller ownerReference names the
+    VirtualMachine of C(kubevirt.io) of the same name that exists with that uid, or refuses the whole list before
+    anything changes (an ownerReference is the tenant's to write); a VMI gone meanwhile is left out. It records
+    those VirtualMachines in the ConfigMap
     C(kvq-stopped-<node>) of the operator namespace, then stops each through KubeVirt's subresource API
     (C(PUT .../virtualmachines/<name>/stop), what C(virtctl stop) does). The VM spec is never patched.
   - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
@@ -111,7 +112,11 @@ uncordon:
 '''
 
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.ops import drain, vmpower
-from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import InputError, KvquotaError
+from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota.base.errors import (
+    InputError,
+    KvquotaError,
+    NotFoundError,
+)
 from ansible_collections.kvquota.maintenance.plugins.module_utils.kvquota_module import (
     auth_params,
     connect,
@@ -136,8 +141,12 @@ def power(module):
         raise InputError('uncordon is for state=started (after the maintenance)', 'leave uncordon out')
     cluster = connect(auth_params(params), outage_budget=params['api_outage_budget'])
     if params['state'] == 'stopped':
-        vmis = [cluster.get_custom(*vmpower.KUBEVIRT, 'virtualmachineinstances', name,
-                                   namespace=namespace) for namespace, name in _vmi_refs(params['vms'])]
+        vmis = []
+        for namespace, name in _vmi_refs(params['vms']):
+            try:
+                vmis.append(cluster.get_custom(*vmpower.KUBEVIRT, 'virtualmachineinstances', name, namespace=namespace))
+            except NotFoundError:
+                pass   # stopped or deleted by its namespace since it was listed: nothing to stop
         return vmpower.stop(cluster, params['node'], vmis, operator_namespace=params['operator_namespace'],
                             check_mode=module.check_mode)
     if params['vms']:

@@ -256,6 +256,37 @@ def test_the_drain_steps_run_only_where_the_node_holds_pods_for_them(lab, base):
         uncordon(lab, node)
 
 
+def test_vms_stopped_for_a_maintenance_that_failed_before_its_hook_are_started_again(lab, base, rwo_vm):
+    """helper-35 finding 2: the shutdown policy stopped a VM, then the run failed before its hook (here the drain: a
+    bare pod bound to the node, without node_maintenance_drain_force). The maintenance did not happen, so the VM is
+    started again at once (it used to stay stopped until a re-run's hook), and the state line says so."""
+    node = vm_node(lab, "rwo-vm", "a-rwo")
+    ns = "rescue-probe"
+    lab.rest.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    try:
+        lab.rest.create("/api/v1/namespaces/%s/pods" % ns, {"metadata": {"name": "bare"}, "spec": {
+            "nodeName": node, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "example.invalid/pause"}]}})
+        started = "start a-rwo/rwo-vm: spec {'running': True}"
+        starts_before = (lab.run_dir / "logs" / "virt-api.log").read_text().count(started)
+        run = playbook(lab, "node_maintenance", {"node_maintenance_node": node,
+                                                 "node_maintenance_non_migratable": "shutdown"})
+        print(run.stdout[-3000:])
+        assert run.rc != 0, run
+        assert "failed in step drain" in run.stdout, run
+        assert "stopped VMs: a-rwo/rwo-vm, started again: a-rwo/rwo-vm (the maintenance did not happen)" \
+            in run.stdout, run
+        assert (lab.run_dir / "logs" / "virt-api.log").read_text().count(started) == starts_before + 1
+        lab.wait(lambda: (lab.get(KV + "/namespaces/a-rwo/virtualmachineinstances/rwo-vm").get("status") or {})
+                 .get("phase") == "Running" if list(lab.vmis("a-rwo")) else False, 60, "rwo-vm running again")
+        records = [c["metadata"]["name"] for c in lab.get("/api/v1/namespaces/kvquota-system/configmaps")["items"]]
+        assert "kvq-stopped-%s" % node not in records, records
+        lab.assert_restored(base, [NS])
+    finally:
+        lab.rest.delete("/api/v1/namespaces/" + ns)
+        uncordon(lab, node)
+
+
 # Last, and cleaning up after itself, so that a failure here cannot disturb the tests above. After a failed
 # migration the source pod is still the VM's only pod: the reservation must be releasable all the same.
 def test_failed_migration_is_reported_and_a_rerun_converges(lab, base):

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvquota maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Stop and start VMs that cannot live-migrate (node_maintenance's policy shutdown) through KubeVirt's
-subresource API, and remember which ones were stopped, in the operator namespace.
+"""Stop and start VMs a node's maintenance cannot move (node_maintenance's shutdown policies: VMs that cannot
+live-migrate, and those kept back on the node) through KubeVirt's subresource API, and remember which ones were
+stopped, in the operator namespace.
 
 The VMs are stopped with PUT .../virtualmachines/<name>/stop and started again with .../start
 (subresources.kubevirt.io/v1, what `virtctl stop/start` call): KubeVirt itself changes the VM, so the
@@ -49,14 +50,17 @@ def _no_vm(meta, why):
 
 def owner_vm(vmi):
     """{namespace, name, uid} of the VirtualMachine that owns vmi: its controller ownerReference of KubeVirt's
-    API group (an ownerReference is the tenant's to write: one naming another group, or not the controller,
-    is no VirtualMachine of KubeVirt's; whether it exists with that uid is checked before anything stops)."""
+    API group naming the VMI's own name (KubeVirt's VM controller runs the VMI named like its VM, no other). An
+    ownerReference is the tenant's to write: one naming another group, another VM (stopping that one would leave
+    this VMI running), or not the controller, is no VirtualMachine of this VMI's; whether it exists with that
+    uid is checked before anything stops."""
     meta = vmi.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if (ref.get("kind") == "VirtualMachine" and ref.get("uid") and ref.get("name") and ref.get("controller")
-                and str(ref.get("apiVersion") or "").split("/")[0] == KUBEVIRT[0]):
+        if (ref.get("kind") == "VirtualMachine" and ref.get("uid") and ref.get("name") == meta.get("name")
+                and ref.get("controller")
+                and str(ref.get("apiVersion") or "").split("/", maxsplit=1)[0] == KUBEVIRT[0]):
             return {"namespace": meta.get("namespace"), "name": ref.get("name"), "uid": ref.get("uid")}
-    raise _no_vm(meta, "has no VirtualMachine of %s as its controller" % KUBEVIRT[0])
+    raise _no_vm(meta, "has no VirtualMachine of %s of its name as its controller" % KUBEVIRT[0])
 
 
 def parse_record(configmap):
