@@ -17,9 +17,9 @@ description:
     back on the node). With O(state=stopped) it checks that each given VMI's controller ownerReference names the
     VirtualMachine of C(kubevirt.io) of the same name that exists with that uid, or refuses the whole list before
     anything changes (an ownerReference is the tenant's to write); a VMI gone meanwhile is left out. It records
-    those VirtualMachines in the ConfigMap
-    C(kvq-stopped-<node>) of the operator namespace, then stops each through KubeVirt's subresource API
-    (C(PUT .../virtualmachines/<name>/stop), what C(virtctl stop) does). The VM spec is never patched.
+    those VirtualMachines in the ConfigMap C(kvq-stopped-<node>) of the operator namespace, then stops each
+    through KubeVirt's subresource API (C(PUT .../virtualmachines/<name>/stop), what C(virtctl stop) does). The
+    VM spec is never patched.
   - With O(state=started) it starts every VM recorded for the node (C(.../start)) whose VirtualMachine still
     has the recorded uid, and deletes the record. A later run after an interruption starts exactly the VMs
     that an earlier run stopped; nothing a tenant writes can add a VM to the record or hide one from it.

@@ -334,13 +334,9 @@ def baseline_collections(rev, out_dir):
     return out_dir, os.path.join(tree, "playbooks")
 
 
-def run_role(lab, extra_vars, out_dir, collections=None):
-    """ansible-playbook node_maintenance.yml as the lab's least-privilege user; collections: (path, playbooks dir)
-    of another collection tree (--baseline), else the work tree's."""
-    collections_path, playbooks = collections or (COLLECTIONS, os.path.join(ROOT, "playbooks"))
-    handle, vars_file = tempfile.mkstemp(prefix="kvq-bench-vars-", suffix=".json", dir=out_dir)
-    with os.fdopen(handle, "w") as fh:
-        json.dump(dict({"node_maintenance_node": NODE}, **(extra_vars or {})), fh)
+def playbook_env(lab, collections_path):
+    """The environment of a benchmarked ansible-playbook: the collections, the lab's least-privilege user, quiet
+    output; with KVQ_BENCH_PROFILE=1 each task's time in the output (profile_tasks, in task order)."""
     env = dict(os.environ)
     env.update({
         "ANSIBLE_COLLECTIONS_PATH": collections_path,
@@ -354,6 +350,17 @@ def run_role(lab, extra_vars, out_dir, collections=None):
         "PROFILE_TASKS_SORT_ORDER": "none",
         "PYTHONUNBUFFERED": "1",
     })
+    return env
+
+
+def run_role(lab, extra_vars, out_dir, collections=None):
+    """ansible-playbook node_maintenance.yml as the lab's least-privilege user; collections: (path, playbooks dir)
+    of another collection tree (--baseline), else the work tree's."""
+    collections_path, playbooks = collections or (COLLECTIONS, os.path.join(ROOT, "playbooks"))
+    handle, vars_file = tempfile.mkstemp(prefix="kvq-bench-vars-", suffix=".json", dir=out_dir)
+    with os.fdopen(handle, "w") as fh:
+        json.dump(dict({"node_maintenance_node": NODE}, **(extra_vars or {})), fh)
+    env = playbook_env(lab, collections_path)
     out_file = os.path.join(out_dir, "role-%d.out" % int(time.time()))
     with open(out_file, "w") as out:
         proc = subprocess.run(["ansible-playbook", os.path.join(playbooks, "node_maintenance.yml"),

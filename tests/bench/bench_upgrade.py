@@ -112,13 +112,7 @@ def run_upgrade(lab, extra_vars, out_dir, collections):
     handle, vars_file = tempfile.mkstemp(prefix="kvq-bench-vars-", suffix=".json", dir=out_dir)
     with os.fdopen(handle, "w") as fh:
         json.dump(dict({"rolling_upgrade_tasks": hook, "rolling_upgrade_health_interval": 1}, **extra_vars), fh)
-    env = dict(os.environ)
-    env.update({"ANSIBLE_COLLECTIONS_PATH": collections_path, "K8S_AUTH_KUBECONFIG": str(lab.lab.user_kubeconfig),
-                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-                "ANSIBLE_RETRY_FILES_ENABLED": "0", "PYTHONUNBUFFERED": "1",
-                # KVQ_BENCH_PROFILE=1: each task's time in the output (as bench_maintenance.py)
-                "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks" if os.environ.get("KVQ_BENCH_PROFILE") else "",
-                "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"})
+    env = bm.playbook_env(lab, collections_path)
     out_file = os.path.join(out_dir, "upgrade-%d.out" % int(time.time()))
     with open(out_file, "w") as out:
         proc = subprocess.run(["ansible-playbook", os.path.join(playbooks, "upgrade.yml"), "-e", "@" + vars_file],
